@@ -1,0 +1,133 @@
+"""CartPole-v1: Gymnasium's classic cart-pole (Barto, Sutton & Anderson 1983).
+
+Dynamics, reward (+1 every step, including the one that terminates), termination
+(|x| > 2.4 or |theta| > 12 degrees) and the 500-step truncation are Gymnasium's
+``CartPoleEnv`` with ``TimeLimit(500)``. All arithmetic is float32. Derived constants
+(total mass, pole mass-length) are computed inside ``step`` from params, so editing
+``masspole`` or ``length`` (or vmapping over them) stays consistent.
+
+Actions: 0 pushes left, 1 pushes right. Invalid-action rule: any action other than 1
+pushes left (Gymnasium asserts instead); no value produces NaN.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import struct
+
+from jaxrl import spaces
+from jaxrl.env import Environment, first_timestep, transition
+
+
+@struct.dataclass
+class CartPoleParams:
+    gravity: float = 9.8
+    masscart: float = 1.0
+    masspole: float = 0.1
+    length: float = 0.5  # half the pole's length
+    force_mag: float = 10.0
+    tau: float = 0.02  # seconds between state updates
+    theta_threshold_radians: float = 12 * 2 * math.pi / 360
+    x_threshold: float = 2.4
+    max_steps_in_episode: int = 500
+
+
+@struct.dataclass
+class CartPoleState:
+    x: jax.Array  # float32 [], cart position (m)
+    x_dot: jax.Array  # float32 [], cart velocity (m/s)
+    theta: jax.Array  # float32 [], pole angle (rad)
+    theta_dot: jax.Array  # float32 [], pole angular velocity (rad/s)
+    time: jax.Array  # int32 [], steps taken in this episode
+
+
+class CartPole(Environment):
+    invalid_action_rule = "any action other than 1 pushes left"
+
+    def __eq__(self, other):
+        return type(other) is CartPole
+
+    def __hash__(self):
+        return hash(CartPole)
+
+    @property
+    def name(self) -> str:
+        return "CartPole-v1"
+
+    @property
+    def default_params(self) -> CartPoleParams:
+        return CartPoleParams()
+
+    def reset(self, key, params):
+        x, x_dot, theta, theta_dot = jax.random.uniform(key, (4,), jnp.float32, -0.05, 0.05)
+        state = CartPoleState(x, x_dot, theta, theta_dot, jnp.zeros((), jnp.int32))
+        return state, first_timestep(self._obs(state))
+
+    @staticmethod
+    def _obs(state: CartPoleState) -> jax.Array:
+        return jnp.stack([state.x, state.x_dot, state.theta, state.theta_dot])
+
+    def step(self, key, state, action, params):
+        del key  # deterministic dynamics
+        force = jnp.where(action == 1, params.force_mag, -params.force_mag)
+        costheta, sintheta = jnp.cos(state.theta), jnp.sin(state.theta)
+        total_mass = params.masspole + params.masscart
+        polemass_length = params.masspole * params.length
+        temp = (force + polemass_length * state.theta_dot**2 * sintheta) / total_mass
+        thetaacc = (params.gravity * sintheta - costheta * temp) / (
+            params.length * (4.0 / 3.0 - params.masspole * costheta**2 / total_mass)
+        )
+        xacc = temp - polemass_length * thetaacc * costheta / total_mass
+        # Explicit Euler, as Gymnasium's default kinematics_integrator="euler".
+        x = state.x + params.tau * state.x_dot
+        x_dot = state.x_dot + params.tau * xacc
+        theta = state.theta + params.tau * state.theta_dot
+        theta_dot = state.theta_dot + params.tau * thetaacc
+        time = state.time + 1
+        new = CartPoleState(
+            x.astype(jnp.float32),
+            x_dot.astype(jnp.float32),
+            theta.astype(jnp.float32),
+            theta_dot.astype(jnp.float32),
+            time,
+        )
+        terminated = (
+            (new.x < -params.x_threshold)
+            | (new.x > params.x_threshold)
+            | (new.theta < -params.theta_threshold_radians)
+            | (new.theta > params.theta_threshold_radians)
+        )
+        truncated = time >= params.max_steps_in_episode
+        return new, transition(self._obs(new), 1.0, terminated, truncated)
+
+    def observation_space(self, params):
+        high = jnp.array(
+            [params.x_threshold * 2, jnp.finfo(jnp.float32).max, params.theta_threshold_radians * 2, jnp.finfo(jnp.float32).max],
+            jnp.float32,
+        )
+        return spaces.Box(-high, high, (4,), jnp.float32)
+
+    def action_space(self, params):
+        return spaces.Discrete(2)
+
+    def render(self, state, params) -> np.ndarray:
+        from jaxrl import render
+
+        width, height = 600, 400
+        world_width = float(params.x_threshold) * 2
+        scale = width / world_width
+        cart_y = 300  # pixel row of the cart's top (image y grows downwards)
+        canvas = render.blank(height, width)
+        render.line(canvas, (0, cart_y), (width, cart_y), (0, 0, 0), 1)
+        cart_x = float(state.x) * scale + width / 2.0
+        render.rect(canvas, cart_x - 25, cart_y - 15, cart_x + 25, cart_y + 15, (0, 0, 0))
+        pole_len = scale * 2 * float(params.length)
+        theta = float(state.theta)
+        tip = (cart_x + pole_len * math.sin(theta), cart_y - 10 - pole_len * math.cos(theta))
+        render.line(canvas, (cart_x, cart_y - 10), tip, (202, 152, 101), 10)
+        render.circle(canvas, (cart_x, cart_y - 10), 5, (129, 132, 203))
+        return canvas

@@ -1,0 +1,28 @@
+"""jaxrl: pure-JAX, end-to-end, on-device reinforcement learning.
+
+The public API is re-exported here; everything else may change between releases.
+"""
+
+from jaxrl import spaces
+from jaxrl.env import Environment, TimeStep, Wrapper
+from jaxrl.registry import make, register, registered_ids, spec
+from jaxrl.wrappers import AutoReset, ClipAction, EpisodeStatistics, RescaleAction, TimeLimit, VmapEnv
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AutoReset",
+    "ClipAction",
+    "Environment",
+    "EpisodeStatistics",
+    "RescaleAction",
+    "TimeLimit",
+    "TimeStep",
+    "VmapEnv",
+    "Wrapper",
+    "make",
+    "register",
+    "registered_ids",
+    "spec",
+    "spaces",
+]

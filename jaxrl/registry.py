@@ -1,0 +1,144 @@
+"""The environment registry: a dict from versioned id to a validated spec.
+
+``register(id, entry_point)`` adds an env; ``make(id, **param_overrides)`` builds it and
+returns ``(env, params)``. Ids look like ``Name-vN`` (Gymnasium's form) with an optional
+``namespace/`` prefix (``brax/ant``, ``mypkg/Grid-v0``); a namespaced id may omit the
+version.
+
+Third-party packages add environments without touching this repository through the
+``jaxrl.envs`` entry-point group: each entry point names a zero-argument callable that
+calls :func:`register`. The group is loaded once, on the first lookup.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import importlib
+import re
+from importlib import metadata
+from typing import Any, Callable
+
+from jaxrl.env import Environment, replace_params
+
+ENTRY_POINT_GROUP = "jaxrl.envs"
+_ID_RE = re.compile(r"^(?:(?P<ns>[A-Za-z0-9_.\-]+)/)?(?P<name>[A-Za-z0-9_.\-]+?)(?:-v(?P<version>\d+))?$")
+
+
+@dataclasses.dataclass(frozen=True)
+class EnvSpec:
+    """How to build one registered env.
+
+    Attributes:
+      id: the versioned id, e.g. ``CartPole-v1``.
+      entry_point: a callable returning an :class:`Environment`, or ``"module:attr"``.
+      kwargs: static constructor arguments for the entry point.
+      param_defaults: overrides applied to the env's ``default_params`` for this id.
+      description: one line for ``jaxrl list``.
+    """
+
+    id: str
+    entry_point: Callable[..., Environment] | str
+    kwargs: tuple = ()
+    param_defaults: tuple = ()
+    description: str = ""
+
+    def build(self) -> Environment:
+        factory = self.entry_point
+        if isinstance(factory, str):
+            module, _, attr = factory.partition(":")
+            factory = getattr(importlib.import_module(module), attr)
+        env = factory(**dict(self.kwargs))
+        if not isinstance(env, Environment):
+            raise TypeError(f"entry point of {self.id!r} returned {type(env).__name__}, not an Environment")
+        return env
+
+
+_REGISTRY: dict[str, EnvSpec] = {}
+_plugins_loaded = False
+
+
+def _check_id(env_id: str) -> None:
+    match = _ID_RE.match(env_id) if isinstance(env_id, str) else None
+    if match is None:
+        raise ValueError(f"malformed env id {env_id!r}: expected 'Name-vN' or 'namespace/Name[-vN]'")
+    if match["version"] is None and match["ns"] is None:
+        raise ValueError(f"env id {env_id!r} needs a version suffix, e.g. '{env_id}-v0'")
+
+
+def register(
+    env_id: str,
+    entry_point: Callable[..., Environment] | str,
+    *,
+    kwargs: dict | None = None,
+    param_defaults: dict | None = None,
+    description: str = "",
+) -> EnvSpec:
+    """Add an env to the registry. Raises ``ValueError`` for a malformed or duplicate id."""
+    _check_id(env_id)
+    if env_id in _REGISTRY:
+        raise ValueError(f"env id {env_id!r} is already registered")
+    if not (callable(entry_point) or (isinstance(entry_point, str) and ":" in entry_point)):
+        raise TypeError(f"entry_point for {env_id!r} must be a callable or 'module:attr', got {entry_point!r}")
+    spec = EnvSpec(
+        env_id,
+        entry_point,
+        tuple(sorted((kwargs or {}).items())),
+        tuple(sorted((param_defaults or {}).items())),
+        description,
+    )
+    _REGISTRY[env_id] = spec
+    return spec
+
+
+def deregister(env_id: str) -> None:
+    """Remove an id (for tests and interactive redefinition)."""
+    _REGISTRY.pop(env_id, None)
+
+
+def _load_plugins() -> None:
+    global _plugins_loaded
+    if _plugins_loaded:
+        return
+    _plugins_loaded = True
+    for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            ep.load()()
+        except Exception as exc:  # a broken plugin must not break the registry
+            import warnings
+
+            warnings.warn(f"jaxrl: env plugin {ep.name!r} ({ep.value}) failed to load: {exc}")
+
+
+def registered_ids() -> list[str]:
+    """All registered ids, sorted."""
+    _load_plugins()
+    return sorted(_REGISTRY)
+
+
+def spec(env_id: str) -> EnvSpec:
+    """The spec of ``env_id``; unknown ids raise ``KeyError`` with the closest matches."""
+    _load_plugins()
+    if env_id in _REGISTRY:
+        return _REGISTRY[env_id]
+    close = difflib.get_close_matches(env_id, _REGISTRY, n=3, cutoff=0.5)
+    versions = [i for i in _REGISTRY if i.rsplit("-v", 1)[0] == env_id]
+    hint = close or versions
+    msg = f"unknown env id {env_id!r}"
+    if hint:
+        msg += f"; did you mean {', '.join(repr(h) for h in sorted(set(hint)))}?"
+    else:
+        msg += "; see `jaxrl list` for the registered ids"
+    raise KeyError(msg)
+
+
+def make(env_id: str, **param_overrides: Any) -> tuple[Environment, Any]:
+    """Build a registered env: ``(env, params)`` with ``param_overrides`` applied.
+
+    >>> env, params = make("CartPole-v1", length=0.7)
+    """
+    s = spec(env_id)
+    env = s.build()
+    params = replace_params(env.default_params, **dict(s.param_defaults))
+    params = replace_params(params, **param_overrides)
+    return env, params

@@ -1,0 +1,181 @@
+"""Wrappers: each one is an :class:`~jaxrl.env.Environment` around another, with one job.
+
+=================== ===========================================================================
+``AutoReset``       When a step ends the episode (terminated or truncated), the returned
+                    TimeStep keeps that step's reward and flags, ``obs`` is the first
+                    observation of a new episode drawn by the env's own ``reset`` with a fresh
+                    key, and ``info["final_obs"]`` is the last observation of the finished
+                    episode (equal to ``obs`` on ordinary steps). Exact and per-env; for large
+                    batches :class:`jaxrl.vector.VectorEnv` does the same job cheaper.
+``EpisodeStatistics`` Tracks the running return and length; ``info["episode_return"]`` and
+                    ``info["episode_length"]`` hold the totals of an episode that ended on this
+                    step (0 elsewhere) and ``info["episode_done"]`` marks those steps.
+                    Scan-friendly: averaging ``episode_return`` over ``episode_done`` gives the
+                    mean return of the episodes completed in a rollout.
+``TimeLimit``       Truncates after ``max_steps`` steps (on top of any limit the env has).
+``ClipAction``      Clips continuous actions into the action space's box.
+``RescaleAction``   Exposes a ``[low, high]`` action box (default ``[-1, 1]``) and maps it
+                    affinely onto the env's box (then clips).
+``VmapEnv``         A batch of ``num_envs`` independent copies: one key in, per-env keys split
+                    inside; params shared, or batched along axis 0 with ``params_axis=0``.
+=================== ===========================================================================
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+from jaxrl import spaces
+from jaxrl.env import Environment, TimeStep, Wrapper
+
+
+def _select(pred, on_true, on_false):
+    """Per-leaf ``where`` with ``pred`` broadcast against each leaf's trailing dims."""
+
+    def pick(a, b):
+        p = jnp.reshape(pred, jnp.shape(pred) + (1,) * (jnp.ndim(a) - jnp.ndim(pred)))
+        return jnp.where(p, a, b)
+
+    return jax.tree_util.tree_map(pick, on_true, on_false)
+
+
+class AutoReset(Wrapper):
+    """Reset on episode end, keeping the final observation in ``info["final_obs"]``."""
+
+    def reset(self, key, params):
+        state, ts = self.env.reset(key, params)
+        return state, ts.replace(info={**ts.info, "final_obs": ts.obs})
+
+    def step(self, key, state, action, params):
+        step_key, reset_key = jax.random.split(key)
+        state, ts = self.env.step(step_key, state, action, params)
+        reset_state, reset_ts = self.env.reset(reset_key, params)
+        done = ts.done
+        state = _select(done, reset_state, state)
+        obs = _select(done, reset_ts.obs, ts.obs)
+        return state, ts.replace(obs=obs, info={**ts.info, "final_obs": ts.obs})
+
+
+@struct.dataclass
+class EpisodeStatisticsState:
+    env_state: object
+    episode_return: jax.Array  # float32 [], return of the running episode so far
+    episode_length: jax.Array  # int32 [], steps of the running episode so far
+
+
+class EpisodeStatistics(Wrapper):
+    """Adds ``episode_return``, ``episode_length`` and ``episode_done`` to ``info``."""
+
+    @staticmethod
+    def _info(ts: TimeStep, ret, length, done) -> dict:
+        return {**ts.info, "episode_return": ret, "episode_length": length, "episode_done": done}
+
+    def reset(self, key, params):
+        env_state, ts = self.env.reset(key, params)
+        zero_f, zero_i = jnp.zeros((), jnp.float32), jnp.zeros((), jnp.int32)
+        state = EpisodeStatisticsState(env_state, zero_f, zero_i)
+        return state, ts.replace(info=self._info(ts, zero_f, zero_i, jnp.zeros((), jnp.bool_)))
+
+    def step(self, key, state, action, params):
+        env_state, ts = self.env.step(key, state.env_state, action, params)
+        ret = state.episode_return + ts.reward
+        length = state.episode_length + 1
+        done = ts.done
+        info = self._info(ts, jnp.where(done, ret, 0.0), jnp.where(done, length, 0), done)
+        state = EpisodeStatisticsState(env_state, jnp.where(done, 0.0, ret), jnp.where(done, 0, length))
+        return state, ts.replace(info=info)
+
+    def render(self, state, params):
+        return self.env.render(state.env_state, params)
+
+
+@struct.dataclass
+class TimeLimitState:
+    env_state: object
+    time: jax.Array  # int32 [], steps taken in this episode
+
+
+class TimeLimit(Wrapper):
+    """Sets ``truncated`` once ``max_steps`` steps have been taken in an episode.
+
+    Put it *inside* :class:`AutoReset` so that the counter restarts with the episode.
+    """
+
+    def __init__(self, env: Environment, max_steps: int):
+        super().__init__(env)
+        if int(max_steps) <= 0:
+            raise ValueError(f"TimeLimit needs max_steps > 0, got {max_steps}")
+        self.max_steps = int(max_steps)
+
+    def reset(self, key, params):
+        env_state, ts = self.env.reset(key, params)
+        return TimeLimitState(env_state, jnp.zeros((), jnp.int32)), ts
+
+    def step(self, key, state, action, params):
+        env_state, ts = self.env.step(key, state.env_state, action, params)
+        time = state.time + 1
+        truncated = jnp.logical_or(ts.truncated, time >= self.max_steps)
+        return TimeLimitState(env_state, time), ts.replace(truncated=truncated)
+
+    def render(self, state, params):
+        return self.env.render(state.env_state, params)
+
+
+class ClipAction(Wrapper):
+    """Clips actions into the (Box) action space before stepping."""
+
+    def step(self, key, state, action, params):
+        space = self.env.action_space(params)
+        return self.env.step(key, state, jnp.clip(action, space.low, space.high), params)
+
+
+class RescaleAction(Wrapper):
+    """Takes actions in ``[low, high]`` and maps them affinely onto the env's Box."""
+
+    def __init__(self, env: Environment, low: float = -1.0, high: float = 1.0):
+        super().__init__(env)
+        if not low < high:
+            raise ValueError(f"RescaleAction needs low < high, got {low}, {high}")
+        self.low, self.high = float(low), float(high)
+
+    def action_space(self, params):
+        inner = self.env.action_space(params)
+        return spaces.Box(self.low, self.high, inner.shape, inner.dtype)
+
+    def step(self, key, state, action, params):
+        inner = self.env.action_space(params)
+        action = jnp.clip(action, self.low, self.high)
+        frac = (action - self.low) / (self.high - self.low)
+        scaled = inner.low + frac * (inner.high - inner.low)
+        return self.env.step(key, state, jnp.clip(scaled, inner.low, inner.high), params)
+
+
+class VmapEnv(Wrapper):
+    """``num_envs`` independent copies of ``env`` stepped together.
+
+    ``reset(key, params)`` and ``step(key, state, action, params)`` take a *single* key and
+    split it into one key per env, so no two envs share a random stream. With
+    ``params_axis=0`` the params pytree carries a leading batch axis (domain randomisation).
+    """
+
+    def __init__(self, env: Environment, num_envs: int, params_axis: int | None = None):
+        super().__init__(env)
+        if int(num_envs) <= 0:
+            raise ValueError(f"VmapEnv needs num_envs > 0, got {num_envs}")
+        self.num_envs = int(num_envs)
+        self.params_axis = params_axis
+
+    def reset(self, key, params):
+        keys = jax.random.split(key, self.num_envs)
+        return jax.vmap(self.env.reset, in_axes=(0, self.params_axis))(keys, params)
+
+    def step(self, key, state, action, params):
+        keys = jax.random.split(key, self.num_envs)
+        return jax.vmap(self.env.step, in_axes=(0, 0, 0, self.params_axis))(keys, state, action, params)
+
+    def render(self, state, params):
+        first = jax.tree_util.tree_map(lambda x: x[0], state)
+        p = params if self.params_axis is None else jax.tree_util.tree_map(lambda x: x[0], params)
+        return self.env.render(first, p)
