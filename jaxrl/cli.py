@@ -1,8 +1,108 @@
-"""The ``jaxrl`` command line (placeholder until subcommands land)."""
+"""The ``jaxrl`` command line: a table of argparse sub-commands.
 
+Each sub-command is one small ``_add_<name>(subparsers)`` function that declares its
+arguments and sets ``func`` to the handler, plus one line in :data:`COMMANDS`. Handlers
+take the parsed ``argparse.Namespace`` and return an exit code; their bodies live in the
+module that owns the feature (``jaxrl.check.main`` for ``check-env``), imported lazily so
+that ``jaxrl --help`` does not pay for importing JAX.
+
+To add a command::
+
+    def _add_train(sub):
+        p = sub.add_parser("train", help="train from a YAML config")
+        p.add_argument("config")
+        p.set_defaults(func=_lazy("jaxrl.trainer", "main_train"))
+
+    COMMANDS = [..., _add_train]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
 import sys
+from pathlib import Path
+from typing import Callable, Sequence
+
+Handler = Callable[[argparse.Namespace], int]
 
 
-def main(argv=None) -> int:
-    print("jaxrl: no subcommands yet", file=sys.stderr)
-    return 2
+def _lazy(module: str, attr: str) -> Handler:
+    """A handler that imports ``module.attr`` only when the command runs."""
+    return _LazyHandler(module, attr)
+
+
+class _LazyHandler:
+    """Callable stand-in for ``module:attr`` (a class, so no nested closure is needed)."""
+
+    def __init__(self, module: str, attr: str):
+        self.module, self.attr = module, attr
+
+    def __call__(self, args: argparse.Namespace) -> int:
+        return getattr(importlib.import_module(self.module), self.attr)(args)
+
+
+# ---------------------------------------------------------------------------- list
+
+
+def config_dirs() -> list[Path]:
+    """Where ``jaxrl list`` looks for recipe configs: ``./configs`` and the repository's."""
+    candidates = [Path.cwd() / "configs", Path(__file__).resolve().parent.parent / "configs"]
+    seen, out = set(), []
+    for path in candidates:
+        if path.is_dir() and path.resolve() not in seen:
+            seen.add(path.resolve())
+            out.append(path)
+    return out
+
+
+def list_main(args: argparse.Namespace) -> int:
+    """Print the registered env ids with their descriptions, then the recipe configs."""
+    from jaxrl import registry
+
+    ids = registry.registered_ids()
+    width = max((len(i) for i in ids), default=0)
+    print(f"environments ({len(ids)}):")
+    for env_id in ids:
+        print(f"  {env_id:<{width}}  {registry.spec(env_id).description}".rstrip())
+    configs = sorted({p.name: p for d in config_dirs() for p in d.glob("*.yaml")}.values())
+    if configs:
+        print(f"configs ({len(configs)}):")
+        for path in configs:
+            print(f"  {path}")
+    return 0
+
+
+def _add_list(sub) -> None:
+    p = sub.add_parser("list", help="list registered environments and recipe configs")
+    p.set_defaults(func=list_main)
+
+
+# ----------------------------------------------------------------------- the table
+
+#: One entry per sub-command; each adds its parser to the sub-parser group.
+COMMANDS: list[Callable] = [
+    _add_list,
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="jaxrl", description="pure-JAX, on-device reinforcement learning")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for add in COMMANDS:
+        add(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``jaxrl`` console script; returns the process exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if getattr(args, "func", None) is None:
+        parser.print_help(sys.stderr)
+        return 2
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
