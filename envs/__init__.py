@@ -18,10 +18,6 @@ _BUILTIN = [
     ("ProbeConstant-v0", "jaxrl_envs.probes:ProbeConstant", "probe: one step, reward +1, constant obs; V = 1"),
     ("ProbeTwoStep-v0", "jaxrl_envs.probes:ProbeTwoStep", "probe: reward 0 then +1, obs 0 then 1; V(0) = gamma, V(1) = 1"),
     ("ProbeObsReward-v0", "jaxrl_envs.probes:ProbeObsReward", "probe: random obs +-1, reward = obs, one step; V(obs) = obs"),
-    ("text/Reverse-v0", "jaxrl_envs.text.reverse:Reverse", "token task: reverse 8 digits; dense verifier reward"),
-    ("text/Sort-v0", "jaxrl_envs.text.sort:Sort", "token task: sort 6 digits ascending; dense verifier reward"),
-    ("text/AlphabetSort-v0", "jaxrl_envs.text.alphabet_sort:AlphabetSort", "token task: sort 3 two-letter names; similarity**4 reward"),
-    ("text/Addition-v0", "jaxrl_envs.text.addition:Addition", "token task: 2+2-digit addition, answer LSD first; dense reward"),
     ("ProbeActionMatch-v0", "jaxrl_envs.probes:ProbeActionMatch", "probe: random obs +-1, reward +1 iff action == (obs > 0) else -1, one step"),
     ("ProbeTimeLimit-v0", "jaxrl_envs.probes:ProbeTimeLimit", "probe: reward +1 forever, truncated at 10 steps; V = 1/(1-gamma) with bootstrapping"),
     ("ProbeContinuous-v0", "jaxrl_envs.probes:ProbeContinuous", "probe: continuous action, reward -(a - target)^2, one step; best a = target"),
@@ -34,10 +30,3 @@ def register_all() -> None:
     for env_id, entry_point, description in _BUILTIN:
         if env_id not in known:
             registry.register(env_id, entry_point, description=description)
-    # Physics envs register only when their simulators are installed (the [physics] extra);
-    # neither call imports brax or mujoco.
-    from jaxrl.adapters.brax import register_brax_envs
-    from jaxrl_envs.mjx_cartpole import register as register_mjx_cartpole
-
-    register_brax_envs()
-    register_mjx_cartpole()
