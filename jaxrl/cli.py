@@ -78,11 +78,46 @@ def _add_list(sub) -> None:
     p.set_defaults(func=list_main)
 
 
+# ------------------------------------------------------------ train / eval / render
+
+
+def _add_train(sub) -> None:
+    p = sub.add_parser("train", help="train from a YAML config (or --resume a run)")
+    p.add_argument("config", nargs="?", help="a YAML run config, e.g. configs/ppo_cartpole.yaml")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config key, e.g. ppo.lr=1e-3")
+    p.add_argument("--seeds", type=int, help="train N seeds together in one vmapped program")
+    p.add_argument("--out", help="run directory (default: <train.out_dir>/<algo>_<env>_<time>)")
+    p.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its last checkpoint")
+    p.set_defaults(func=_lazy("jaxrl.trainer", "main_train"))
+
+
+def _add_eval(sub) -> None:
+    p = sub.add_parser("eval", help="evaluate a run's last checkpoint (mean, std, 95% CI of the return)")
+    p.add_argument("run_dir", metavar="RUN_DIR")
+    p.add_argument("--episodes", type=int, help="episodes per policy mode (default: the config's eval_episodes)")
+    p.add_argument("--seed", type=int, default=0, help="PRNG seed of the evaluation episodes")
+    p.set_defaults(func=_lazy("jaxrl.evaluate", "main_eval"))
+
+
+def _add_render(sub) -> None:
+    p = sub.add_parser("render", help="roll a run's trained policy and write a GIF")
+    p.add_argument("run_dir", metavar="RUN_DIR")
+    p.add_argument("--out", required=True, metavar="FILE.gif")
+    p.add_argument("--steps", type=int, default=500, help="at most this many env steps (default 500)")
+    p.add_argument("--stochastic", action="store_true", help="sample actions instead of acting greedily")
+    p.add_argument("--seed", type=int, default=0, help="PRNG seed of the episode")
+    p.add_argument("--fps", type=int, default=30)
+    p.set_defaults(func=_lazy("jaxrl.evaluate", "main_render"))
+
+
 # ----------------------------------------------------------------------- the table
 
 #: One entry per sub-command; each adds its parser to the sub-parser group.
 COMMANDS: list[Callable] = [
     _add_list,
+    _add_train,
+    _add_eval,
+    _add_render,
 ]
 
 

@@ -1,0 +1,458 @@
+"""Run configuration: YAML -> typed, frozen dataclasses, checked before anything compiles.
+
+A run config file looks like::
+
+    algo: ppo                 # a key of jaxrl.algos.registry.ALGORITHMS
+    env:
+      id: CartPole-v1         # a registered env id
+      params: {}              # overrides of the env's default params
+    ppo:                      # the algorithm's own section, named after `algo`,
+      lr: 2.5e-3              # loaded into that algorithm's config class
+    train:                    # the trainer's section (TrainConfig)
+      seed: 0
+    devices: 1                # "all" or a device count
+
+:func:`load_config` reads it with ``yaml.safe_load`` (never executes code), applies
+``--set a.b=value`` overrides (each value parsed as a YAML scalar) to a *copy* of the raw
+mapping, and converts it generically by walking dataclass fields and their type hints
+(``int``, ``float``, ``bool``, ``str``, ``Optional``, ``Literal``, unions, tuples, ``dict``,
+nested dataclasses). Every problem raises :class:`ConfigError` with a one-line message that
+names the key: unknown keys (with a "did you mean" from :mod:`difflib`), wrong types, missing
+keys, unknown env or algorithm, bad env parameters, and impossible combinations found by the
+algorithm's own ``validate``.
+
+Derived values (updates, env steps, gradient steps, the chunking) come from
+:func:`derive`, never written back: config objects are frozen and the user's mapping is
+never mutated. :func:`save_config` writes the resolved config as YAML that
+:func:`load_config` reads back to an equal object.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import difflib
+import re
+import sys
+import types
+import typing
+from typing import Any, Literal, Union
+
+import yaml
+
+
+class ConfigError(ValueError):
+    """A bad config: the message is one line and names the offending key."""
+
+
+# ------------------------------------------------------------------------------------------
+# The run's own sections
+# ------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class EnvConfig:
+    """Which environment to train on."""
+
+    id: str  # a registered env id, e.g. "CartPole-v1" (see `jaxrl list`)
+    params: dict = dataclasses.field(default_factory=dict)  # overrides of the env's default params
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    """The trainer's knobs (the host loop around the algorithm)."""
+
+    seed: int = 0  # root PRNG seed; seed i of a vmapped run uses fold_in(PRNGKey(seed), i)
+    seeds: int = 1  # independent seeds trained together in one vmapped program
+    updates_per_chunk: int = 10  # updates scanned inside one jitted call between host logs
+    checkpoint_every: int = 10  # chunks between periodic checkpoints; 0 = final checkpoint only
+    keep_checkpoints: int = 3  # how many of the most recent checkpoints to keep
+    out_dir: str = "runs"  # parent of run directories when --out is not given
+    log_seeds: Literal["mean", "per_seed"] = "mean"  # with seeds > 1: mean/min/max or every seed
+    progress: bool = True  # show a tqdm progress bar
+
+
+@dataclasses.dataclass(frozen=True)
+class RunConfig:
+    """A whole run. ``algo_config`` is stored in the YAML under the key named by ``algo``."""
+
+    algo: str  # a key of jaxrl.algos.registry.ALGORITHMS
+    env: EnvConfig
+    algo_config: Any  # an instance of the algorithm's own config class
+    train: TrainConfig = dataclasses.field(default_factory=TrainConfig)
+    devices: Union[Literal["all"], int] = 1  # devices to shard over: "all" or a count
+
+
+_RUN_KEYS = ("algo", "env", "train", "devices")  # plus the algorithm's section
+
+
+# ------------------------------------------------------------------------------------------
+# Generic conversion: raw YAML values -> typed dataclasses
+# ------------------------------------------------------------------------------------------
+
+_NUMBER_RE = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
+
+
+def _type_name(tp) -> str:
+    origin = typing.get_origin(tp)
+    if origin is Literal:
+        return "one of " + ", ".join(repr(a) for a in typing.get_args(tp))
+    if origin in (Union, types.UnionType):
+        return " or ".join(_type_name(a) for a in typing.get_args(tp) if a is not type(None))
+    if origin is tuple:
+        return "a list"
+    if dataclasses.is_dataclass(tp):
+        return "a mapping"
+    if tp is dict:
+        return "a mapping"
+    return getattr(tp, "__name__", str(tp))
+
+
+def _wrong(key: str, tp, value) -> ConfigError:
+    return ConfigError(f"{key}: expected {_type_name(tp)}, got {value!r}")
+
+
+def _convert_scalar(value, tp, key: str):
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+    elif tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
+            return int(value)  # 1e6 written as 1.0e6
+    elif tp is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str) and _NUMBER_RE.match(value.strip()):
+            return float(value)  # YAML 1.1 reads "1e-3" (no dot) as a string
+    elif tp is str:
+        if isinstance(value, str):
+            return value
+    elif tp is dict:
+        if isinstance(value, dict):
+            return {str(k): v for k, v in value.items()}
+    else:
+        raise ConfigError(f"{key}: unsupported config field type {tp!r}")
+    raise _wrong(key, tp, value)
+
+
+def convert(value, tp, key: str):
+    """``value`` (from YAML) as type ``tp``; raises :class:`ConfigError` naming ``key``."""
+    if tp is Any:
+        return value
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if dataclasses.is_dataclass(tp):
+        return from_dict(tp, value, key)
+    if origin is Literal:
+        for a in args:
+            if type(a) is type(value) and a == value:
+                return a
+        raise _wrong(key, tp, value)
+    if origin in (Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        for a in args:
+            if a is type(None):
+                continue
+            try:
+                return convert(value, a, key)
+            except ConfigError:
+                pass
+        raise _wrong(key, tp, value)
+    if origin is tuple:
+        if not isinstance(value, (list, tuple)):
+            raise _wrong(key, tp, value)
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(convert(v, args[0], f"{key}[{i}]") for i, v in enumerate(value))
+        if args and len(args) != len(value):
+            raise ConfigError(f"{key}: expected a list of {len(args)} items, got {len(value)}")
+        return tuple(convert(v, a, f"{key}[{i}]") for i, (v, a) in enumerate(zip(value, args or [Any] * len(value))))
+    if origin is dict:
+        return _convert_scalar(value, dict, key)
+    return _convert_scalar(value, tp, key)
+
+
+def _suggest(name: str, known, prefix: str = "") -> str:
+    close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
+    if close:
+        return f"; did you mean {_join(prefix, close[0])!r}?"
+    return "; known keys: " + ", ".join(sorted(known))
+
+
+def _join(prefix: str, name: str) -> str:
+    return f"{prefix}.{name}" if prefix else name
+
+
+def from_dict(cls, raw, prefix: str = ""):
+    """An instance of dataclass ``cls`` from a mapping, checking every key and type."""
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{prefix or 'config'}: expected a mapping, got {raw!r}")
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    for name in raw:
+        if name not in fields:
+            raise ConfigError(f"unknown key {_join(prefix, str(name))!r}{_suggest(str(name), fields, prefix)}")
+    kwargs = {}
+    for name, f in fields.items():
+        key = _join(prefix, name)
+        if name in raw:
+            kwargs[name] = convert(raw[name], hints[name], key)
+        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            raise ConfigError(f"missing key {key!r}")
+    try:
+        return cls(**kwargs)
+    except (TypeError, ValueError) as exc:  # a config class checking itself in __post_init__
+        raise ConfigError(f"{prefix or cls.__name__}: {exc}") from None
+
+
+def to_dict(obj) -> Any:
+    """A plain YAML-ready structure (dicts, lists, scalars) of a config dataclass."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, (list, tuple)):
+        return [to_dict(v) for v in obj]
+    if isinstance(obj, dict):
+        return {str(k): to_dict(v) for k, v in obj.items()}
+    return obj
+
+
+# ------------------------------------------------------------------------------------------
+# Overrides
+# ------------------------------------------------------------------------------------------
+
+
+def apply_overrides(raw: dict, overrides=()) -> dict:
+    """A copy of ``raw`` with each ``"a.b=value"`` applied (value parsed as a YAML scalar)."""
+    out = copy.deepcopy(raw)
+    for item in overrides:
+        path, sep, text = str(item).partition("=")
+        if not sep or not path.strip():
+            raise ConfigError(f"--set {item!r}: expected key=value, e.g. ppo.lr=1e-3")
+        try:
+            value = yaml.safe_load(text) if text.strip() else ""
+        except yaml.YAMLError:
+            value = text
+        node = out
+        parts = path.strip().split(".")
+        for i, part in enumerate(parts[:-1]):
+            child = node.get(part)
+            if child is None:
+                child = node[part] = {}
+            if not isinstance(child, dict):
+                raise ConfigError(f"--set {item!r}: {'.'.join(parts[: i + 1])!r} is not a section")
+            node = child
+        node[parts[-1]] = value
+    return out
+
+
+# ------------------------------------------------------------------------------------------
+# Run configs
+# ------------------------------------------------------------------------------------------
+
+
+def _algorithms() -> dict:
+    from jaxrl.algos import registry as algo_registry
+
+    return algo_registry.ALGORITHMS
+
+
+def algo_entry(name: str):
+    """The registry entry of algorithm ``name``, or a :class:`ConfigError` with suggestions."""
+    algos = _algorithms()
+    if not isinstance(name, str) or name not in algos:
+        raise ConfigError(f"algo: unknown algorithm {name!r}{_suggest(str(name), algos)}")
+    return algos[name]
+
+
+def algo_hook(entry, name: str):
+    """An optional function of an algorithm: ``entry.<name>``, else ``<name>`` in the module
+    that defines ``entry.make`` (``validate``, ``make_act``, ``agent_env``), else None."""
+    hook = getattr(entry, name, None)
+    if hook is None:
+        module = sys.modules.get(getattr(entry.make, "__module__", ""))
+        hook = getattr(module, name, None)
+    return hook
+
+
+def _check_env(env: EnvConfig) -> None:
+    from jaxrl import registry
+
+    try:
+        registry.spec(env.id)
+    except KeyError as exc:
+        raise ConfigError(f"env.id: {exc.args[0]}") from None
+    except ValueError as exc:
+        raise ConfigError(f"env.id: {exc}") from None
+    for name, value in env.params.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"env.params.{name}: expected a number, got {value!r}")
+    try:
+        registry.make(env.id, **env.params)
+    except TypeError as exc:
+        raise ConfigError(f"env.params: {exc}") from None
+
+
+def _check_train(train: TrainConfig) -> None:
+    positive = ("seeds", "updates_per_chunk", "keep_checkpoints")
+    for name in positive:
+        if getattr(train, name) < 1:
+            raise ConfigError(f"train.{name}: must be >= 1, got {getattr(train, name)}")
+    if train.checkpoint_every < 0:
+        raise ConfigError(f"train.checkpoint_every: must be >= 0 (0 = final only), got {train.checkpoint_every}")
+
+
+def _check_devices(devices) -> None:
+    if devices != "all" and devices < 1:
+        raise ConfigError(f"devices: must be 'all' or >= 1, got {devices}")
+
+
+def _validate_algo(cfg: RunConfig) -> None:
+    """The algorithm's own ``validate``, then ``make`` on the env (cheap: builds functions,
+    compiles nothing), which catches combinations such as a Gaussian policy on a
+    discrete action space."""
+    from jaxrl import registry
+
+    entry = algo_entry(cfg.algo)
+    validate = algo_hook(entry, "validate")
+    try:
+        if validate is not None:
+            validate(cfg.algo_config)
+        env, env_params = registry.make(cfg.env.id, **cfg.env.params)
+        entry.make(env, env_params, cfg.algo_config)
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(_prefixed(cfg.algo, str(exc))) from None
+
+
+def _prefixed(section: str, message: str) -> str:
+    message = " ".join(message.split())  # one line
+    return message if message.startswith(section + ".") else f"{section}.{message}"
+
+
+def config_from_dict(raw) -> RunConfig:
+    """A checked :class:`RunConfig` from a raw mapping (as read from YAML)."""
+    if not isinstance(raw, dict):
+        raise ConfigError(f"config: expected a mapping at the top level, got {type(raw).__name__}")
+    if "algo" not in raw:
+        raise ConfigError("missing key 'algo'")
+    name = raw["algo"]
+    entry = algo_entry(name)
+    known = set(_RUN_KEYS) | {name}
+    for key in raw:
+        if key not in known:
+            raise ConfigError(f"unknown key {str(key)!r}{_suggest(str(key), known)}")
+    hints = typing.get_type_hints(RunConfig)
+    if "env" not in raw:
+        raise ConfigError("missing key 'env'")
+    cfg = RunConfig(
+        algo=name,
+        env=convert(raw["env"], EnvConfig, "env"),
+        algo_config=from_dict(entry.config_cls, raw.get(name), name),
+        train=convert(raw.get("train") or {}, TrainConfig, "train"),
+        devices=convert(raw.get("devices", 1), hints["devices"], "devices"),
+    )
+    _check_env(cfg.env)
+    _check_train(cfg.train)
+    _check_devices(cfg.devices)
+    _validate_algo(cfg)
+    return cfg
+
+
+def config_to_dict(cfg: RunConfig) -> dict:
+    """The YAML-ready mapping of ``cfg`` (the algorithm section under its name)."""
+    return {
+        "algo": cfg.algo,
+        "env": to_dict(cfg.env),
+        cfg.algo: to_dict(cfg.algo_config),
+        "train": to_dict(cfg.train),
+        "devices": cfg.devices,
+    }
+
+
+def read_yaml(path) -> dict:
+    """The raw mapping in a YAML file (``safe_load``: plain data only)."""
+    try:
+        with open(path) as f:
+            raw = yaml.safe_load(f)
+    except FileNotFoundError:
+        raise ConfigError(f"config file {str(path)!r} not found") from None
+    except yaml.YAMLError as exc:
+        where = getattr(exc, "problem_mark", None)
+        line = f" at line {where.line + 1}" if where is not None else ""
+        raise ConfigError(f"config file {str(path)!r} is not valid YAML{line}") from None
+    return {} if raw is None else raw
+
+
+def load_config(path, overrides=()) -> RunConfig:
+    """Read, override and check a config file; raises :class:`ConfigError`."""
+    raw = read_yaml(path)
+    if not isinstance(raw, dict):
+        raise ConfigError(f"config file {str(path)!r}: expected a mapping at the top level")
+    return config_from_dict(apply_overrides(raw, overrides))
+
+
+def with_overrides(cfg: RunConfig, overrides=()) -> RunConfig:
+    """A new config: ``cfg`` with ``"a.b=value"`` overrides applied (``cfg`` is unchanged)."""
+    return config_from_dict(apply_overrides(config_to_dict(cfg), overrides))
+
+
+def dump_config(cfg: RunConfig) -> str:
+    """``cfg`` as YAML text."""
+    return yaml.safe_dump(config_to_dict(cfg), sort_keys=False)
+
+
+def save_config(cfg: RunConfig, path) -> None:
+    """Write ``cfg`` as YAML; :func:`load_config` reads it back to an equal config."""
+    with open(path, "w") as f:
+        f.write(dump_config(cfg))
+
+
+# ------------------------------------------------------------------------------------------
+# Derived values
+# ------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Derived:
+    """Counts derived from a config by :func:`derive` (never written back into it)."""
+
+    num_updates: int  # updates in the whole run (per seed)
+    env_steps_per_update: int  # transitions per update, all envs of one seed
+    grad_steps_per_update: int  # optimiser steps per update
+    updates_per_chunk: int  # K: updates scanned per jitted call
+    num_chunks: int  # ceil(num_updates / K); the last chunk may run fewer than K
+    seeds: int
+
+    @property
+    def total_env_steps(self) -> int:
+        """Env steps of one seed over the whole run."""
+        return self.num_updates * self.env_steps_per_update
+
+    @property
+    def total_grad_steps(self) -> int:
+        return self.num_updates * self.grad_steps_per_update
+
+    def describe(self) -> str:
+        seeds = f" x {self.seeds} seeds" if self.seeds > 1 else ""
+        return (
+            f"{self.num_updates} updates x {self.env_steps_per_update} env steps = "
+            f"{self.total_env_steps:,} env steps{seeds}; "
+            f"{self.total_grad_steps:,} gradient steps ({self.grad_steps_per_update} per update); "
+            f"{self.num_chunks} chunks of <= {self.updates_per_chunk} updates"
+        )
+
+
+def derive(cfg: RunConfig, plan) -> Derived:
+    """The derived counts of ``cfg`` given its algorithm's :class:`~jaxrl.algos.base.Plan`."""
+    k = min(cfg.train.updates_per_chunk, max(plan.num_updates, 1))
+    return Derived(
+        num_updates=int(plan.num_updates),
+        env_steps_per_update=int(plan.env_steps_per_update),
+        grad_steps_per_update=int(plan.grad_steps_per_update),
+        updates_per_chunk=int(k),
+        num_chunks=-(-int(plan.num_updates) // k),
+        seeds=cfg.train.seeds,
+    )

@@ -1,0 +1,221 @@
+"""Evaluate and render a trained run: ``jaxrl eval RUN_DIR`` and ``jaxrl render RUN_DIR``.
+
+Evaluation runs the algorithm's own ``evaluate(state, key)`` (jitted, vmapped over the
+run's seeds). By convention it returns per-episode undiscounted returns as
+``"episode_returns"`` (deterministic policy: the distribution's mode) and
+``"episode_returns_stochastic"`` (actions sampled); every ``episode_returns*`` array found
+is summarised. The summary of each policy pools the episodes of all seeds and reports
+
+* ``mean`` and ``std`` (sample standard deviation, ``ddof=1``) of the return,
+* a 95% confidence interval of the *mean* return from Student's t distribution:
+  ``mean +- t_{0.975, n-1} * std / sqrt(n)`` (exact for normal returns, conservative
+  compared with the normal approximation for small ``n``; zero width when every episode
+  returns the same).
+
+Rendering rolls one episode of seed 0's policy in the algorithm's acting env (the
+algorithm module's ``agent_env``) with its ``make_act`` policy and writes a GIF through
+:mod:`jaxrl.render`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import sys
+from typing import Any
+
+import jax
+import numpy as np
+
+from jaxrl import config as config_lib
+from jaxrl.config import ConfigError, RunConfig
+
+RETURNS_KEY = "episode_returns"
+EVAL_SEED_OFFSET = 1_000_003  # eval keys never coincide with a training seed's key
+
+
+def return_stats(returns) -> dict:
+    """Mean, sample std and a Student-t 95% CI of the mean of ``returns`` (any shape)."""
+    x = np.asarray(returns, np.float64).ravel()
+    n = int(x.size)
+    if n == 0:
+        raise ValueError("no episode returns to summarise")
+    mean = float(x.mean())
+    std = float(x.std(ddof=1)) if n > 1 else 0.0
+    if n > 1:
+        from scipy import stats
+
+        half = float(stats.t.ppf(0.975, n - 1)) * std / math.sqrt(n)
+    else:
+        half = math.inf
+    return {"mean": mean, "std": std, "ci95_low": mean - half, "ci95_high": mean + half, "episodes": n}
+
+
+def _mode_name(key: str) -> str:
+    suffix = key[len(RETURNS_KEY) :].lstrip("_")
+    return suffix or "deterministic"
+
+
+def summarise(metrics: dict) -> dict:
+    """The eval summary of an ``evaluate`` output (leaves ``[S, ...]`` over seeds)."""
+    policies = {}
+    for key in sorted(metrics):
+        if key.startswith(RETURNS_KEY):
+            policies[_mode_name(key)] = return_stats(metrics[key])
+    if not policies:
+        raise ValueError(f"the algorithm's evaluate returned no {RETURNS_KEY!r}: got {sorted(metrics)}")
+    seeds = int(np.asarray(metrics[RETURNS_KEY if RETURNS_KEY in metrics else sorted(metrics)[0]]).shape[0])
+    per_seed = {}
+    if RETURNS_KEY in metrics:
+        per_seed["return_mean"] = np.asarray(metrics[RETURNS_KEY], np.float64).mean(axis=-1).tolist()
+    return {
+        "policies": policies,
+        "seeds": seeds,
+        "per_seed": per_seed,
+        "interval": "95% CI of the mean return, Student t with n-1 dof, episodes of all seeds pooled",
+    }
+
+
+def format_summary(summary: dict) -> str:
+    """Human-readable lines of a summary."""
+    lines = []
+    for mode, s in summary["policies"].items():
+        lines.append(
+            f"eval {mode:<13} return {s['mean']:.2f} +- {s['std']:.2f} (std) "
+            f"95% CI [{s['ci95_low']:.2f}, {s['ci95_high']:.2f}] over {s['episodes']} episodes"
+        )
+    return "\n".join(lines)
+
+
+def write_summary(summary: dict, path: str) -> None:
+    with open(path, "w") as f:
+        json.dump(summary, f, indent=2)
+
+
+def evaluate_states(built, states: Any, seed: int = 0) -> dict:
+    """Run ``built.algo.evaluate`` on a ``[S, ...]`` batch of states; host metrics dict."""
+    num_seeds = jax.tree_util.tree_leaves(states)[0].shape[0]
+    keys = jax.random.split(jax.random.PRNGKey(seed + EVAL_SEED_OFFSET), num_seeds)
+    metrics = jax.jit(jax.vmap(built.algo.evaluate))(states, keys)
+    return jax.device_get(metrics)
+
+
+def evaluate_run(built, states: Any, cfg: RunConfig, seed: int = 0) -> dict:
+    """The eval summary (see the module docstring) of trained ``states``."""
+    return summarise(evaluate_states(built, states, seed))
+
+
+# ------------------------------------------------------------------------------------------
+# Loading a run
+# ------------------------------------------------------------------------------------------
+
+
+def with_episodes(cfg: RunConfig, episodes: int | None) -> RunConfig:
+    """``cfg`` with the algorithm's ``eval_episodes`` set (a new config; ``cfg`` unchanged)."""
+    if episodes is None:
+        return cfg
+    if episodes < 2:
+        raise ConfigError(f"--episodes: need at least 2 episodes for a confidence interval, got {episodes}")
+    names = {f.name for f in dataclasses.fields(cfg.algo_config)}
+    if "eval_episodes" not in names:
+        raise ConfigError(f"--episodes: the {cfg.algo} config has no eval_episodes field")
+    return config_lib.with_overrides(cfg, [f"{cfg.algo}.eval_episodes={episodes}"])
+
+
+def load_run(run_dir: str, cfg: RunConfig | None = None):
+    """``(cfg, built, states, step)`` of the latest checkpoint in ``run_dir``."""
+    from jaxrl import trainer
+    from jaxrl.checkpoint import Checkpoints
+
+    path = os.path.join(run_dir, trainer.CONFIG_FILE)
+    if not os.path.exists(path):
+        raise ConfigError(f"{run_dir!r} is not a run directory (no {trainer.CONFIG_FILE})")
+    cfg = cfg or config_lib.load_config(path)
+    built = trainer.build(cfg)
+    keys = trainer.seed_keys(cfg.train.seed, cfg.train.seeds)
+    template = jax.eval_shape(jax.vmap(built.algo.init), keys)
+    with Checkpoints(os.path.join(run_dir, trainer.CHECKPOINT_DIR), keep=cfg.train.keep_checkpoints) as ckpts:
+        step = ckpts.latest_step()
+        if step is None:
+            raise ConfigError(f"{run_dir!r} has no checkpoint yet")
+        states = ckpts.restore(template, step)
+    return cfg, built, states, step
+
+
+def main_eval(args) -> int:
+    """``jaxrl eval RUN_DIR [--episodes N]``: print and write ``eval.json``."""
+    from jaxrl import trainer
+
+    try:
+        saved = config_lib.load_config(os.path.join(args.run_dir, trainer.CONFIG_FILE)) if os.path.exists(
+            os.path.join(args.run_dir, trainer.CONFIG_FILE)
+        ) else None
+        cfg = with_episodes(saved, args.episodes) if saved is not None else None
+        cfg, built, states, step = load_run(args.run_dir, cfg)
+    except ConfigError as exc:
+        print(f"jaxrl: config error: {exc}", file=sys.stderr)
+        return 2
+    summary = evaluate_run(built, states, cfg, seed=args.seed)
+    summary["checkpoint_update"] = step
+    write_summary(summary, os.path.join(args.run_dir, trainer.EVAL_FILE))
+    print(format_summary(summary))
+    return 0
+
+
+# ------------------------------------------------------------------------------------------
+# Rendering
+# ------------------------------------------------------------------------------------------
+
+
+def acting_pieces(cfg: RunConfig, built):
+    """``(env, act)`` for rendering: the algorithm's acting env and ``act(agent, obs, key, det)``.
+
+    Looked up on the registry entry (``make_act``, ``agent_env``) or, failing that, in the
+    module that defines the entry's ``make``.
+    """
+    entry = config_lib.algo_entry(cfg.algo)
+    make_act = config_lib.algo_hook(entry, "make_act")
+    agent_env = config_lib.algo_hook(entry, "agent_env")
+    if make_act is None:
+        raise ConfigError(f"algo: {cfg.algo!r} provides no make_act, so it cannot render")
+    env = agent_env(built.env, built.env_params, cfg.algo_config) if agent_env else built.env
+    return env, make_act(built.env, built.env_params, cfg.algo_config)
+
+
+def policy_params(state: Any) -> Any:
+    """What ``act`` takes from a train state: its ``agent`` (params + normaliser stats)."""
+    return getattr(state, "agent", state)
+
+
+def _greedy_or_sample(act, agent, deterministic: bool, key, obs):
+    return act(agent, obs, key, deterministic)
+
+
+def render_frames(cfg: RunConfig, built, states: Any, steps: int, deterministic: bool = True, seed: int = 0):
+    """Frames (``uint8[H, W, 3]``) of one episode of seed 0's trained policy."""
+    import functools
+
+    from jaxrl import render
+
+    env, act = acting_pieces(cfg, built)
+    agent = jax.tree_util.tree_map(lambda x: x[0], policy_params(states))
+    policy = jax.jit(functools.partial(_greedy_or_sample, act, agent, deterministic))
+    rollout_states = render.rollout(env, built.env_params, policy, jax.random.PRNGKey(seed), steps)
+    return render.rollout_frames(env, built.env_params, rollout_states)
+
+
+def main_render(args) -> int:
+    """``jaxrl render RUN_DIR --out FILE.gif``."""
+    from jaxrl import render
+
+    try:
+        cfg, built, states, _ = load_run(args.run_dir)
+        frames = render_frames(cfg, built, states, args.steps, not args.stochastic, args.seed)
+    except ConfigError as exc:
+        print(f"jaxrl: config error: {exc}", file=sys.stderr)
+        return 2
+    render.save_gif(frames, args.out, fps=args.fps)
+    print(f"jaxrl: wrote {len(frames)} frames to {args.out}")
+    return 0

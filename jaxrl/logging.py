@@ -1,0 +1,162 @@
+"""Run logging: metrics as JSONL, a tqdm progress bar, a learning-curve PNG.
+
+``metrics.jsonl`` holds one JSON object per update::
+
+    {"update": 12, "env_steps": 6144, "wall_time": 3.41, "loss": 0.52, "episode_return": 187.0, ...}
+
+``update`` counts updates done (1-based), ``env_steps`` is env steps *per seed* after that
+update, and ``wall_time`` is seconds since the run started (excluding time before a
+resume) at the end of the chunk that ran the update: updates inside one jitted chunk
+finish together, so they share a wall time. With several seeds the metrics are either the
+mean with ``<name>/min`` and ``<name>/max`` (``log_seeds: mean``) or a list with one value
+per seed (``log_seeds: per_seed``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from typing import Iterable, Sequence
+
+import numpy as np
+
+RETURN_KEYS = ("episode_return", "return_mean", "mean_return", "return")
+
+
+def _scalar(x) -> float:
+    return float(x)
+
+
+def chunk_records(
+    metrics: dict,
+    first_update: int,
+    num_active: int,
+    env_steps_per_update: int,
+    wall_time: float,
+    log_seeds: str = "mean",
+) -> list[dict]:
+    """One record per update of a chunk.
+
+    Args:
+      metrics: name -> ``float[S, K]`` host array (S seeds, K updates in the chunk).
+      first_update: updates done before the chunk.
+      num_active: how many of the K updates ran (the last chunk may run fewer).
+      env_steps_per_update: env steps per update and seed.
+      wall_time: seconds since the run started, at the end of the chunk.
+      log_seeds: ``"mean"`` (mean, min, max over seeds) or ``"per_seed"`` (lists).
+    """
+    records = []
+    for i in range(num_active):
+        update = first_update + i + 1
+        rec = {"update": update, "env_steps": update * env_steps_per_update, "wall_time": round(wall_time, 4)}
+        for name, values in metrics.items():
+            column = np.asarray(values, np.float64)[:, i]
+            if column.shape[0] == 1:
+                rec[name] = _scalar(column[0])
+            elif log_seeds == "per_seed":
+                rec[name] = [_scalar(v) for v in column]
+            else:
+                rec[name] = _scalar(column.mean())
+                rec[f"{name}/min"] = _scalar(column.min())
+                rec[f"{name}/max"] = _scalar(column.max())
+        records.append(rec)
+    return records
+
+
+class MetricsLog:
+    """Appends records to ``metrics.jsonl`` (one line each, flushed per chunk)."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self._file = open(path, "a")
+
+    def write(self, records: Iterable[dict]) -> None:
+        for rec in records:
+            self._file.write(json.dumps(rec) + "\n")
+        self._file.flush()
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def read_metrics(path: str) -> list[dict]:
+    """All records of a ``metrics.jsonl`` file (empty list if there is none)."""
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def truncate_metrics(path: str, last_update: int) -> list[dict]:
+    """Drop records after ``last_update`` (a resumed run rewrites them); returns the kept."""
+    kept = [r for r in read_metrics(path) if r["update"] <= last_update]
+    with open(path, "w") as f:
+        for rec in kept:
+            f.write(json.dumps(rec) + "\n")
+    return kept
+
+
+def return_key(names: Iterable[str]) -> str | None:
+    """The metric that holds the training return, if any (for progress and plots)."""
+    names = list(names)
+    for key in RETURN_KEYS:
+        if key in names:
+            return key
+    candidates = [n for n in names if "return" in n and "/" not in n]
+    return candidates[0] if candidates else None
+
+
+def plot_learning_curve(records: Sequence[dict], path: str, title: str = "") -> str | None:
+    """Write a PNG of the training return against env steps (mean and min-max band)."""
+    if not records:
+        return None
+    key = return_key(records[-1].keys())
+    if key is None:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    steps = np.array([r["env_steps"] for r in records], np.float64)
+    values = np.array([r[key] for r in records], np.float64)
+    fig, ax = plt.subplots(figsize=(6, 4))
+    if values.ndim == 2:  # per-seed lists
+        for s in range(values.shape[1]):
+            ax.plot(steps, values[:, s], lw=0.8, alpha=0.6)
+        ax.plot(steps, values.mean(axis=1), lw=2, color="k", label="mean")
+    else:
+        ax.plot(steps, values, lw=2, label=key)
+        if f"{key}/min" in records[-1]:
+            lo = np.array([r[f"{key}/min"] for r in records], np.float64)
+            hi = np.array([r[f"{key}/max"] for r in records], np.float64)
+            ax.fill_between(steps, lo, hi, alpha=0.25, label="min-max over seeds")
+    ax.set_xlabel("env steps (per seed)")
+    ax.set_ylabel(key)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+class Progress:
+    """A tqdm bar over env steps (all seeds) with steps/s, recent return and ETA."""
+
+    def __init__(self, total: int, initial: int = 0, enabled: bool = True):
+        from tqdm.auto import tqdm
+
+        self._bar = tqdm(
+            total=total, initial=initial, unit="step", unit_scale=True, disable=not enabled, dynamic_ncols=True
+        )
+
+    def update(self, steps: int, recent_return: float | None = None) -> None:
+        if recent_return is not None and math.isfinite(recent_return):
+            self._bar.set_postfix_str(f"return {recent_return:.1f}", refresh=False)
+        self._bar.update(steps)
+
+    def close(self) -> None:
+        self._bar.close()

@@ -1,0 +1,346 @@
+"""The training program and the host loop around it.
+
+Two ways to train from a :class:`~jaxrl.config.RunConfig`:
+
+* :func:`make_train` returns a pure ``train(key) -> (state, metrics)`` (for Jupyter):
+  ``init`` then ``num_updates`` updates in one ``lax.scan``; ``metrics`` are stacked
+  ``[num_updates]``. ``jax.jit(jax.vmap(train))(keys)`` trains many seeds in one program.
+* :func:`run` is the command-line loop: it vmaps ``init`` over ``train.seeds`` seeds and
+  calls one jitted *chunk* (:func:`make_chunk`: ``K`` updates in a ``lax.scan``, the state
+  donated) again and again. After each chunk the host checks that the losses and the
+  state are finite, appends the chunk's per-update metrics (``[S, K]``, fixed size, so
+  memory does not grow with the run) to ``metrics.jsonl``, advances the progress bar,
+  and saves periodic checkpoints. At the end it saves a final checkpoint, evaluates and
+  plots the learning curve.
+
+Chunking never changes the math: the chunk runs ``update`` exactly ``n_active <= K``
+times (``lax.cond`` skips the rest), so any ``K`` and any resume point give the same
+states bit for bit. ``n_active`` is an argument, so the chunk compiles once per run.
+
+Run directory layout: ``config.yaml`` (the resolved config), ``metrics.jsonl``,
+``learning_curve.png``, ``checkpoints/<updates done>/``, ``eval.json``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+import sys
+import time
+from typing import Any, Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxrl import config as config_lib
+from jaxrl import logging as log_lib
+from jaxrl import registry
+from jaxrl.algos.base import Algorithm
+from jaxrl.checkpoint import Checkpoints
+from jaxrl.config import ConfigError, Derived, RunConfig
+
+CONFIG_FILE = "config.yaml"
+METRICS_FILE = "metrics.jsonl"
+CURVE_FILE = "learning_curve.png"
+CHECKPOINT_DIR = "checkpoints"
+EVAL_FILE = "eval.json"
+
+
+class NonFiniteError(RuntimeError):
+    """A loss or a state leaf went NaN/inf; the message says where and what was kept."""
+
+
+class Built(NamedTuple):
+    """A configured run: the env, its params, the algorithm and the derived counts."""
+
+    env: Any
+    env_params: Any
+    algo: Algorithm
+    derived: Derived
+
+
+def build(cfg: RunConfig) -> Built:
+    """Make the env and the algorithm of ``cfg`` (nothing is compiled)."""
+    env, env_params = registry.make(cfg.env.id, **cfg.env.params)
+    entry = config_lib.algo_entry(cfg.algo)
+    algo = entry.make(env, env_params, cfg.algo_config)
+    return Built(env, env_params, algo, config_lib.derive(cfg, algo.plan))
+
+
+def seed_keys(seed: int, num_seeds: int) -> jax.Array:
+    """``uint32[num_seeds, 2]``: seed ``i`` of a run uses ``fold_in(PRNGKey(seed), i)``."""
+    root = jax.random.PRNGKey(seed)
+    return jax.vmap(functools.partial(jax.random.fold_in, root))(jnp.arange(num_seeds, dtype=jnp.uint32))
+
+
+# ------------------------------------------------------------------------------------------
+# Pure training functions
+# ------------------------------------------------------------------------------------------
+
+
+def _scan_update(update: Callable, state, _):
+    return update(state)
+
+
+def train_fn(init: Callable, update: Callable, num_updates: int, key: jax.Array):
+    """``init(key)`` then ``num_updates`` updates in one scan: ``(state, metrics[num_updates])``."""
+    state = init(key)
+    return jax.lax.scan(functools.partial(_scan_update, update), state, None, length=num_updates)
+
+
+def make_train(cfg: RunConfig) -> Callable[[jax.Array], tuple[Any, dict]]:
+    """A pure ``train(key) -> (final state, per-update metrics)`` for ``cfg`` (one seed).
+
+    >>> train = make_train(load_config("configs/ppo_cartpole.yaml"))
+    >>> state, metrics = jax.jit(jax.vmap(train))(jax.random.split(jax.random.PRNGKey(0), 8))
+    """
+    built = build(cfg)
+    return functools.partial(train_fn, built.algo.init, built.algo.update, built.derived.num_updates)
+
+
+def _skip_update(update: Callable, state):
+    """The ``n_active``-exceeded branch: state unchanged, zero metrics of the right shape."""
+    _, shapes = jax.eval_shape(update, state)
+    return state, jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+
+
+def _chunk_body(update: Callable, n_active: jax.Array, state, i):
+    return jax.lax.cond(i < n_active, update, functools.partial(_skip_update, update), state)
+
+
+def no_nan(tree) -> jax.Array:
+    """bool ``[]``: no inexact leaf of ``tree`` holds a NaN.
+
+    Infinities are not flagged: a state may hold a legitimate ``inf`` (e.g. "no clipping"
+    as an infinite clip range); a diverged parameter or optimiser moment turns NaN within
+    an update or two (``inf - inf``, ``0 * inf``), and losses are checked for any
+    non-finite value separately.
+    """
+    leaves = [x for x in jax.tree_util.tree_leaves(tree) if jnp.issubdtype(jnp.result_type(x), jnp.inexact)]
+    if not leaves:
+        return jnp.array(True)
+    return jnp.logical_not(jnp.any(jnp.stack([jnp.any(jnp.isnan(x)) for x in leaves])))
+
+
+def chunk_fn(update: Callable, k: int, state, n_active: jax.Array):
+    """``n_active <= k`` updates of one seed's state in a ``k``-step scan.
+
+    Returns ``(state, metrics [k] per name (zeros past n_active), no NaN in state bool[])``.
+    """
+    body = functools.partial(_chunk_body, update, n_active)
+    state, metrics = jax.lax.scan(body, state, jnp.arange(k))
+    return state, metrics, no_nan(state)
+
+
+def make_chunk(update: Callable, k: int) -> Callable:
+    """The jitted chunk over a ``[S, ...]`` batch of seed states, state donated.
+
+    ``chunk(states, n_active int32[]) -> (states, metrics {name: [S, k]}, finite bool[S])``.
+    """
+    per_seed = functools.partial(chunk_fn, update, k)
+    return jax.jit(jax.vmap(per_seed, in_axes=(0, None)), donate_argnums=0)
+
+
+# ------------------------------------------------------------------------------------------
+# The host loop
+# ------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class RunResult:
+    """What :func:`run` returns."""
+
+    run_dir: str
+    state: Any  # the final train state, leaves [S, ...]
+    updates: int  # updates done
+    evaluation: dict | None  # the eval summary written to eval.json
+
+
+def default_run_dir(cfg: RunConfig) -> str:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    name = f"{cfg.algo}_{cfg.env.id.replace('/', '_')}_{stamp}"
+    return os.path.join(cfg.train.out_dir, name)
+
+
+def _first_nonfinite(metrics: dict, num_active: int) -> tuple[str, int, int] | None:
+    """(loss name, update index in chunk, seed) of the first non-finite loss, if any."""
+    for i in range(num_active):
+        for name, values in metrics.items():
+            if "loss" not in name:
+                continue
+            column = np.asarray(values)[:, i]
+            bad = np.flatnonzero(~np.isfinite(column))
+            if bad.size:
+                return name, i, int(bad[0])
+    return None
+
+
+def _kept_message(ckpts: Checkpoints) -> str:
+    step = ckpts.latest_step()
+    if step is None:
+        return "no checkpoint had been saved yet"
+    return f"last good checkpoint kept at {os.path.join(ckpts.directory, str(step))} (update {step})"
+
+
+def check_finite(metrics: dict, finite: np.ndarray, first_update: int, num_active: int, ckpts: Checkpoints) -> None:
+    """Raise :class:`NonFiniteError` if a loss or a state leaf of the chunk is not finite."""
+    bad = _first_nonfinite(metrics, num_active)
+    if bad is not None:
+        name, i, seed = bad
+        raise NonFiniteError(
+            f"non-finite {name} at update {first_update + i + 1} (seed {seed}); {_kept_message(ckpts)}"
+        )
+    if not np.all(finite):
+        seed = int(np.flatnonzero(~finite)[0])
+        raise NonFiniteError(
+            f"NaN in the parameters or state at update {first_update + num_active} (seed {seed}); "
+            f"{_kept_message(ckpts)}"
+        )
+
+
+def _resolve_resume(cfg: RunConfig | None, resume: str) -> RunConfig:
+    path = os.path.join(resume, CONFIG_FILE)
+    if not os.path.exists(path):
+        raise ConfigError(f"--resume {resume!r}: no {CONFIG_FILE} there (not a run directory)")
+    saved = config_lib.load_config(path)
+    if cfg is not None and cfg != saved:
+        raise ConfigError(f"--resume {resume!r}: the given config differs from the run's {CONFIG_FILE}")
+    return saved
+
+
+def _recent_return(records: list[dict]) -> float | None:
+    """The latest training return, skipping updates in which no episode ended."""
+    key = log_lib.return_key(records[-1]) if records else None
+    if key is None:
+        return None
+    for rec in reversed(records):
+        if np.all(np.asarray(rec.get("episode_count", 1.0)) > 0):
+            return float(np.mean(rec[key]))
+    return None
+
+
+def run(
+    cfg: RunConfig | None = None,
+    run_dir: str | None = None,
+    resume: str | None = None,
+    evaluate: bool = True,
+    out=sys.stdout,
+) -> RunResult:
+    """Train ``cfg`` with logging and checkpoints in ``run_dir``; see the module docstring.
+
+    ``resume=RUN_DIR`` continues that run from its latest checkpoint (its own
+    ``config.yaml`` is used; a ``cfg`` given as well must equal it).
+    """
+    if resume is not None:
+        cfg = _resolve_resume(cfg, resume)
+        run_dir = resume
+    if cfg is None:
+        raise ValueError("run() needs a config or a run directory to resume")
+    run_dir = run_dir or default_run_dir(cfg)
+    built = build(cfg)
+    d = built.derived
+    print(f"jaxrl: {cfg.algo} on {cfg.env.id}: {d.describe()}", file=out)
+    print(f"jaxrl: run directory {run_dir}", file=out)
+    os.makedirs(run_dir, exist_ok=True)
+    config_lib.save_config(cfg, os.path.join(run_dir, CONFIG_FILE))
+
+    keys = seed_keys(cfg.train.seed, cfg.train.seeds)
+    init = jax.jit(jax.vmap(built.algo.init))
+    ckpts = Checkpoints(os.path.join(run_dir, CHECKPOINT_DIR), keep=cfg.train.keep_checkpoints)
+    metrics_path = os.path.join(run_dir, METRICS_FILE)
+    done, wall_offset, records = 0, 0.0, []
+    if resume is not None and ckpts.latest_step() is not None:
+        done = ckpts.latest_step()
+        state = ckpts.restore(jax.eval_shape(init, keys), done)
+        records = log_lib.truncate_metrics(metrics_path, done)
+        wall_offset = records[-1]["wall_time"] if records else 0.0
+        print(f"jaxrl: resuming at update {done}", file=out)
+    else:
+        state = init(keys)
+        if os.path.exists(metrics_path):
+            os.remove(metrics_path)
+    try:
+        state, done = _loop(cfg, built, state, done, wall_offset, ckpts, metrics_path)
+        if not ckpts.steps() or ckpts.latest_step() != done:
+            ckpts.save(done, state)
+    finally:
+        ckpts.close()
+    records = log_lib.read_metrics(metrics_path)
+    log_lib.plot_learning_curve(records, os.path.join(run_dir, CURVE_FILE), f"{cfg.algo} on {cfg.env.id}")
+    summary = None
+    if evaluate:
+        from jaxrl import evaluate as eval_lib
+
+        summary = eval_lib.evaluate_run(built, state, cfg, seed=cfg.train.seed)
+        eval_lib.write_summary(summary, os.path.join(run_dir, EVAL_FILE))
+        print(eval_lib.format_summary(summary), file=out)
+    return RunResult(run_dir, state, done, summary)
+
+
+def _loop(cfg: RunConfig, built: Built, state, done: int, wall_offset: float, ckpts: Checkpoints, metrics_path: str):
+    """Run chunks from ``done`` updates to the end; returns ``(state, updates done)``."""
+    d = built.derived
+    k = d.updates_per_chunk
+    chunk = make_chunk(built.algo.update, k)
+    n_dev = {n: jax.device_put(np.int32(n)) for n in {k, d.num_updates % k or k}}
+    log = log_lib.MetricsLog(metrics_path)
+    bar = log_lib.Progress(d.total_env_steps * d.seeds, done * d.env_steps_per_update * d.seeds, cfg.train.progress)
+    start = time.perf_counter()
+    chunks_since_save = 0
+    try:
+        while done < d.num_updates:
+            n = min(k, d.num_updates - done)
+            with jax.transfer_guard("disallow"):
+                state, metrics, finite = chunk(state, n_dev[n])
+            metrics, finite = jax.device_get((metrics, finite))
+            check_finite(metrics, finite, done, n, ckpts)
+            wall = wall_offset + time.perf_counter() - start
+            records = log_lib.chunk_records(metrics, done, n, d.env_steps_per_update, wall, cfg.train.log_seeds)
+            log.write(records)
+            done += n
+            bar.update(n * d.env_steps_per_update * d.seeds, _recent_return(records))
+            chunks_since_save += 1
+            if cfg.train.checkpoint_every and chunks_since_save >= cfg.train.checkpoint_every and done < d.num_updates:
+                ckpts.save(done, state)
+                chunks_since_save = 0
+    finally:
+        bar.close()
+        log.close()
+    return state, done
+
+
+# ------------------------------------------------------------------------------------------
+# CLI entry point: `jaxrl train CONFIG [--set k=v ...] [--seeds N] [--out DIR] [--resume DIR]`
+# ------------------------------------------------------------------------------------------
+
+
+def config_from_args(args) -> RunConfig | None:
+    """The config named on the command line with ``--set``/``--seeds`` applied (or None)."""
+    overrides = list(args.set or [])
+    if getattr(args, "seeds", None) is not None:
+        overrides.append(f"train.seeds={args.seeds}")
+    if args.config is None:
+        if overrides:
+            raise ConfigError("--set/--seeds need a CONFIG (a resumed run keeps its own config)")
+        return None
+    return config_lib.load_config(args.config, overrides)
+
+
+def main_train(args) -> int:
+    """``jaxrl train``: returns 0, 2 on a config error, 1 when the run stops non-finite."""
+    try:
+        if args.config is None and args.resume is None:
+            raise ConfigError("train needs a CONFIG file or --resume RUN_DIR")
+        cfg = config_from_args(args)
+        result = run(cfg, run_dir=args.out, resume=args.resume)
+    except ConfigError as exc:
+        print(f"jaxrl: config error: {exc}", file=sys.stderr)
+        return 2
+    except NonFiniteError as exc:
+        print(f"jaxrl: {exc}", file=sys.stderr)
+        return 1
+    print(f"jaxrl: done: {result.updates} updates; run directory {result.run_dir}")
+    return 0
+
