@@ -1,0 +1,354 @@
+"""One training program over every device: a data-parallel ``Mesh`` and the state's layout.
+
+The same jitted chunk runs on one CPU, on all GPUs of a node, or on every device of many
+hosts (after :func:`jaxrl.distributed.initialize`). Nothing here is ``pmap``: the program
+is written for the *global* batch and ``jax.jit`` with ``NamedSharding`` s partitions it
+(GSPMD), so
+
+* the env batch (leading ``num_envs`` axis of env states, last observations, rollout
+  buffers) is split along the mesh axis :data:`DATA` -- each device steps
+  ``num_envs / n_devices`` envs;
+* parameters, optimiser and normaliser state, RNG keys and counters are replicated;
+* gradients and metrics are means over the *global* batch, so XLA inserts the
+  cross-device all-reduce itself and the result equals the single-device run up to
+  float32 summation order;
+* random numbers are the single-device run's numbers: per-env keys come from
+  ``split(key, num_envs)`` and JAX's partitionable threefry (on by default) generates each
+  shard's slice where it lives, so the streams of different shards are distinct and a
+  layout change does not change them.
+
+Which leaves carry the env batch, and along which axis, is a pytree of axis indices over
+the train state (``-1`` = replicated). :func:`probe_batch_axes` derives it from two
+abstract evaluations of ``init`` at different ``num_envs`` (the axis whose size follows
+``num_envs``), so algorithms need no annotations; algorithms whose
+batch is born inside ``update`` (GRPO's prompt groups) call :func:`constrain_batch` on it.
+
+Typical use (the trainer does this)::
+
+    mesh = make_mesh(cfg.devices)                      # axis "data"
+    check_divisible(cfg.num_envs, mesh)
+    layout = make_layout(mesh, jax.eval_shape(algo.init, key), axes)
+    state = init_sharded(algo.init, layout)(key)       # born sharded, never on one device
+    chunk = jit_chunk(chunk_fn, layout)                # state -> (state, metrics)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
+
+#: Name of the data-parallel mesh axis.
+DATA = "data"
+
+
+# ----------------------------------------------------------------------------- devices
+
+
+def resolve_devices(devices: str | int = "all") -> list[jax.Device]:
+    """The devices a run uses: ``"all"`` or the first ``N`` (an equal share per process).
+
+    With several processes every process must own part of the mesh, so ``N`` must be a
+    multiple of ``jax.process_count()`` and each process contributes its first
+    ``N / process_count`` local devices.
+    """
+    every = jax.devices()
+    if isinstance(devices, str):
+        if devices != "all":
+            raise ValueError(f"devices must be 'all' or a positive integer, got {devices!r}")
+        return list(every)
+    if isinstance(devices, bool) or not isinstance(devices, (int, np.integer)):
+        raise ValueError(f"devices must be 'all' or a positive integer, got {devices!r}")
+    n, n_proc = int(devices), jax.process_count()
+    if not 1 <= n <= len(every):
+        raise ValueError(f"devices={n} but {len(every)} device(s) are visible: {_describe(every)}")
+    if n % n_proc:
+        raise ValueError(f"devices={n} must be a multiple of the number of processes ({n_proc})")
+    per_process = n // n_proc
+    chosen = []
+    for p in range(n_proc):
+        local = sorted((d for d in every if d.process_index == p), key=lambda d: d.id)
+        if len(local) < per_process:
+            raise ValueError(f"devices={n} needs {per_process} device(s) on process {p}, it has {len(local)}")
+        chosen += local[:per_process]
+    return chosen
+
+
+def make_mesh(devices: str | int | Sequence[jax.Device] = "all") -> Mesh:
+    """A 1-D mesh with axis :data:`DATA` over ``devices`` (``"all"``, a count, or a list).
+
+    The axis type is ``Auto``: GSPMD propagates shardings through unannotated code, so
+    algorithms written for one device run unchanged.
+    """
+    devs = devices if isinstance(devices, (list, tuple)) else resolve_devices(devices)
+    if not devs:
+        raise ValueError("a mesh needs at least one device")
+    return Mesh(np.asarray(devs, dtype=object), (DATA,), axis_types=(AxisType.Auto,))
+
+
+def mesh_size(mesh: Mesh) -> int:
+    """Number of devices along the data axis."""
+    return int(mesh.shape[DATA])
+
+
+def check_divisible(batch: int, mesh: Mesh, what: str = "num_envs", where: str = "") -> int:
+    """``batch / n_devices``; raises ``ValueError`` naming ``what`` when it does not divide."""
+    n = mesh_size(mesh)
+    if batch % n:
+        lower, upper = (batch // n) * n, (batch // n + 1) * n
+        hint = f"{lower} or {upper}" if lower else f"{upper}"
+        raise ValueError(
+            f"{where}{what}={batch} is not divisible by the number of devices ({n}): "
+            f"each device must hold the same number of envs; use e.g. {what}={hint}, "
+            f"or fewer devices (devices: N)"
+        )
+    return batch // n
+
+
+def _describe(devs: Sequence[jax.Device]) -> str:
+    kinds = sorted({f"{d.platform}:{d.device_kind}" for d in devs})
+    return f"{len(devs)} x {', '.join(kinds)}"
+
+
+def summary(mesh: Mesh, num_envs: int | None = None) -> str:
+    """One start-up line: devices, processes, envs per device."""
+    devs = list(mesh.devices.flat)
+    line = (
+        f"devices: {_describe(devs)} (mesh axis '{DATA}'), "
+        f"processes: {jax.process_count()} (this is {jax.process_index()})"
+    )
+    if num_envs is not None:
+        line += f", envs per device: {check_divisible(num_envs, mesh)} of {num_envs}"
+    return line
+
+
+# ----------------------------------------------------------------------------- layout
+
+
+@dataclasses.dataclass(frozen=True)
+class Layout:
+    """Where every leaf of a train state lives.
+
+    Attributes:
+      mesh: the 1-D data mesh.
+      state: pytree of ``NamedSharding`` with the train state's structure (batched leaves
+        ``P("data")``, everything else replicated ``P()``).
+      replicated: ``NamedSharding(mesh, P())``, used for keys, metrics and counters.
+    """
+
+    mesh: Mesh
+    state: Any
+    replicated: NamedSharding
+
+    def batch(self, axis: int = 0) -> NamedSharding:
+        """Sharding of a leaf split along ``axis``."""
+        return NamedSharding(self.mesh, batch_spec(axis))
+
+
+def probe_batch_axes(small: Any, large: Any) -> Any:
+    """Which axis of each leaf carries the env batch: compare the state at two batch sizes.
+
+    Args:
+      small, large: abstract train states (``jax.eval_shape(init, key)``) of the same
+        algorithm built with two different ``num_envs``.
+
+    Returns:
+      a pytree with the state's structure holding, per leaf, the index of the one axis
+      whose size follows ``num_envs`` (``0`` for env states and observations; ``1`` when
+      seeds are vmapped in front), or ``-1`` for leaves that do not depend on it
+      (parameters, optimiser state, keys, counters). A leaf where more than one axis
+      changes is an error: the layout would not know how to split it.
+    """
+    s_leaves, treedef = jax.tree_util.tree_flatten(small)
+    l_leaves, treedef_l = jax.tree_util.tree_flatten(large)
+    if treedef != treedef_l:
+        raise ValueError("the train state's structure depends on num_envs; cannot derive a layout")
+    paths = [p for p, _ in jax.tree_util.tree_leaves_with_path(small)]
+    axes = []
+    for path, a, b in zip(paths, s_leaves, l_leaves):
+        sa, sb = tuple(np.shape(a)), tuple(np.shape(b))
+        changed = [i for i, (x, y) in enumerate(zip(sa, sb)) if x != y] if len(sa) == len(sb) else None
+        if changed is None or len(changed) > 1:
+            raise ValueError(
+                f"state leaf {jax.tree_util.keystr(path)} changes shape {sa} -> {sb} along more than "
+                "one axis with num_envs; cannot shard it"
+            )
+        axes.append(changed[0] if changed else -1)
+    return jax.tree_util.tree_unflatten(treedef, axes)
+
+
+#: Config fields scaled together when probing a doubled env batch (:func:`probe_config`).
+BATCH_FIELD = "num_envs"
+SCALED_WITH_BATCH = ("total_env_steps",)
+
+
+def probe_config(algo_cfg: Any) -> Any | None:
+    """A copy of an algorithm config with the env batch doubled, for :func:`probe_batch_axes`.
+
+    Doubles ``num_envs`` (and ``total_env_steps``, so counts derived from the batch stay
+    whole); returns ``None`` for configs without ``num_envs`` (their state holds no env
+    batch: they shard inside ``update`` with :func:`constrain_batch`). The original is
+    not modified.
+    """
+    if not dataclasses.is_dataclass(algo_cfg) or not hasattr(algo_cfg, BATCH_FIELD):
+        return None
+    changes = {BATCH_FIELD: 2 * getattr(algo_cfg, BATCH_FIELD)}
+    for name in SCALED_WITH_BATCH:
+        if hasattr(algo_cfg, name):
+            changes[name] = 2 * getattr(algo_cfg, name)
+    return dataclasses.replace(algo_cfg, **changes)
+
+
+def batch_spec(axis: int) -> PartitionSpec:
+    """``PartitionSpec`` splitting ``axis`` over :data:`DATA` (``-1``: replicated)."""
+    return PartitionSpec() if axis < 0 else PartitionSpec(*([None] * axis), DATA)
+
+
+def make_layout(mesh: Mesh, state_shapes: Any, batch_axes: Any) -> Layout:
+    """The :class:`Layout` of a train state (``batch_axes`` from :func:`probe_batch_axes`).
+
+    Every batched axis is checked for divisibility by the mesh size.
+    """
+
+    def pick(path, leaf, axis):
+        if axis >= 0:
+            size = int(np.shape(leaf)[axis])
+            check_divisible(size, mesh, "num_envs", f"state leaf {jax.tree_util.keystr(path)}: ")
+        return NamedSharding(mesh, batch_spec(axis))
+
+    shardings = jax.tree_util.tree_map_with_path(pick, state_shapes, batch_axes)
+    return Layout(mesh=mesh, state=shardings, replicated=NamedSharding(mesh, PartitionSpec()))
+
+
+# ----------------------------------------------------------------------------- programs
+
+
+def init_sharded(init: Callable[[jax.Array], Any], layout: Layout) -> Callable[[jax.Array], Any]:
+    """``init`` compiled to produce the state already in ``layout`` (no single-device copy).
+
+    Every process calls it with the same key; each device computes its own shard.
+    """
+    return jax.jit(init, out_shardings=layout.state)
+
+
+def jit_chunk(chunk: Callable[[Any], tuple[Any, Any]], layout: Layout, donate: bool = True):
+    """``chunk(state) -> (state, metrics)`` jitted with the layout: state in and out in
+    ``layout.state``, metrics replicated (readable on every process), the state's buffers
+    donated."""
+    return jax.jit(
+        chunk,
+        in_shardings=(layout.state,),
+        out_shardings=(layout.state, layout.replicated),
+        donate_argnums=(0,) if donate else (),
+    )
+
+
+def constrain_batch(tree: Any, axis: int = 0) -> Any:
+    """Pin ``axis`` of every leaf of ``tree`` to the data axis, inside a program.
+
+    A no-op unless a mesh with axis :data:`DATA` is active (``jax.set_mesh`` /
+    :func:`use_mesh`), so algorithms can call it unconditionally on batches they create
+    inside ``update`` (GRPO's prompt groups): values are unchanged, only placement.
+    Leaves too small or not divisible by the mesh size are left alone.
+    """
+    mesh = jax.sharding.get_abstract_mesh()
+    if mesh.empty or DATA not in mesh.axis_names:
+        return tree
+    n = mesh.shape[DATA]
+
+    def pin(x):
+        if jnp.ndim(x) <= axis or jnp.shape(x)[axis] % n:
+            return x
+        return jax.lax.with_sharding_constraint(x, batch_spec(axis))
+
+    return jax.tree_util.tree_map(pin, tree)
+
+
+def use_mesh(mesh: Mesh):
+    """Context manager making ``mesh`` current while tracing (for :func:`constrain_batch`)."""
+    return jax.set_mesh(mesh)
+
+
+# Primitive names and lowered-program tokens that mean "talk to the host".
+_HOST_PRIMITIVES = ("callback", "infeed", "outfeed", "print")
+_HOST_HLO = ("callback", "infeed", "outfeed", "stablehlo.send", "stablehlo.recv", "host")
+
+
+def host_traffic(jitted: Callable, *args) -> list[str]:
+    """What in ``jitted(*args)``'s program would move data to or from the host.
+
+    Walks the jaxpr (nested jaxprs included) for callback / infeed / outfeed / print
+    primitives and scans the lowered StableHLO for host custom calls, send/recv and
+    host memory spaces. Returns the offending names (empty: one on-device program).
+    Lowers only; nothing is compiled or run.
+    """
+    from jax.extend.core import jaxprs_in_params
+
+    prims: set[str] = set()
+
+    def walk(jaxpr):
+        for eqn in jaxpr.eqns:
+            prims.add(eqn.primitive.name)
+            for sub in jaxprs_in_params(eqn.params):
+                walk(sub)
+
+    walk(jax.make_jaxpr(jitted)(*args).jaxpr)
+    found = sorted(f"primitive:{p}" for p in prims if any(h in p for h in _HOST_PRIMITIVES))
+    text = jitted.lower(*args).as_text().lower()
+    return found + sorted(f"hlo:{h}" for h in _HOST_HLO if h in text)
+
+
+# ----------------------------------------------------------------------------- host <-> devices
+
+
+def _is_key(x) -> bool:
+    return isinstance(x, jax.Array) and jnp.issubdtype(x.dtype, jax.dtypes.prng_key)
+
+
+def fetch(tree: Any) -> Any:
+    """A host (numpy) copy of a sharded pytree, complete on *every* process.
+
+    Leaves spread over several processes are all-gathered (a collective: every process
+    must call this); typed PRNG keys come back as their raw ``uint32`` key data.
+    """
+    from jax.experimental import multihost_utils
+
+    def get(x):
+        if _is_key(x):
+            x = jax.random.key_data(x)
+        if isinstance(x, jax.Array) and not x.is_fully_addressable and not x.is_fully_replicated:
+            return np.asarray(multihost_utils.process_allgather(x, tiled=True))
+        if isinstance(x, jax.Array) and not x.is_fully_addressable:
+            return np.asarray(x.addressable_data(0))
+        return np.asarray(x)
+
+    return jax.tree_util.tree_map(get, tree)
+
+
+def put(host_tree: Any, like: Any, shardings: Any) -> Any:
+    """Global arrays in ``shardings`` from a host copy holding the *full* values.
+
+    Args:
+      host_tree: numpy pytree (e.g. a restored checkpoint), the same on every process.
+      like: abstract or concrete pytree of the target (dtypes; typed keys are re-wrapped).
+      shardings: pytree of ``NamedSharding`` (``layout.state``).
+
+    Each process materialises only the shards its own devices hold.
+    """
+
+    def place(host, ref, sharding):
+        host = np.asarray(host)
+        if jnp.issubdtype(ref.dtype, jax.dtypes.prng_key):
+            impl = jax.random.key_impl(ref) if isinstance(ref, jax.Array) else None
+            data = jax.make_array_from_callback(host.shape, sharding, lambda idx: host[idx])
+            return jax.jit(lambda d: jax.random.wrap_key_data(d, impl=impl), out_shardings=sharding)(data)
+        if tuple(host.shape) != tuple(ref.shape):
+            raise ValueError(f"restored leaf has shape {host.shape}, the state expects {tuple(ref.shape)}")
+        host = host.astype(ref.dtype, copy=False)
+        return jax.make_array_from_callback(host.shape, sharding, lambda idx: host[idx])
+
+    return jax.tree_util.tree_map(place, host_tree, like, shardings)
