@@ -1,0 +1,161 @@
+"""Multi-device checks of jaxrl.sharding, run in a subprocess by tests/test_sharding.py.
+
+``XLA_FLAGS=--xla_force_host_platform_device_count=4`` must be set before JAX starts, so
+these checks cannot run inside the pytest process. One process runs them all (start-up
+and compiles dominate) and prints one JSON object on its last stdout line: measured
+differences and flags, asserted on by the test.
+
+Usage: ``python tests/sharding_checks.py`` (forces 4 CPU devices itself).
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4"
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+import functools  # noqa: E402
+import json  # noqa: E402
+import sys  # noqa: E402
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+
+from jaxrl import registry, sharding  # noqa: E402
+from jaxrl.algos import ppo  # noqa: E402
+
+K = 3  # updates per chunk
+CHUNKS = 2
+
+PPO_CFG = ppo.PPOConfig(
+    num_envs=8, num_steps=16, total_env_steps=8 * 16 * K * CHUNKS, update_epochs=2, num_minibatches=2,
+    hidden=(16,), lr=3e-3,
+)
+
+def max_rel_diff(a, b) -> float:
+    """Largest ``|a - b| / (1 + |b|)`` over every leaf of two pytrees."""
+    worst = 0.0
+    for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)):
+        x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
+        if x.size:
+            with np.errstate(invalid="ignore"):
+                d = np.where(x == y, 0.0, np.abs(x - y) / (1.0 + np.abs(y)))  # equal infs are equal
+            worst = max(worst, float(np.max(d)))
+    return worst
+
+
+def scan_chunk(update, state):
+    """``K`` updates in a scan; metrics averaged over them."""
+    state, metrics = jax.lax.scan(lambda s, _: update(s), state, None, length=K)
+    return state, jax.tree_util.tree_map(jnp.mean, metrics)
+
+
+def ppo_layout(env, env_params, mesh, key):
+    algo = ppo.make_ppo(env, env_params, PPO_CFG)
+    big = ppo.make_ppo(env, env_params, sharding.probe_config(PPO_CFG))
+    axes = sharding.probe_batch_axes(jax.eval_shape(algo.init, key), jax.eval_shape(big.init, key))
+    return algo, axes, sharding.make_layout(mesh, jax.eval_shape(algo.init, key), axes)
+
+
+def run_ppo(algo, layout, state):
+    """``CHUNKS`` chunks from ``state`` sharded by ``layout``.
+
+    Returns ``(final state, [metrics per chunk], host copy of the state after the first
+    chunk, the jitted chunk, how many times it was traced)``.
+    """
+    traces = []
+
+    def counted(state):
+        traces.append(1)
+        return scan_chunk(algo.update, state)
+
+    chunk = sharding.jit_chunk(counted, layout)
+    history, first = [], None
+    for i in range(CHUNKS):
+        state, metrics = chunk(state)
+        history.append(jax.device_get(metrics))
+        if i == 0:
+            first = sharding.fetch(state)
+    return state, history, first, chunk, len(traces)
+
+
+def main() -> dict:
+    out = {"n_devices": len(jax.devices())}
+    env, env_params = registry.make("CartPole-v1")
+    key = jax.random.PRNGKey(7)
+
+    # --- reference: plain jit, one device, no mesh --------------------------------------
+    algo = ppo.make_ppo(env, env_params, PPO_CFG)
+    ref_chunk = jax.jit(functools.partial(scan_chunk, algo.update))
+    state = jax.jit(algo.init)(key)
+    ref_init = jax.device_get(state)
+    ref_hist = []
+    for _ in range(CHUNKS):
+        state, m = ref_chunk(state)
+        ref_hist.append(jax.device_get(m))
+    ref_state = jax.device_get(state)
+
+    # --- the same program over 4 devices --------------------------------------------------
+    mesh4 = sharding.make_mesh(4)
+    algo, axes, layout4 = ppo_layout(env, env_params, mesh4, key)
+    out["batch_axes"] = {jax.tree_util.keystr(p): a for p, a in jax.tree_util.tree_leaves_with_path(axes) if a >= 0}
+    init4 = sharding.init_sharded(algo.init, layout4)
+    s0, s0_again = init4(key), init4(key)
+    obs_shards = [np.asarray(s.data) for s in sorted(s0.env.obs.addressable_shards, key=lambda s: s.index[0].start)]
+    out["obs_shard_shapes"] = [list(o.shape) for o in obs_shards]
+    out["obs_shards_distinct"] = all(
+        not np.allclose(obs_shards[i], obs_shards[j]) for i in range(4) for j in range(i + 1, 4)
+    )
+    out["init_reproducible"] = max_rel_diff(sharding.fetch(s0), sharding.fetch(s0_again)) == 0.0
+    out["init_equals_single_device"] = max_rel_diff(sharding.fetch(s0), ref_init) == 0.0
+    del s0_again
+
+    state4, hist4, after_first, chunk4, traces = run_ppo(algo, layout4, s0)
+    out["obs_spec"] = str(state4.env.obs.sharding.spec)
+    out["params_replicated"] = all(
+        x.sharding.is_fully_replicated for x in jax.tree_util.tree_leaves(state4.agent.params)
+    )
+    out["metrics_diff"] = max_rel_diff(hist4, ref_hist)
+    out["state_diff"] = max_rel_diff(sharding.fetch(state4), ref_state)
+    out["params_diff"] = max_rel_diff(sharding.fetch(state4.agent.params), ref_state.agent.params)
+    out["episode_count"] = float(sum(h["episode_count"] for h in hist4))
+    out["traces"] = traces
+    out["cache_size"] = chunk4._cache_size()
+    out["host_traffic"] = sharding.host_traffic(chunk4, state4)
+    out["n_primitives"] = len(jax.make_jaxpr(chunk4)(state4).eqns)
+
+    # --- change layout mid-run: 4 devices -> 2 devices -------------------------------------
+    mesh2 = sharding.make_mesh(2)
+    layout2 = sharding.make_layout(mesh2, jax.eval_shape(algo.init, key), axes)
+    moved = sharding.put(after_first, jax.eval_shape(algo.init, key), layout2.state)
+    out["moved_spec"] = [str(moved.env.obs.sharding.spec), len(moved.env.obs.sharding.device_set)]
+    chunk2 = sharding.jit_chunk(functools.partial(scan_chunk, algo.update), layout2)
+    moved, m2 = chunk2(moved)
+    out["resume_other_layout_diff"] = max_rel_diff(
+        [jax.device_get(m2), sharding.fetch(moved)], [ref_hist[1], ref_state]
+    )
+
+    # --- bad input ----------------------------------------------------------------------
+    try:
+        sharding.check_divisible(6, mesh4)
+        out["indivisible_error"] = None
+    except ValueError as exc:
+        out["indivisible_error"] = str(exc)
+    try:
+        bad_cfg = ppo.PPOConfig(num_envs=6, num_steps=16, total_env_steps=6 * 16, num_minibatches=2, hidden=(8,))
+        bad = ppo.make_ppo(env, env_params, bad_cfg)
+        big = ppo.make_ppo(env, env_params, sharding.probe_config(bad_cfg))
+        ax = sharding.probe_batch_axes(jax.eval_shape(bad.init, key), jax.eval_shape(big.init, key))
+        sharding.make_layout(mesh4, jax.eval_shape(bad.init, key), ax)
+        out["indivisible_layout_error"] = None
+    except ValueError as exc:
+        out["indivisible_layout_error"] = str(exc)
+    out["summary"] = sharding.summary(mesh4, PPO_CFG.num_envs)
+    return out
+
+
+if __name__ == "__main__":
+    result = main()
+    sys.stdout.write("\n" + json.dumps(result) + "\n")

@@ -1,0 +1,217 @@
+"""Sharding over a data mesh (jaxrl.sharding) and multi-process settings (jaxrl.distributed).
+
+The multi-device checks need ``--xla_force_host_platform_device_count=4`` before JAX
+starts, so they run once in a subprocess (tests/sharding_checks.py) whose JSON report the
+tests below assert on; the rest runs in-process on the single CPU device.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxrl import distributed, sharding
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+F32_TOL = 1e-5  # relative, float32 summation order differs between layouts
+
+
+@pytest.fixture(scope="module")
+def report() -> dict:
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    env["JAX_PLATFORMS"] = "cpu"
+    proc = subprocess.run(
+        [sys.executable, os.path.join(HERE, "sharding_checks.py")],
+        capture_output=True, text=True, env=env, timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+# ------------------------------------------------------------------- 4 forced CPU devices
+
+
+def test_env_batch_is_split_and_params_replicated(report):
+    assert report["n_devices"] == 4
+    # every env-batch leaf of PPO's state (env state, observations, reward accumulator)
+    # and nothing else is split along its leading axis
+    assert set(report["batch_axes"]) == {
+        ".env.env_state.env_state.x", ".env.env_state.env_state.x_dot", ".env.env_state.env_state.theta",
+        ".env.env_state.env_state.theta_dot", ".env.env_state.env_state.time",
+        ".env.env_state.episode_return", ".env.env_state.episode_length", ".env.obs", ".return_acc",
+    }
+    assert set(report["batch_axes"].values()) == {0}
+    assert report["obs_spec"] == "P('data',)"
+    assert report["obs_shard_shapes"] == [[2, 4]] * 4  # 8 envs / 4 devices
+    assert report["params_replicated"]
+
+
+def test_sharded_ppo_matches_single_device(report):
+    # same global batch (8 envs), 2 chunks x 3 updates: metrics, params and the whole
+    # state equal the plain single-device jit up to float32 summation order
+    assert report["metrics_diff"] < F32_TOL
+    assert report["params_diff"] < F32_TOL
+    assert report["state_diff"] < F32_TOL
+    assert report["episode_count"] > 0  # episodes did end: the auto-reset path was exercised
+
+
+def test_rng_streams_distinct_per_shard_and_reproducible(report):
+    assert report["obs_shards_distinct"]
+    assert report["init_reproducible"]
+    assert report["init_equals_single_device"]  # bit-identical: layout does not change the streams
+
+
+def test_sharded_chunk_compiles_once_without_host_traffic(report):
+    assert report["traces"] == 1 and report["cache_size"] == 1
+    assert report["host_traffic"] == []
+    assert report["n_primitives"] > 0
+
+
+def test_resume_on_another_layout(report):
+    # state after chunk 1 on 4 devices, moved to a 2-device mesh, continues like the reference
+    assert report["moved_spec"] == ["P('data',)", 2]
+    assert report["resume_other_layout_diff"] < F32_TOL
+
+
+def test_indivisible_num_envs_is_rejected(report):
+    assert report["indivisible_error"].startswith("num_envs=6 is not divisible by the number of devices (4)")
+    assert "num_envs=4 or 8" in report["indivisible_error"]
+    assert "num_envs=6 is not divisible" in report["indivisible_layout_error"]
+    assert "envs per device: 2 of 8" in report["summary"]
+
+
+# ------------------------------------------------------------------- in-process units
+
+
+def test_host_traffic_detector_sees_callbacks():
+    """The check used on the sharded chunk does flag programs that talk to the host."""
+    x = jnp.arange(4.0)
+    assert sharding.host_traffic(jax.jit(lambda x: jnp.sin(x) * 2), x) == []
+    printing = jax.jit(lambda x: jax.lax.scan(lambda c, _: (jax.debug.print("{}", c) or c + 1, None), x, None, 2)[0])
+    assert any(f.startswith("primitive:") for f in sharding.host_traffic(printing, x))
+    called = jax.jit(lambda x: jax.pure_callback(np.sin, jax.ShapeDtypeStruct(x.shape, x.dtype), x))
+    found = sharding.host_traffic(called, x)
+    assert "primitive:pure_callback" in found and "hlo:callback" in found
+
+
+def test_resolve_devices_and_mesh():
+    mesh = sharding.make_mesh("all")
+    assert mesh.axis_names == (sharding.DATA,) and sharding.mesh_size(mesh) == len(jax.devices())
+    assert sharding.mesh_size(sharding.make_mesh(1)) == 1
+    for bad, msg in ((0, "devices=0"), (99, "devices=99"), ("some", "'all' or a positive integer"), (True, "positive")):
+        with pytest.raises(ValueError, match=msg):
+            sharding.resolve_devices(bad)
+
+
+def test_check_divisible_and_summary():
+    mesh = sharding.make_mesh(1)
+    assert sharding.check_divisible(6, mesh) == 6
+    assert "envs per device: 6 of 6" in sharding.summary(mesh, 6)
+    assert "processes: 1" in sharding.summary(mesh)
+
+
+def test_probe_batch_axes_by_hand():
+    s = jax.ShapeDtypeStruct
+    small = {"params": s((4, 4), jnp.float32), "obs": s((4, 3), jnp.float32), "seeded": s((2, 4, 3), jnp.float32),
+             "key": s((2,), jnp.uint32)}
+    large = {"params": s((4, 4), jnp.float32), "obs": s((8, 3), jnp.float32), "seeded": s((2, 8, 3), jnp.float32),
+             "key": s((2,), jnp.uint32)}
+    # params [4, 4] equal num_envs=4 by coincidence: only the probe, not the shape, decides
+    assert sharding.probe_batch_axes(small, large) == {"params": -1, "obs": 0, "seeded": 1, "key": -1}
+    with pytest.raises(ValueError, match=r"\['obs'\].*more than one axis"):
+        sharding.probe_batch_axes({"obs": s((4, 4), jnp.float32)}, {"obs": s((8, 8), jnp.float32)})
+    layout = sharding.make_layout(sharding.make_mesh(1), small, sharding.probe_batch_axes(small, large))
+    assert layout.state["seeded"].spec == jax.sharding.PartitionSpec(None, sharding.DATA)
+    assert layout.state["params"].spec == jax.sharding.PartitionSpec()
+
+
+def test_probe_config_doubles_the_batch_without_mutating():
+    from jaxrl.algos import ppo
+
+    cfg = ppo.PPOConfig(num_envs=4, num_steps=8, total_env_steps=64)
+    big = sharding.probe_config(cfg)
+    assert (big.num_envs, big.total_env_steps, big.num_steps) == (8, 128, 8)
+    assert (cfg.num_envs, cfg.total_env_steps) == (4, 64)
+    assert sharding.probe_config({"no": "dataclass"}) is None
+
+
+def test_constrain_batch_is_a_noop_without_a_mesh():
+    x = jnp.arange(8.0)
+    np.testing.assert_array_equal(jax.jit(sharding.constrain_batch)(x), x)
+    with sharding.use_mesh(sharding.make_mesh(1)):
+        np.testing.assert_array_equal(jax.jit(sharding.constrain_batch)({"a": x})["a"], x)
+
+
+def test_fetch_put_round_trip_with_typed_keys():
+    mesh = sharding.make_mesh(1)
+    state = {"obs": jnp.arange(6.0).reshape(2, 3), "key": jax.random.key(3), "n": jnp.int32(5)}
+    layout = sharding.make_layout(mesh, state, {"obs": 0, "key": -1, "n": -1})
+    host = sharding.fetch(state)
+    assert isinstance(host["obs"], np.ndarray) and host["key"].dtype == np.uint32
+    back = sharding.put(host, state, layout.state)
+    np.testing.assert_array_equal(back["obs"], state["obs"])
+    np.testing.assert_array_equal(jax.random.key_data(back["key"]), jax.random.key_data(state["key"]))
+    assert back["n"].dtype == jnp.int32
+    with pytest.raises(ValueError, match="shape"):
+        sharding.put({"obs": np.zeros((3, 3)), "key": host["key"], "n": host["n"]}, state, layout.state)
+
+
+# ------------------------------------------------------------------- jaxrl.distributed
+
+
+def test_resolve_spec_flags_over_env():
+    env = {distributed.ENV_ADDRESS: "10.0.0.1:1234", distributed.ENV_NUM_PROCESSES: "4", distributed.ENV_PROCESS_ID: "2"}
+    spec = distributed.resolve_spec(environ=env)
+    assert spec == distributed.DistributedSpec("10.0.0.1:1234", 4, 2) and spec.explicit
+    spec = distributed.resolve_spec(process_id=3, environ=env)
+    assert spec.process_id == 3
+    assert distributed.resolve_spec(environ={}) == distributed.DistributedSpec()
+    assert distributed.resolve_spec(environ={"JAX_COORDINATOR_ADDRESS": "h:1", distributed.ENV_NUM_PROCESSES: "2",
+                                             distributed.ENV_PROCESS_ID: "0"}).coordinator_address == "h:1"
+
+
+@pytest.mark.parametrize(
+    "kwargs, msg",
+    [
+        ({"coordinator_address": "h:1"}, r"missing \['num_processes', 'process_id'\]"),
+        ({"coordinator_address": "h", "num_processes": 2, "process_id": 0}, "host:port"),
+        ({"coordinator_address": "h:1", "num_processes": 2, "process_id": 2}, r"process_id must be in \[0, 2\)"),
+        ({"coordinator_address": "h:1", "num_processes": "two", "process_id": 0}, "num_processes must be an integer"),
+    ],
+)
+def test_resolve_spec_rejects_partial_or_bad(kwargs, msg):
+    with pytest.raises(ValueError, match=msg):
+        distributed.resolve_spec(environ={}, **kwargs)
+
+
+def test_cluster_detection(monkeypatch):
+    for var in ("SLURM_JOB_ID", "SLURM_STEP_NODELIST", "SLURM_NTASKS", "SLURM_PROCID", "SLURM_LOCALID", "OMPI_MCA_orte_hnp_uri"):
+        monkeypatch.delenv(var, raising=False)
+    assert distributed.detected_cluster() is None
+    assert distributed.initialize(distributed.DistributedSpec()) is False  # single process: nothing to do
+    slurm = {"SLURM_JOB_ID": "7", "SLURM_STEP_NODELIST": "node[1-2]", "SLURM_NTASKS": "2", "SLURM_PROCID": "0",
+             "SLURM_LOCALID": "0"}
+    for k, v in slurm.items():
+        monkeypatch.setenv(k, v)
+    assert distributed.detected_cluster() == "SlurmCluster"
+    monkeypatch.setenv("SLURM_NTASKS", "1")  # a one-task allocation has nobody to join
+    assert distributed.detected_cluster() is None
+
+
+def test_argparse_flags():
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    distributed.add_arguments(parser)
+    args = parser.parse_args(["--coordinator-address", "h:9", "--num-processes", "2", "--process-id", "1"])
+    assert distributed.resolve_spec(args.coordinator_address, args.num_processes, args.process_id, environ={}) == (
+        distributed.DistributedSpec("h:9", 2, 1)
+    )
+    assert distributed.is_primary()
