@@ -1,0 +1,111 @@
+"""Rendering: every env draws a ``uint8[H, W, 3]`` frame that depends on its state, and a
+rollout turns into a GIF that decodes back to the same number of frames."""
+
+from __future__ import annotations
+
+import io
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from PIL import Image
+
+import jaxrl
+from jaxrl import render
+
+ENV_IDS = [
+    "CartPole-v1",
+    "Acrobot-v1",
+    "MountainCar-v0",
+    "MountainCarContinuous-v0",
+    "Pendulum-v1",
+    "ProbeConstant-v0",
+    "ProbeTwoStep-v0",
+    "ProbeObsReward-v0",
+    "ProbeActionMatch-v0",
+    "ProbeTimeLimit-v0",
+    "ProbeContinuous-v0",
+]
+
+# A state change each env's picture must show: (field, new value). Probes draw their step
+# counter and their observation.
+MOVES = {
+    "CartPole-v1": ("theta", 0.15),
+    "Acrobot-v1": ("theta1", 1.0),
+    "MountainCar-v0": ("position", -1.0),
+    "MountainCarContinuous-v0": ("position", 0.3),
+    "Pendulum-v1": ("theta", 2.0),
+}
+
+
+def _check_frame(frame, env_id):
+    assert isinstance(frame, np.ndarray), env_id
+    assert frame.dtype == np.uint8 and frame.ndim == 3 and frame.shape[2] == 3, (env_id, frame.shape)
+    assert frame.shape[0] >= 64 and frame.shape[1] >= 64, env_id
+    assert len(np.unique(frame.reshape(-1, 3), axis=0)) >= 2, f"{env_id}: a blank frame"
+
+
+@pytest.mark.parametrize("env_id", ENV_IDS)
+def test_render_is_an_rgb_frame_that_follows_the_state(env_id):
+    env, params = jaxrl.make(env_id)
+    state, _ = jax.jit(env.reset)(jax.random.key(0), params)
+    before = env.render(state, params)
+    _check_frame(before, env_id)
+    if env_id in MOVES:
+        field, value = MOVES[env_id]
+        moved = state.replace(**{field: jnp.asarray(value, jnp.float32)})
+    else:
+        action = env.action_space(params).sample(jax.random.key(1))
+        moved, _ = jax.jit(env.step)(jax.random.key(2), state, action, params)
+        if env_id == "ProbeContinuous-v0":
+            moved = moved.replace(obs=-moved.obs)  # the bar flips sides
+    after = env.render(moved, params)
+    _check_frame(after, env_id)
+    assert after.shape == before.shape
+    assert np.any(after != before), f"{env_id}: the frame does not change with the state"
+    # Rendering is a pure function of the state.
+    np.testing.assert_array_equal(env.render(moved, params), after)
+
+
+def test_rollout_becomes_a_gif_with_every_frame():
+    env, params = jaxrl.make("Pendulum-v1")
+    policy = lambda key, obs: jax.random.uniform(key, (1,), jnp.float32, -2.0, 2.0)  # noqa: E731
+    states = render.rollout(env, params, policy, jax.random.key(3), num_steps=11)
+    assert len(states) == 12  # the reset state and 11 steps (Pendulum never ends early)
+    frames = render.rollout_frames(env, params, states)
+    assert all(np.any(a != b) for a, b in zip(frames[:-1], frames[1:]))  # GIF keeps distinct frames
+    data = render.gif_bytes(frames, fps=20)
+    assert data[:6] in (b"GIF87a", b"GIF89a")
+    image = Image.open(io.BytesIO(data))
+    assert image.n_frames == len(frames)
+    assert image.size == (frames[0].shape[1], frames[0].shape[0])
+    image.seek(5)
+    decoded = np.asarray(image.convert("RGB"))
+    # GIF palettes are lossy; the picture itself survives (mostly white background, same shape).
+    assert decoded.shape == frames[5].shape
+    assert np.mean(np.all(decoded == frames[5], axis=-1)) > 0.95
+
+
+def test_batched_rollout_states_render_frame_by_frame():
+    """``rollout_frames`` also takes a pytree with a leading time axis (a ``scan`` output)."""
+    env, params = jaxrl.make("CartPole-v1")
+
+    def body(s, _):
+        s, _ = env.step(None, s, 1, params)
+        return s, s
+
+    def run(key):
+        return jax.lax.scan(body, env.reset(key, params)[0], None, length=4)[1]
+
+    traj = jax.jit(run)(jax.random.key(0))
+    frames = render.rollout_frames(env, params, traj)
+    assert len(frames) == 4
+    for frame in frames:
+        _check_frame(frame, "CartPole-v1")
+    assert np.any(frames[0] != frames[-1])
+
+
+def test_gif_of_no_frames_is_an_error():
+    with pytest.raises(ValueError, match="no frames"):
+        render.gif_bytes([])
