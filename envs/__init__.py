@@ -21,6 +21,10 @@ _BUILTIN = [
     ("ProbeActionMatch-v0", "jaxrl_envs.probes:ProbeActionMatch", "probe: random obs +-1, reward +1 iff action == (obs > 0) else -1, one step"),
     ("ProbeTimeLimit-v0", "jaxrl_envs.probes:ProbeTimeLimit", "probe: reward +1 forever, truncated at 10 steps; V = 1/(1-gamma) with bootstrapping"),
     ("ProbeContinuous-v0", "jaxrl_envs.probes:ProbeContinuous", "probe: continuous action, reward -(a - target)^2, one step; best a = target"),
+    ("text/Reverse-v0", "jaxrl_envs.text.reverse:Reverse", "token task: reverse 8 digits; dense verifier reward"),
+    ("text/Sort-v0", "jaxrl_envs.text.sort:Sort", "token task: sort 6 digits ascending; dense verifier reward"),
+    ("text/AlphabetSort-v0", "jaxrl_envs.text.alphabet_sort:AlphabetSort", "token task: sort 3 two-letter names; similarity**4 reward"),
+    ("text/Addition-v0", "jaxrl_envs.text.addition:Addition", "token task: 2+2-digit addition, answer LSD first; dense reward"),
 ]
 
 

@@ -1,0 +1,94 @@
+"""``text/AlphabetSort-v0``: sort short names alphabetically.
+
+A port of the verifiers library's alphabet-sort environment to tokens. Prompt
+``n1 , n2 , ... , nN =``: N = ``params.num_names`` (2 .. ``max_names``) names of ``name_len``
+random letters each, separated by commas, left-padded. Answer: the same names in
+alphabetical (lexicographic) order, comma-separated, then EOS. Reward, as in the verifiers
+library: the sequence similarity of completion and answer raised to the 4th power,
+``gate(has_eos, similarity ** 4)`` (:func:`jaxrl.verifiers.lcs_ratio`), range ``[0, 1]``;
+``exact_match`` is logged alongside (weight 0).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+from jaxrl import verifiers as V
+from jaxrl.verifiers import PAD, Task
+from jaxrl_envs.text.base import TokenEnv, right_align, set_free_token
+from jaxrl_envs.text.vocab import COMMA, LETTER_A, SEP
+
+
+@struct.dataclass
+class AlphabetSortParams:
+    num_names: int = 3  # names per prompt, 2 .. max_names
+    held_out: bool = False  # draw prompts from the held-out split (evaluation only)
+
+
+@dataclasses.dataclass(frozen=True)
+class AlphabetSort(TokenEnv):
+    max_names: int = 3
+    name_len: int = 2
+
+    def __post_init__(self):
+        if not 2 <= self.max_names <= 8:
+            raise ValueError(f"AlphabetSort needs 2 <= max_names <= 8, got {self.max_names}")
+        if not 1 <= self.name_len <= 4:
+            raise ValueError(f"AlphabetSort needs 1 <= name_len <= 4, got {self.name_len}")
+
+    @property
+    def name(self) -> str:
+        return "text/AlphabetSort-v0"
+
+    @property
+    def default_params(self) -> AlphabetSortParams:
+        return AlphabetSortParams(num_names=self.max_names)
+
+    @property
+    def _list_len(self) -> int:
+        return self.max_names * (self.name_len + 1) - 1  # names and commas, no '='
+
+    @property
+    def prompt_len(self) -> int:
+        return self._list_len + 1
+
+    @property
+    def max_completion_len(self) -> int:
+        return self._list_len + 1
+
+    @property
+    def verifier(self):
+        scored = V.weighted_sum(
+            ("similarity_pow4", 1.0, V.power(V.similarity, 4.0)),
+            ("exact_match", 0.0, V.exact_match),
+        )
+        return V.gate(V.has_eos, scored)
+
+    def _join(self, names: jax.Array) -> jax.Array:
+        """int32 ``[max_names * (name_len + 1)]``: every name followed by a comma."""
+        commas = jnp.full((self.max_names, 1), COMMA, jnp.int32)
+        return jnp.concatenate([names, commas], axis=1).reshape(-1)
+
+    def generate(self, key, params) -> Task:
+        k_names, k_free = jax.random.split(key)
+        n = jnp.clip(jnp.asarray(params.num_names, jnp.int32), 2, self.max_names)
+        letters = jax.random.randint(k_names, (self.max_names, self.name_len), 0, 26)
+        length = n * (self.name_len + 1) - 1
+        body = right_align(self._join(LETTER_A + letters), length, self._list_len)
+        prompt = set_free_token(k_free, jnp.concatenate([body, jnp.full((1,), SEP, jnp.int32)]), params.held_out)
+        # Read the (possibly re-drawn) names back from the prompt: the last n of max_names.
+        grid = jnp.concatenate([jnp.full((1,), COMMA, jnp.int32), prompt[:-1]]).reshape(self.max_names, self.name_len + 1)
+        names = grid[:, 1:] - LETTER_A  # [max_names, name_len], negative for PAD rows
+        present = jnp.arange(self.max_names) >= self.max_names - n
+        place = 26 ** jnp.arange(self.name_len - 1, -1, -1)
+        sort_key = jnp.where(present, jnp.sum(names * place, axis=1), -1)  # absent names first
+        ordered = names[jnp.argsort(sort_key)]
+        joined = self._join(LETTER_A + ordered)  # absent rows first: skip them
+        start = (self.max_names - n) * (self.name_len + 1)
+        j = jnp.arange(self._list_len)
+        answer = jnp.where(j < length, joined[jnp.clip(start + j, 0, joined.shape[0] - 1)], PAD)
+        return Task(prompt, answer.astype(jnp.int32), length)

@@ -1,0 +1,147 @@
+"""A tiny causal transformer language model (flax linen) with an explicit key/value cache.
+
+Three entry points share one set of parameters:
+
+* ``model.apply(params, tokens)`` — logits ``float32[B, L, V]`` of a whole sequence in one
+  causal forward pass (what the loss uses).
+* ``model.apply(params, tokens, method=TransformerLM.prefill)`` — the same logits plus a
+  :class:`KVCache` of the ``L`` positions, sized for ``max_len``.
+* ``model.apply(params, token, pos, cache, method=TransformerLM.decode)`` — logits
+  ``float32[B, V]`` of the next position after feeding one token ``int32[B]`` at position
+  ``pos`` (int32 ``[]``), and the cache with that position written. Acting token by token in
+  a ``lax.scan`` carries the cache; the cost per token is ``O(max_len)`` instead of
+  re-running the prefix.
+
+Architecture (GPT-2 style, pre-norm): token embedding + learned absolute position embedding,
+``n_layers`` blocks of ``x + attn(LN(x))`` and ``x + MLP(LN(x))`` (GELU, ``mlp_ratio`` x
+width), a final LayerNorm and a linear head to ``vocab_size`` logits. Attention is multi-head
+scaled dot-product with a causal mask; the cache holds keys and values of every layer.
+The defaults (d_model 64, 2 layers, 4 heads) give about 105k parameters with a 41-token
+vocabulary.
+"""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+Array = jax.Array
+_NEG = -1e30  # masked attention logit: exp underflows to exactly 0, never NaN
+
+
+@struct.dataclass
+class KVCache:
+    """Keys and values of every layer, for positions ``0 .. max_len - 1``."""
+
+    k: Array  # float32 [n_layers, B, max_len, n_heads, head_dim]
+    v: Array  # float32 [n_layers, B, max_len, n_heads, head_dim]
+
+
+def _attend(q: Array, k: Array, v: Array, mask: Array) -> Array:
+    """Multi-head attention. ``q [B, Lq, H, D]``, ``k, v [B, Lk, H, D]``, ``mask`` bool
+    broadcastable to ``[B, H, Lq, Lk]`` (True = may attend) -> ``[B, Lq, H, D]``."""
+    scale = 1.0 / jnp.sqrt(jnp.float32(q.shape[-1]))
+    logits = jnp.einsum("bqhd,bkhd->bhqk", q, k) * scale
+    logits = jnp.where(mask, logits, _NEG)
+    weights = jax.nn.softmax(logits, axis=-1)
+    return jnp.einsum("bhqk,bkhd->bqhd", weights, v)
+
+
+class Block(nn.Module):
+    """One pre-norm transformer block, usable on a whole sequence or one cached step."""
+
+    d_model: int
+    n_heads: int
+    mlp_ratio: int = 4
+
+    def setup(self):
+        init = nn.initializers.normal(0.02)
+        self.ln1 = nn.LayerNorm()
+        self.qkv = nn.Dense(3 * self.d_model, kernel_init=init)
+        self.out = nn.Dense(self.d_model, kernel_init=init)
+        self.ln2 = nn.LayerNorm()
+        self.fc1 = nn.Dense(self.mlp_ratio * self.d_model, kernel_init=init)
+        self.fc2 = nn.Dense(self.d_model, kernel_init=init)
+
+    def _qkv(self, x: Array) -> tuple[Array, Array, Array]:
+        """``x [B, L, d]`` -> q, k, v ``[B, L, H, d / H]``."""
+        head_dim = self.d_model // self.n_heads
+        qkv = self.qkv(self.ln1(x)).reshape(x.shape[:2] + (3, self.n_heads, head_dim))
+        return qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
+
+    def _finish(self, x: Array, attended: Array) -> Array:
+        x = x + self.out(attended.reshape(x.shape[:2] + (self.d_model,)))
+        return x + self.fc2(nn.gelu(self.fc1(self.ln2(x))))
+
+    def full(self, x: Array) -> tuple[Array, Array, Array]:
+        """Causal pass over ``x [B, L, d]``: ``(y [B, L, d], k, v [B, L, H, D])``."""
+        q, k, v = self._qkv(x)
+        length = x.shape[1]
+        causal = jnp.tril(jnp.ones((length, length), jnp.bool_))
+        return self._finish(x, _attend(q, k, v, causal[None, None])), k, v
+
+    def step(self, x: Array, pos: Array, k_cache: Array, v_cache: Array) -> tuple[Array, Array, Array]:
+        """One position: ``x [B, 1, d]`` at ``pos``; caches ``[B, M, H, D]`` -> updated caches."""
+        q, k, v = self._qkv(x)
+        k_cache = jax.lax.dynamic_update_slice_in_dim(k_cache, k, pos, axis=1)
+        v_cache = jax.lax.dynamic_update_slice_in_dim(v_cache, v, pos, axis=1)
+        visible = (jnp.arange(k_cache.shape[1]) <= pos)[None, None, None, :]
+        return self._finish(x, _attend(q, k_cache, v_cache, visible)), k_cache, v_cache
+
+
+class TransformerLM(nn.Module):
+    """Causal language model over ``vocab_size`` tokens, sequences up to ``max_len``."""
+
+    vocab_size: int
+    max_len: int
+    d_model: int = 64
+    n_layers: int = 2
+    n_heads: int = 4
+    mlp_ratio: int = 4
+
+    def setup(self):
+        if self.d_model % self.n_heads:
+            raise ValueError(f"d_model={self.d_model} must be divisible by n_heads={self.n_heads}")
+        self.embed = nn.Embed(self.vocab_size, self.d_model, embedding_init=nn.initializers.normal(0.02))
+        self.pos_embed = self.param("pos_embed", nn.initializers.normal(0.02), (self.max_len, self.d_model))
+        self.blocks = [Block(self.d_model, self.n_heads, self.mlp_ratio) for _ in range(self.n_layers)]
+        self.ln_f = nn.LayerNorm()
+        self.head = nn.Dense(self.vocab_size, kernel_init=nn.initializers.normal(0.02))
+
+    def _tokens(self, tokens: Array) -> Array:
+        # Out-of-vocabulary ids are clipped so that a garbage token cannot index out of range.
+        return self.embed(jnp.clip(tokens, 0, self.vocab_size - 1))
+
+    def __call__(self, tokens: Array) -> Array:
+        """``tokens int32[B, L]`` (``L <= max_len``) -> logits ``float32[B, L, V]``."""
+        return self.prefill(tokens)[0]
+
+    def prefill(self, tokens: Array) -> tuple[Array, KVCache]:
+        """Logits of ``tokens [B, L]`` and the cache of their ``L`` positions (max_len slots)."""
+        length = tokens.shape[1]
+        x = self._tokens(tokens) + self.pos_embed[:length]
+        ks, vs = [], []
+        for block in self.blocks:
+            x, k, v = block.full(x)
+            pad = ((0, 0), (0, self.max_len - length), (0, 0), (0, 0))
+            ks.append(jnp.pad(k, pad))
+            vs.append(jnp.pad(v, pad))
+        return self.head(self.ln_f(x)), KVCache(jnp.stack(ks), jnp.stack(vs))
+
+    def decode(self, token: Array, pos: Array, cache: KVCache) -> tuple[Array, KVCache]:
+        """Feed ``token int32[B]`` at position ``pos``: logits ``[B, V]`` and the new cache."""
+        pos = jnp.clip(jnp.asarray(pos, jnp.int32), 0, self.max_len - 1)
+        x = self._tokens(token[:, None]) + jax.lax.dynamic_slice_in_dim(self.pos_embed, pos, 1)[None]
+        ks, vs = [], []
+        for i, block in enumerate(self.blocks):
+            x, k, v = block.step(x, pos, cache.k[i], cache.v[i])
+            ks.append(k)
+            vs.append(v)
+        return self.head(self.ln_f(x))[:, 0], KVCache(jnp.stack(ks), jnp.stack(vs))
+
+
+def num_params(params) -> int:
+    """Total number of scalars in a params pytree."""
+    return int(sum(x.size for x in jax.tree_util.tree_leaves(params)))

@@ -1,0 +1,208 @@
+"""The GRPO loss family against hand-computed examples at importance ratios != 1.
+
+The running example (derivations in the comments): two sequences of two tokens,
+``old_logp = log 0.5`` everywhere and ratios ``r = [[1.5, 0.5], [1.5, 0.5]]`` (so
+``logp = log [[0.75, 0.25], [0.75, 0.25]]``), advantages ``A = [+1, -0.5]``, eps = 0.2.
+
+Per-token surrogate ``min(r A, clip(r, 0.8, 1.2) A)``:
+  seq 0 (A = +1):   t0 r=1.5 -> min(1.5, 1.2) = 1.2   (clipped high: no gradient)
+                    t1 r=0.5 -> min(0.5, 0.8) = 0.5   (A > 0, low ratio: not clipped)
+  seq 1 (A = -0.5): t0 r=1.5 -> min(-0.75, -0.6) = -0.75 (A < 0, high ratio: not clipped)
+                    t1 r=0.5 -> min(-0.25, -0.4) = -0.4  (clipped low: no gradient)
+Per-token loss (the negative): [[-1.2, -0.5], [0.75, 0.4]].
+"""
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxrl.algos import grpo
+
+OLD = jnp.full((2, 2), math.log(0.5), jnp.float32)
+RATIO = jnp.array([[1.5, 0.5], [1.5, 0.5]], jnp.float32)
+LOGP = OLD + jnp.log(RATIO)
+ADV = jnp.array([1.0, -0.5], jnp.float32)
+FULL = jnp.ones((2, 2), jnp.bool_)
+PART = jnp.array([[True, True], [True, False]])  # seq 1's second token is padding
+
+
+def hyper(eps_low=0.2, eps_high=0.2, beta=0.0):
+    return grpo.GRPOHyper(*(jnp.float32(x) for x in (1e-3, eps_low, eps_high, beta, 1.0)))
+
+
+def loss(loss_type, logp=LOGP, mask=FULL, adv=ADV, h=None, ref=None):
+    return grpo.policy_loss(logp, OLD, ref, adv, mask, h or hyper(), loss_type)
+
+
+def grad(loss_type, logp=LOGP, mask=FULL, adv=ADV, h=None):
+    return jax.grad(lambda lp: loss(loss_type, lp, mask, adv, h)[0])(logp)
+
+
+# ---------------------------------------------------------------------------------------
+# Hand-computed values
+# ---------------------------------------------------------------------------------------
+
+
+def test_grpo_value_gradient_and_clip_metrics():
+    value, m = loss("grpo")
+    # per-sequence means: (-1.2 - 0.5) / 2 = -0.85 and (0.75 + 0.4) / 2 = 0.575; mean -0.1375
+    assert float(value) == pytest.approx(-0.1375, abs=1e-6)
+    # d/dlogp of -r A on unclipped tokens is -r A; clipped tokens give 0; scale 1/(2 seqs * 2 tokens)
+    expected = np.array([[0.0, -0.5 * 1.0], [-1.5 * -0.5, 0.0]]) / 4
+    np.testing.assert_allclose(grad("grpo"), expected, atol=1e-6)
+    assert float(m["clip_ratio/high_mean"]) == pytest.approx(0.25)  # seq 0 t0
+    assert float(m["clip_ratio/low_mean"]) == pytest.approx(0.25)  # seq 1 t1
+    assert float(m["clip_ratio/region_mean"]) == pytest.approx(0.5)
+
+
+def test_grpo_masked_tokens_use_per_sequence_means():
+    value, _ = loss("grpo", mask=PART)
+    # seq 0: -0.85; seq 1 has one valid token: 0.75; mean (-0.85 + 0.75) / 2 = -0.05
+    assert float(value) == pytest.approx(-0.05, abs=1e-6)
+
+
+def test_dapo_token_level_mean_and_clip_higher():
+    value, _ = loss("dapo", mask=PART)
+    # token mean over the 3 valid tokens: (-1.2 - 0.5 + 0.75) / 3
+    assert float(value) == pytest.approx(-0.95 / 3, abs=1e-6)
+    # clip-higher eps_high = 0.6: seq 0 t0 (r = 1.5 < 1.6) is no longer clipped: -1.5 instead of -1.2
+    value_hi, m = loss("dapo", mask=PART, h=hyper(eps_high=0.6))
+    assert float(value_hi) == pytest.approx((-1.5 - 0.5 + 0.75) / 3, abs=1e-6)
+    assert float(m["clip_ratio/high_mean"]) == 0.0
+
+
+def test_dr_grpo_constant_normaliser():
+    value, _ = loss("dr_grpo", mask=PART)
+    # sum over valid tokens / (N * T) = (-1.2 - 0.5 + 0.75) / 4
+    assert float(value) == pytest.approx(-0.95 / 4, abs=1e-6)
+
+
+def test_cispo_stop_gradient_weight():
+    value, m = loss("cispo")
+    w = np.array([[1.2, 0.8], [1.2, 0.8]])  # clip(r, 0.8, 1.2), a constant
+    a = np.array([[1.0], [-0.5]])
+    logp = np.log([[0.75, 0.25], [0.75, 0.25]])
+    assert float(value) == pytest.approx(float(np.sum(-w * a * logp) / 4), abs=1e-6)  # = 0.18178...
+    # gradient -w A / 4 on *every* token (the clipped ones keep theirs), no d(weight)/dlogp term
+    np.testing.assert_allclose(grad("cispo"), -w * a / 4, atol=1e-6)
+    assert float(m["clip_ratio/region_mean"]) == pytest.approx(1.0)  # every ratio is outside [0.8, 1.2]
+
+
+def test_gspo_sequence_ratio_and_clip():
+    # s_i = exp(mean_t log r) = sqrt(1.5 * 0.5) = 0.8660 for both sequences
+    s = math.sqrt(0.75)
+    value, _ = loss("gspo")
+    # eps 0.2: s inside [0.8, 1.2]; loss mean(-s * A) = (-s + 0.5 s) / 2
+    assert float(value) == pytest.approx((-s + 0.5 * s) / 2, abs=1e-6)
+    value, m = loss("gspo", h=hyper(0.1, 0.1))
+    # eps 0.1: clip(s) = 0.9. seq 0 (A > 0): min(s, 0.9) = s; seq 1: min(-0.5 s, -0.45) = -0.45 (clipped)
+    assert float(value) == pytest.approx((-s + 0.45) / 2, abs=1e-6)
+    assert float(m["clip_ratio/low_mean"]) == pytest.approx(0.5)
+    # gradient: seq 0 gets -s A / |y| / N = -s / 4 on each token; the clipped seq 1 gets 0
+    np.testing.assert_allclose(grad("gspo", h=hyper(0.1, 0.1)), [[-s / 4, -s / 4], [0.0, 0.0]], atol=1e-6)
+
+
+def test_rloo_advantages_exact():
+    r = jnp.array([[1.0, 2.0, 4.0]])
+    adv = grpo.group_advantages(r, jnp.ones_like(r, bool), "loo")
+    # R_i minus the mean of the other two: 1 - 3, 2 - 2.5, 4 - 1.5
+    np.testing.assert_allclose(adv, [[-2.0, -0.5, 2.5]], atol=1e-6)
+
+
+def test_grpo_and_dr_grpo_advantages():
+    r = jnp.array([[1.0, 2.0, 4.0]])
+    valid = jnp.ones_like(r, bool)
+    mean, std = 7 / 3, math.sqrt(42 / 18)  # unbiased: sum of squares 42/9 over n - 1 = 2
+    np.testing.assert_allclose(grpo.group_advantages(r, valid, "std"), (np.array(r) - mean) / (std + 1e-4), atol=1e-5)
+    np.testing.assert_allclose(grpo.group_advantages(r, valid, "mean"), np.array(r) - mean, atol=1e-6)
+
+
+def test_k3_kl_term():
+    ref = jnp.full((2, 2), math.log(0.5), jnp.float32)
+    logp = jnp.full((2, 2), math.log(0.75), jnp.float32)
+    value, m = grpo.policy_loss(logp, logp, ref, jnp.zeros(2), FULL, hyper(beta=0.1), "grpo")
+    k3 = 2 / 3 - math.log(2 / 3) - 1  # exp(d) - d - 1 with d = log(0.5 / 0.75)
+    assert float(m["kl"]) == pytest.approx(k3, abs=1e-6)
+    assert float(value) == pytest.approx(0.1 * k3, abs=1e-6)
+
+
+def test_overlong_shaping_and_group_selection():
+    lengths = jnp.array([6, 7, 9, 10])
+    np.testing.assert_allclose(grpo.overlong_shaping(lengths, 10, 4), [0.0, -0.25, -0.75, -1.0], atol=1e-6)
+    np.testing.assert_allclose(grpo.overlong_shaping(lengths, 10, 0), 0.0)
+    rewards = jnp.array([[1.0, 1.0], [0.0, 1.0], [2.0, 2.0], [3.0, 0.0]])
+    idx, valid = grpo.select_groups(rewards, 3)
+    np.testing.assert_array_equal(idx, [1, 3, 0])
+    np.testing.assert_array_equal(valid, [True, True, False])
+
+
+# ---------------------------------------------------------------------------------------
+# Limits and invariants
+# ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("loss_type", grpo.LOSS_TYPES)
+def test_identical_rewards_give_zero_policy_gradient(loss_type):
+    r = jnp.full((1, 2), 0.7)
+    adv = grpo.group_advantages(r, jnp.ones_like(r, bool), grpo.advantage_kind(loss_type))[0]
+    np.testing.assert_array_equal(adv, 0.0)
+    np.testing.assert_array_equal(grad(loss_type, adv=adv, mask=PART), 0.0)
+
+
+@pytest.mark.parametrize("kind", ["std", "mean", "loo"])
+def test_single_valid_member_gives_zero_not_nan(kind):
+    r = jnp.array([[3.0, 1.0, 2.0], [5.0, 5.0, 5.0]])
+    valid = jnp.array([[True, False, False], [False, False, False]])
+    adv = grpo.group_advantages(r, valid, kind)
+    np.testing.assert_array_equal(adv, 0.0)
+    for loss_type in grpo.LOSS_TYPES:
+        value, m = loss(loss_type, adv=adv[:, :2].reshape(-1)[:2], mask=jnp.zeros((2, 2), bool))
+        assert np.isfinite(float(value)) and all(np.isfinite(float(v)) for v in m.values())
+
+
+def test_dapo_equals_grpo_for_equal_lengths_and_symmetric_clip():
+    np.testing.assert_allclose(loss("dapo")[0], loss("grpo")[0], atol=1e-7)
+    np.testing.assert_allclose(grad("dapo"), grad("grpo"), atol=1e-7)
+
+
+def test_dr_grpo_equals_dapo_when_every_token_is_valid():
+    np.testing.assert_allclose(loss("dr_grpo")[0], loss("dapo")[0], atol=1e-7)
+
+
+def test_rloo_advantage_is_rescaled_dr_grpo_advantage():
+    r = jax.random.normal(jax.random.PRNGKey(0), (4, 5))
+    valid = jnp.ones_like(r, bool)
+    np.testing.assert_allclose(
+        grpo.group_advantages(r, valid, "loo"), grpo.group_advantages(r, valid, "mean") * 5 / 4, atol=1e-6
+    )
+
+
+def test_gspo_equals_grpo_for_single_token_sequences():
+    logp, old = LOGP[:, :1], OLD[:, :1]
+    for h in (hyper(), hyper(0.1, 0.1)):
+        a = grpo.policy_loss(logp, old, None, ADV, FULL[:, :1], h, "gspo")[0]
+        b = grpo.policy_loss(logp, old, None, ADV, FULL[:, :1], h, "grpo")[0]
+        np.testing.assert_allclose(a, b, atol=1e-7)
+
+
+def test_cispo_gradient_equals_token_level_pg_on_policy():
+    # At r = 1 every objective's gradient is the plain policy gradient A * dlogp (token mean).
+    on = OLD
+    g_cispo = jax.grad(lambda lp: grpo.policy_loss(lp, OLD, None, ADV, PART, hyper(), "cispo")[0])(on)
+    g_dapo = jax.grad(lambda lp: grpo.policy_loss(lp, OLD, None, ADV, PART, hyper(), "dapo")[0])(on)
+    np.testing.assert_allclose(g_cispo, g_dapo, atol=1e-7)
+    np.testing.assert_allclose(g_dapo, -np.array([[1.0, 1.0], [-0.5, 0.0]]) / 3, atol=1e-7)
+
+
+def test_unknown_loss_type_is_rejected():
+    with pytest.raises(ValueError, match="loss_type"):
+        loss("ppo")
+    with pytest.raises(ValueError, match="loss_type"):
+        grpo.validate(grpo.GRPOConfig(loss_type="nope"))
+    with pytest.raises(ValueError, match="num_minibatches"):
+        grpo.validate(grpo.GRPOConfig(num_prompts=3, group_size=3, num_minibatches=2))
+    with pytest.raises(ValueError, match="group_size"):
+        grpo.validate(grpo.GRPOConfig(group_size=1))
