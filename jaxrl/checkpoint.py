@@ -45,7 +45,9 @@ def from_storable(stored: Any, template: Any) -> Any:
 
     def back(data, like):
         if _is_key(like):
-            return jax.random.wrap_key_data(data, impl=jax.random.key_impl(like))
+            # An array knows its impl; a ShapeDtypeStruct (eval_shape template) only its dtype.
+            impl = jax.random.key_impl(like) if isinstance(like, jax.Array) else like.dtype._impl
+            return jax.random.wrap_key_data(data, impl=impl)
         return data
 
     return jax.tree_util.tree_map(back, stored, template)

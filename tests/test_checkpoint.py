@@ -1,0 +1,96 @@
+"""Checkpoints: exact round trip (typed PRNG keys included), structure check on restore,
+keep-the-last-few, and atomicity (an interrupted save never replaces the last good one)."""
+
+from __future__ import annotations
+
+import functools
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from orbax.checkpoint._src.path import async_path
+
+from jaxrl import trainer
+from jaxrl.checkpoint import CheckpointError, Checkpoints, from_storable, to_storable
+from test_trainer import FakeConfig, _fake_init, _fake_update, leaves_equal
+
+
+@pytest.fixture(scope="module")
+def states():
+    """Two consecutive states of two seeds (leaves [2, ...], typed keys)."""
+    init = jax.vmap(functools.partial(_fake_init, FakeConfig()))
+    update = jax.jit(jax.vmap(functools.partial(_fake_update, FakeConfig())))
+    s1 = init(trainer.seed_keys(0, 2))
+    s2, _ = update(s1)
+    return s1, s2
+
+
+def test_storable_roundtrip_keeps_typed_keys(states):
+    s1, _ = states
+    stored = to_storable(s1)
+    assert stored.key.dtype == jnp.uint32 and stored.key.shape == (2, 2)
+    back = from_storable(stored, jax.eval_shape(lambda: s1))  # a ShapeDtypeStruct template works
+    assert jnp.issubdtype(back.key.dtype, jax.dtypes.prng_key)
+    assert leaves_equal(back, s1)
+
+
+def test_save_restore_exact_and_keep_last(states, tmp_path):
+    s1, s2 = states
+    with Checkpoints(tmp_path / "ck", keep=2) as ckpts:
+        for step, s in ((1, s1), (2, s2), (3, s1)):
+            ckpts.save(step, s)
+        assert ckpts.steps() == [2, 3]
+        restored = ckpts.restore(jax.eval_shape(lambda: s1), 2)
+    assert leaves_equal(restored, s2)
+    assert isinstance(restored, type(s2))
+    # The restored key still drives jax.random exactly as the original.
+    np.testing.assert_array_equal(
+        jax.random.key_data(jax.vmap(jax.random.split)(restored.key)), jax.random.key_data(jax.vmap(jax.random.split)(s2.key))
+    )
+
+
+def test_restore_checks_structure(states, tmp_path):
+    s1, _ = states
+    with Checkpoints(tmp_path / "ck") as ckpts:
+        with pytest.raises(CheckpointError, match="no checkpoint in"):
+            ckpts.restore(s1)
+        ckpts.save(1, s1)
+        wrong_shape = s1.replace(w=jnp.zeros((2, 5)))
+        with pytest.raises(CheckpointError, match="does not match this run's state"):
+            ckpts.restore(wrong_shape)
+        wrong_tree = {"w": s1.w, "count": s1.count}
+        with pytest.raises(CheckpointError, match="does not match this run's state"):
+            ckpts.restore(wrong_tree)
+        with pytest.raises(CheckpointError, match="no checkpoint for step 7"):
+            ckpts.restore(s1, 7)
+
+
+def test_interrupted_save_keeps_last_good(states, tmp_path, monkeypatch):
+    s1, s2 = states
+    directory = tmp_path / "ck"
+    with Checkpoints(directory) as ckpts:
+        ckpts.save(1, s1)
+
+    # Simulate a crash after the data of step 2 is written but before it is committed:
+    # the final rename never happens.
+    async def crash(*args, **kwargs):
+        raise OSError("simulated crash mid-save")
+
+    monkeypatch.setattr(async_path, "rename", crash)
+    ckpts = Checkpoints(directory)
+    with pytest.raises(Exception, match="simulated crash"):
+        ckpts.save(2, s2)
+    monkeypatch.undo()
+    leftovers = [p for p in os.listdir(directory) if p not in ("1",)]
+    assert leftovers and all("tmp" in p for p in leftovers), os.listdir(directory)  # step 2 stayed a tmp dir
+
+    # A fresh process sees only the good checkpoint, restores it exactly, and can save again.
+    with Checkpoints(directory) as again:
+        assert again.steps() == [1]
+        assert leaves_equal(again.restore(s1), s1)
+        again.save(2, s2)
+        assert again.steps() == [1, 2]
+        assert leaves_equal(again.restore(s1), s2)
+    assert sorted(os.listdir(directory)) == ["1", "2"]  # the leftover was cleaned up
