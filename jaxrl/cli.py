@@ -78,6 +78,18 @@ def _add_list(sub) -> None:
     p.set_defaults(func=list_main)
 
 
+# ----------------------------------------------------------------------- check-env
+
+
+def _add_check_env(sub) -> None:
+    p = sub.add_parser("check-env", help="run check_env on a registered env; exit 1 if a check fails")
+    p.add_argument("env_id", metavar="ENV_ID", help="a registered id, e.g. CartPole-v1 (see `jaxrl list`)")
+    p.add_argument("--steps", type=int, default=500, help="steps of the random rollout (default 500)")
+    p.add_argument("--envs", type=int, default=16, help="envs in the random rollout (default 16)")
+    p.add_argument("--seed", type=int, default=0, help="PRNG seed (default 0)")
+    p.set_defaults(func=_lazy("jaxrl.check", "main"))
+
+
 # ------------------------------------------------------------ train / eval / render
 
 
@@ -88,6 +100,9 @@ def _add_train(sub) -> None:
     p.add_argument("--seeds", type=int, help="train N seeds together in one vmapped program")
     p.add_argument("--out", help="run directory (default: <train.out_dir>/<algo>_<env>_<time>)")
     p.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its last checkpoint")
+    from jaxrl import distributed  # --coordinator-address / --num-processes / --process-id
+
+    distributed.add_arguments(p)
     p.set_defaults(func=_lazy("jaxrl.trainer", "main_train"))
 
 
@@ -115,6 +130,7 @@ def _add_render(sub) -> None:
 #: One entry per sub-command; each adds its parser to the sub-parser group.
 COMMANDS: list[Callable] = [
     _add_list,
+    _add_check_env,
     _add_train,
     _add_eval,
     _add_render,

@@ -1,0 +1,664 @@
+"""``check_env``: a conformance checker for the environment contract (:mod:`jaxrl.env`).
+
+It runs an env through every promise the contract makes and reports each as a named check
+(PASS, FAIL or SKIP with a one-line reason), plus a throughput figure::
+
+    >>> report = check_env(env, params)            # prints one line per check
+    >>> report.passed, report.failed_names()
+
+================== ==========================================================================
+``jit``            ``reset`` and ``step`` compile and run under ``jax.jit``.
+``vmap``           ``reset``/``step`` under ``vmap`` give a leading batch axis on every leaf
+                   and agree with unbatched calls (float tolerance 1e-5).
+``timestep_dtypes`` ``reward`` is float32 ``[]``, ``terminated``/``truncated`` are bool ``[]``,
+                   none weakly typed, at reset and at step.
+``stable_types``   state, obs, reward and flags have the same tree structure, shapes, dtypes and
+                   weak types after reset, after one step and after two (so a ``scan`` carry
+                   never changes type; "weak-type flips" are caught here).
+``info_structure`` ``info`` has the same structure, shapes and dtypes at reset and at step.
+``observation_space`` obs has the space's shape and dtype, and every observation of a random
+                   rollout (``num_envs`` x ``num_steps``, auto-reset, so many episodes) lies
+                   inside ``observation_space(params)``.
+``finite``         every reward and float observation of that rollout is finite.
+``truncation``     when params have ``max_steps_in_episode``: ``truncated`` is never set before
+                   the episode's step counter reaches the limit and always set (or the episode
+                   terminated) when it does, checked at the env's own limit and at a small one
+                   set with :func:`jaxrl.env.replace_params`; the counter restarts after reset.
+``determinism``    the same key gives a bit-identical rollout on a second call and after a
+                   fresh trace (catches hidden Python state read at trace time).
+``invalid_actions`` out-of-range actions (ints below 0 / at or above ``n`` / int32 extremes for
+                   ``Discrete``; +-1e6 and +-float32 max for ``Box``) give finite outputs; when
+                   ``env.invalid_action_rule`` starts with "clip", the outputs equal those of
+                   the clipped action.
+``no_retrace``     repeated ``reset``/``step`` calls with new keys, states, actions and param
+                   values trace once each (params are dynamic, types are stable).
+``render``         if implemented, ``render(state, params)`` returns ``uint8[H, W, 3]``.
+================== ==========================================================================
+
+The throughput is env steps per second of the rollout above (random actions from
+``action_space.sample``, auto-reset by a full ``reset`` per step, every output consumed),
+timed on a second call, after compilation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import functools
+import sys
+import time
+from typing import Any, Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import struct
+
+from jaxrl import spaces
+from jaxrl.env import Environment, replace_params
+
+PASS, FAIL, SKIP = "PASS", "FAIL", "SKIP"
+#: The small episode limit used by the ``truncation`` check (or the env's own, if smaller).
+SMALL_LIMIT = 5
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckResult:
+    """One named check: its status (``PASS``/``FAIL``/``SKIP``) and a one-line message."""
+
+    name: str
+    status: str
+    message: str
+
+    @property
+    def passed(self) -> bool:
+        return self.status != FAIL
+
+
+@dataclasses.dataclass
+class CheckReport:
+    """Everything ``check_env`` found.
+
+    Attributes:
+      env_name: ``env.name``.
+      checks: the checks in the order they ran.
+      steps_per_second: env steps/s of the random rollout, after compile (0 if it failed).
+      compile_seconds: wall time of the rollout's first call (trace + compile + run).
+      num_envs, num_steps: the rollout's batch size and length.
+    """
+
+    env_name: str
+    checks: list[CheckResult]
+    steps_per_second: float = 0.0
+    compile_seconds: float = 0.0
+    num_envs: int = 0
+    num_steps: int = 0
+
+    @property
+    def passed(self) -> bool:
+        return all(c.passed for c in self.checks)
+
+    def failed_names(self) -> list[str]:
+        return [c.name for c in self.checks if c.status == FAIL]
+
+    def __getitem__(self, name: str) -> CheckResult:
+        for c in self.checks:
+            if c.name == name:
+                return c
+        raise KeyError(f"no check named {name!r}; checks: {[c.name for c in self.checks]}")
+
+    def __str__(self) -> str:
+        width = max(len(c.name) for c in self.checks)
+        lines = [f"check_env({self.env_name})"]
+        lines += [f"  {c.status}  {c.name:<{width}}  {c.message}" for c in self.checks]
+        n_fail = len(self.failed_names())
+        lines.append(
+            f"throughput: {self.steps_per_second:,.0f} env steps/s "
+            f"({self.num_envs} envs x {self.num_steps} steps, random actions, auto-reset; "
+            f"first call incl. compile {self.compile_seconds:.2f} s)"
+        )
+        lines.append("result: " + ("all checks passed" if n_fail == 0 else f"{n_fail} check(s) FAILED: {', '.join(self.failed_names())}"))
+        return "\n".join(lines)
+
+
+# ------------------------------------------------------------------- tree helpers
+
+
+def _avals(tree) -> list[tuple]:
+    """``(path, shape, dtype, weak_type)`` of every leaf of an abstract or concrete tree."""
+    out = []
+    for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
+        aval = jax.typeof(leaf) if isinstance(leaf, jax.Array) else jax.ShapeDtypeStruct(np.shape(leaf), jnp.result_type(leaf))
+        out.append((jax.tree_util.keystr(path), tuple(aval.shape), str(aval.dtype), bool(getattr(aval, "weak_type", False))))
+    return out
+
+
+def _type_diff(a, b, what: str) -> str | None:
+    """A message describing the first difference in structure or leaf types, else None."""
+    sa, sb = jax.tree_util.tree_structure(a), jax.tree_util.tree_structure(b)
+    if sa != sb:
+        return f"{what}: tree structure changed: {sa} vs {sb}"
+    for (path, *ta), (_, *tb) in zip(_avals(a), _avals(b)):
+        if ta != tb:
+            fmt = lambda t: f"{t[1]}{list(t[0])}{' (weak)' if t[2] else ''}"  # noqa: E731
+            return f"{what}{path}: {fmt(ta)} vs {fmt(tb)}"
+    return None
+
+
+def _to_numpy(x) -> np.ndarray:
+    if jnp.issubdtype(jnp.result_type(x), jax.dtypes.prng_key):
+        x = jax.random.key_data(x)
+    return np.asarray(x)
+
+
+def _bit_equal(a, b) -> bool:
+    la, lb = jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)
+    return len(la) == len(lb) and all(
+        _to_numpy(x).tobytes() == _to_numpy(y).tobytes() for x, y in zip(la, lb)
+    )
+
+
+def _close(a, b, rtol=1e-5, atol=1e-6) -> bool:
+    la, lb = jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)
+    if len(la) != len(lb):
+        return False
+    for x, y in zip(la, lb):
+        x, y = _to_numpy(x), _to_numpy(y)
+        if x.shape != y.shape:
+            return False
+        if np.issubdtype(x.dtype, np.inexact):
+            if not np.allclose(x, y, rtol=rtol, atol=atol, equal_nan=True):
+                return False
+        elif not np.array_equal(x, y):
+            return False
+    return True
+
+
+def _float_leaves_finite(tree) -> jax.Array:
+    """bool ``[...]`` over the leading (batch) axis: every float leaf finite."""
+    ok = jnp.array(True)
+    for leaf in jax.tree_util.tree_leaves(tree):
+        if jnp.issubdtype(leaf.dtype, jnp.inexact):
+            ok = ok & jnp.all(jnp.isfinite(leaf))
+    return ok
+
+
+def _obs_sum(tree) -> jax.Array:
+    """float32 checksum of every observation leaf (so the rollout consumes observations)."""
+    return sum((jnp.sum(leaf.astype(jnp.float32)) for leaf in jax.tree_util.tree_leaves(tree)), jnp.float32(0))
+
+
+def _select_batch(pred, on_true, on_false):
+    """Per-env choice between two batched trees; ``pred`` is bool ``[B]``."""
+
+    def pick(a, b):
+        return jnp.where(jnp.reshape(pred, pred.shape + (1,) * (a.ndim - 1)), a, b)
+
+    return jax.tree_util.tree_map(pick, on_true, on_false)
+
+
+class _Counted:
+    """Wraps ``fn``; ``traces`` counts how often JAX traced it (one increment per trace)."""
+
+    def __init__(self, fn: Callable):
+        self.fn = fn
+        self.traces = 0
+        functools.update_wrapper(self, fn)
+
+    def __call__(self, *args):
+        self.traces += 1
+        return self.fn(*args)
+
+
+# ------------------------------------------------------------------- the rollout
+
+
+@struct.dataclass
+class Rollout:
+    """What the checker's random rollout records, per step ``t`` and env ``b``."""
+
+    reward: jax.Array  # float32 [T, B]
+    terminated: jax.Array  # bool [T, B]
+    truncated: jax.Array  # bool [T, B]
+    obs_sum: jax.Array  # float32 [T, B], checksum of the step's observation
+    in_space: jax.Array  # bool [T, B], step obs and any new episode's first obs in the space
+    finite: jax.Array  # bool [T, B], reward and observations finite
+    limit_ok: jax.Array  # bool [T, B], `truncated` agrees with the episode step counter
+    at_limit: jax.Array  # bool [T, B], the episode step counter reached the limit this step
+    final_state: Any  # env state with leading axis [B] after T steps
+
+
+@struct.dataclass
+class _RolloutCarry:
+    key: jax.Array  # PRNG key
+    state: Any  # env state [B, ...]
+    elapsed: jax.Array  # int32 [B], steps since the episode started
+
+
+def _rollout_step(env, obs_space, act_space, params, limit, carry: _RolloutCarry, _):
+    """One auto-reset step of the batch; ``limit < 0`` means "no step limit to check"."""
+    num_envs = carry.elapsed.shape[0]
+    key, k_act, k_step, k_reset = jax.random.split(carry.key, 4)
+    actions = jax.vmap(act_space.sample)(jax.random.split(k_act, num_envs))
+    state, ts = jax.vmap(env.step, in_axes=(0, 0, 0, None))(jax.random.split(k_step, num_envs), carry.state, actions, params)
+    reset_state, reset_ts = jax.vmap(env.reset, in_axes=(0, None))(jax.random.split(k_reset, num_envs), params)
+    elapsed = carry.elapsed + 1
+    done = jnp.logical_or(ts.terminated, ts.truncated)
+    at_limit = elapsed >= limit
+    limit_ok = jnp.where(limit < 0, True, jnp.where(at_limit, done, ~ts.truncated))
+    contains = jax.vmap(obs_space.contains)
+    record = (
+        ts.reward,
+        ts.terminated,
+        ts.truncated,
+        jax.vmap(_obs_sum)(ts.obs),
+        contains(ts.obs) & contains(reset_ts.obs),
+        jnp.isfinite(ts.reward) & jax.vmap(_float_leaves_finite)(ts.obs) & jax.vmap(_float_leaves_finite)(reset_ts.obs),
+        limit_ok,
+        at_limit & (limit >= 0),
+    )
+    state = _select_batch(done, reset_state, state)
+    return _RolloutCarry(key, state, jnp.where(done, 0, elapsed)), record
+
+
+def rollout(env, obs_space, act_space, num_envs: int, num_steps: int, key, params, limit) -> Rollout:
+    """``num_envs`` copies of ``env`` for ``num_steps`` random steps with auto-reset.
+
+    ``limit`` (int32 ``[]``, traced) is the step limit the ``truncation`` check expects,
+    negative for none. Jit this with ``env``, the spaces and the sizes bound (partial).
+    """
+    key, reset_key = jax.random.split(key)
+    state, _ = jax.vmap(env.reset, in_axes=(0, None))(jax.random.split(reset_key, num_envs), params)
+    carry = _RolloutCarry(key, state, jnp.zeros((num_envs,), jnp.int32))
+    body = functools.partial(_rollout_step, env, obs_space, act_space, params, limit)
+    carry, rec = jax.lax.scan(body, carry, None, length=num_steps)
+    return Rollout(*rec, final_state=carry.state)
+
+
+# ------------------------------------------------------------------- the checks
+
+
+#: Batch size of the small vmapped calls (``vmap`` and ``invalid_actions`` share one compile).
+SMALL_BATCH = 5
+
+
+def reset_then_step(env, reset_keys, step_keys, actions, params):
+    """A batch of ``reset`` followed by one ``step`` with ``actions``; returns both outputs."""
+    first = jax.vmap(env.reset, in_axes=(0, None))(reset_keys, params)
+    second = jax.vmap(env.step, in_axes=(0, 0, 0, None))(step_keys, first[0], actions, params)
+    return first, second
+
+
+@dataclasses.dataclass
+class _Context:
+    """What the checks share: the env, its params, keys, compiled functions and results.
+
+    Compiles are the checker's main cost, so it compiles four programs and shares them:
+    ``reset_j``/``step_j`` (unbatched, trace-counted: ``no_retrace`` reads the counters
+    after every check has used them), ``reset_step_b`` (vmapped over ``SMALL_BATCH``: the
+    ``vmap`` and ``invalid_actions`` checks) and the random rollout.
+    """
+
+    env: Environment
+    params: Any
+    key: jax.Array
+    num_envs: int
+    num_steps: int
+    reset_c: _Counted | None = None
+    step_c: _Counted | None = None
+    reset_j: Callable | None = None
+    step_j: Callable | None = None
+    reset_step_b: Callable | None = None
+    obs_space: spaces.Space | None = None
+    act_space: spaces.Space | None = None
+    main: Rollout | None = None  # rollout at the env's own limit
+    again: Rollout | None = None  # second call of the main rollout (same key)
+    small: Rollout | None = None  # rollout with a small limit, or None
+    small_limit: int = -1
+    rollout_error: Exception | None = None
+    compile_seconds: float = 0.0
+    steps_per_second: float = 0.0
+
+
+def _limit_of(params) -> int:
+    value = getattr(params, "max_steps_in_episode", None)
+    return -1 if value is None else int(value)
+
+
+def _sample_action(ctx: _Context, key):
+    return ctx.act_space.sample(key)
+
+
+def check_jit(ctx: _Context) -> tuple[str, str]:
+    env, params = ctx.env, ctx.params
+    ctx.obs_space = env.observation_space(params)
+    ctx.act_space = env.action_space(params)
+    ctx.reset_c, ctx.step_c = _Counted(env.reset), _Counted(env.step)
+    ctx.reset_j, ctx.step_j = jax.jit(ctx.reset_c), jax.jit(ctx.step_c)
+    ctx.reset_step_b = jax.jit(functools.partial(reset_then_step, env))
+    k1, k2, k3 = jax.random.split(ctx.key, 3)
+    state, ts = ctx.reset_j(k1, params)
+    state, ts = ctx.step_j(k2, state, _sample_action(ctx, k3), params)
+    jax.block_until_ready((state, ts))
+    return PASS, "reset and step compile and run under jax.jit"
+
+
+def check_vmap(ctx: _Context) -> tuple[str, str]:
+    params, n = ctx.params, SMALL_BATCH
+    k_reset, k_step, k_act = jax.random.split(jax.random.fold_in(ctx.key, 1), 3)
+    reset_keys, step_keys = jax.random.split(k_reset, n), jax.random.split(k_step, n)
+    actions = jax.vmap(ctx.act_space.sample)(jax.random.split(k_act, n))
+    batched = ctx.reset_step_b(reset_keys, step_keys, actions, params)
+    for what, tree in zip(("reset", "step"), batched):
+        for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
+            if np.shape(leaf)[:1] != (n,):
+                return FAIL, f"vmapped {what} output {jax.tree_util.keystr(path)} has shape {np.shape(leaf)}, expected leading axis {n}"
+    batched = jax.tree_util.tree_map(_to_numpy, batched)
+    for i in range(n):
+        want_reset, want_step = jax.tree_util.tree_map(lambda x, i=i: x[i], batched)
+        s, t = ctx.reset_j(reset_keys[i], params)
+        if not _close((s, t), want_reset):
+            return FAIL, f"vmapped reset differs from unbatched reset for env {i}"
+        s, t = ctx.step_j(step_keys[i], s, actions[i], params)
+        if not _close((s, t), want_step):
+            return FAIL, f"vmapped step differs from unbatched step for env {i}"
+    return PASS, f"reset/step vmap over {n} envs and match unbatched calls"
+
+
+def _timesteps(ctx: _Context):
+    """The (state, TimeStep) after reset, one step and two steps (jitted, concrete)."""
+    keys = jax.random.split(jax.random.fold_in(ctx.key, 2), 5)
+    s0, t0 = ctx.reset_j(keys[0], ctx.params)
+    s1, t1 = ctx.step_j(keys[1], s0, _sample_action(ctx, keys[2]), ctx.params)
+    s2, t2 = ctx.step_j(keys[3], s1, _sample_action(ctx, keys[4]), ctx.params)
+    return (s0, t0), (s1, t1), (s2, t2)
+
+
+def check_timestep_dtypes(ctx: _Context) -> tuple[str, str]:
+    (_, t0), (_, t1), _ = _timesteps(ctx)
+    want = {"reward": ("float32", ()), "terminated": ("bool", ()), "truncated": ("bool", ())}
+    for when, ts in (("reset", t0), ("step", t1)):
+        for field, (dtype, shape) in want.items():
+            x = getattr(ts, field)
+            aval = jax.typeof(x)
+            if str(aval.dtype) != dtype or tuple(aval.shape) != shape or aval.weak_type:
+                got = f"{aval.dtype}{list(aval.shape)}{' (weak)' if aval.weak_type else ''}"
+                return FAIL, f"{when} TimeStep.{field} is {got}, expected {dtype}{list(shape)} (not weak)"
+    return PASS, "reward float32[], terminated/truncated bool[] at reset and step"
+
+
+def _core(state_ts):
+    state, ts = state_ts
+    return {"state": state, "obs": ts.obs, "reward": ts.reward, "terminated": ts.terminated, "truncated": ts.truncated}
+
+
+def check_stable_types(ctx: _Context) -> tuple[str, str]:
+    r0, r1, r2 = _timesteps(ctx)
+    for label, a, b in (("reset vs step", r0, r1), ("step vs step", r1, r2)):
+        diff = _type_diff(_core(a), _core(b), "")
+        if diff:
+            return FAIL, f"{label}: {diff.lstrip()}"
+    return PASS, "state/obs/reward/flags: same structure, shapes, dtypes, weak types at reset and over steps"
+
+
+def check_info_structure(ctx: _Context) -> tuple[str, str]:
+    (_, t0), (_, t1), (_, t2) = _timesteps(ctx)
+    for label, a, b in (("reset vs step", t0, t1), ("step vs step", t1, t2)):
+        diff = _type_diff(a.info, b.info, "info")
+        if diff:
+            return FAIL, f"{label}: {diff}"
+    return PASS, f"info keys {sorted(t0.info) if isinstance(t0.info, dict) else '?'} identical at reset and step"
+
+
+def _with_limit(params, limit: int):
+    """``params`` with ``max_steps_in_episode = limit``, keeping the field's type."""
+    old = params.max_steps_in_episode
+    return replace_params(params, max_steps_in_episode=jnp.asarray(limit, old.dtype) if hasattr(old, "dtype") else limit)
+
+
+def _jit_rollout(ctx: _Context) -> Callable:
+    """A freshly traced, jitted :func:`rollout` for this env (a new callable each time)."""
+    return jax.jit(_Counted(functools.partial(rollout, ctx.env, ctx.obs_space, ctx.act_space, ctx.num_envs, ctx.num_steps)))
+
+
+def _ensure_rollouts(ctx: _Context) -> None:
+    """Compile and run the random rollout once (at the env's limit and at a small one)."""
+    if ctx.rollout_error is not None:
+        raise ctx.rollout_error
+    if ctx.main is not None:
+        return
+    try:
+        fn = _jit_rollout(ctx)
+        key, limit = jax.random.fold_in(ctx.key, 3), _limit_of(ctx.params)
+        start = time.perf_counter()
+        ctx.main = jax.block_until_ready(fn(key, ctx.params, jnp.int32(limit)))
+        ctx.compile_seconds = time.perf_counter() - start
+        start = time.perf_counter()
+        ctx.again = jax.block_until_ready(fn(key, ctx.params, jnp.int32(limit)))
+        ctx.steps_per_second = ctx.num_envs * ctx.num_steps / max(time.perf_counter() - start, 1e-9)
+        if limit > 0:
+            ctx.small_limit = min(limit, SMALL_LIMIT)
+            small_params = _with_limit(ctx.params, ctx.small_limit)
+            ctx.small = fn(jax.random.fold_in(key, 1), small_params, jnp.int32(ctx.small_limit))
+    except Exception as exc:
+        ctx.main, ctx.rollout_error = None, exc
+        raise
+
+
+def _first_bad(mask: np.ndarray) -> str:
+    t, b = np.argwhere(~mask)[0]
+    return f"step {t}, env {b}"
+
+
+def check_observation_space(ctx: _Context) -> tuple[str, str]:
+    space = ctx.obs_space
+    _, ts = ctx.reset_j(ctx.key, ctx.params)
+    obs = ts.obs
+    if isinstance(space, (spaces.Box, spaces.Discrete)):
+        if tuple(np.shape(obs)) != tuple(space.shape) or jnp.result_type(obs) != space.dtype:
+            return FAIL, f"obs is {jnp.result_type(obs)}{list(np.shape(obs))}, space is {space.dtype}{list(space.shape)}"
+    if not bool(space.contains(obs)):
+        return FAIL, f"reset obs {np.asarray(obs)} outside {space!r}"
+    _ensure_rollouts(ctx)
+    mask = np.asarray(ctx.main.in_space)
+    if not mask.all():
+        return FAIL, f"observation outside {space!r} at {_first_bad(mask)} of the random rollout"
+    episodes = int(np.asarray(ctx.main.terminated | ctx.main.truncated).sum())
+    return PASS, f"{mask.size} observations ({episodes} episode ends) inside {space!r}"
+
+
+def check_finite(ctx: _Context) -> tuple[str, str]:
+    _ensure_rollouts(ctx)
+    mask = np.asarray(ctx.main.finite)
+    if not mask.all():
+        return FAIL, f"non-finite reward or observation at {_first_bad(mask)} of the random rollout"
+    return PASS, f"{mask.size} rewards and observations finite"
+
+
+def check_truncation(ctx: _Context) -> tuple[str, str]:
+    limit = _limit_of(ctx.params)
+    if limit < 0:
+        return SKIP, "params have no max_steps_in_episode"
+    _ensure_rollouts(ctx)
+    reached = 0
+    for lim, ro in ((limit, ctx.main), (ctx.small_limit, ctx.small)):
+        ok = np.asarray(ro.limit_ok)
+        if not ok.all():
+            t, b = np.argwhere(~ok)[0]
+            trunc = bool(np.asarray(ro.truncated)[t, b])
+            when = "before the step counter reached" if trunc else "missing when the step counter reached"
+            return FAIL, f"with max_steps_in_episode={lim}: truncated {when} the limit (step {t}, env {b})"
+        reached += int(np.asarray(ro.at_limit).sum())
+    if reached == 0:
+        return SKIP, f"every episode terminated before the limit (tried {limit} and {ctx.small_limit})"
+    return PASS, f"truncated exactly at the limit ({reached} episodes reached max_steps_in_episode={limit} or {ctx.small_limit})"
+
+
+def check_determinism(ctx: _Context) -> tuple[str, str]:
+    _ensure_rollouts(ctx)
+    if not _bit_equal(ctx.main, ctx.again):
+        return FAIL, "two calls with the same key gave different rollouts"
+    # Two fresh traces must lower to the same program: a hidden Python counter or any other
+    # state read at trace time shows up as a different constant (lowering costs no compile).
+    args = (ctx.key, ctx.params, jnp.int32(_limit_of(ctx.params)))
+    first, second = (_jit_rollout(ctx).lower(*args).as_text() for _ in range(2))
+    if first != second:
+        return FAIL, "two fresh traces of reset/step lower to different programs (hidden Python state read at trace time?)"
+    return PASS, "same key -> bit-identical rollout across calls; fresh traces lower to the same program"
+
+
+def _invalid_actions(space: spaces.Space) -> tuple[jax.Array, jax.Array] | None:
+    """A batch of out-of-range actions and their clipped counterparts."""
+    if isinstance(space, spaces.Discrete):
+        info = jnp.iinfo(space.dtype)
+        bad = np.array([-1, space.n, space.n + 7, info.max, info.min][:SMALL_BATCH], dtype=np.int64)
+        return jnp.asarray(bad, space.dtype), jnp.asarray(np.clip(bad, 0, space.n - 1), space.dtype)
+    if isinstance(space, spaces.Box) and jnp.issubdtype(space.dtype, jnp.floating):
+        big = float(jnp.finfo(space.dtype).max)
+        values = jnp.asarray([1e6, -1e6, big, -big, -1e3][:SMALL_BATCH], space.dtype)
+        bad = jnp.broadcast_to(values.reshape((-1,) + (1,) * len(space.shape)), values.shape + space.shape)
+        return bad, jnp.clip(bad, space.low, space.high)
+    return None
+
+
+def check_invalid_actions(ctx: _Context) -> tuple[str, str]:
+    rule = ctx.env.invalid_action_rule
+    if not isinstance(rule, str) or not rule.strip():
+        return FAIL, "env.invalid_action_rule is empty: document what step does with invalid actions"
+    actions = _invalid_actions(ctx.act_space)
+    if actions is None:
+        return SKIP, f"no invalid actions known for {ctx.act_space!r}"
+    bad, clipped = actions
+    n = bad.shape[0]
+    # One reset key for the whole batch: every invalid action is applied to the same state.
+    reset_keys = jnp.broadcast_to(jax.random.fold_in(ctx.key, 4), (n,) + jnp.shape(ctx.key))
+    step_keys = jax.random.split(jax.random.fold_in(ctx.key, 5), n)
+    _, out_bad = ctx.reset_step_b(reset_keys, step_keys, bad, ctx.params)
+    _, ts = out_bad
+    finite = np.asarray(jnp.isfinite(ts.reward) & jax.vmap(_float_leaves_finite)(out_bad))
+    if not finite.all():
+        i = int(np.argwhere(~finite)[0][0])
+        return FAIL, f"action {np.asarray(bad[i]).tolist()} gives a non-finite state/reward/obs"
+    if rule.strip().lower().startswith("clip"):
+        _, out_clip = ctx.reset_step_b(reset_keys, step_keys, clipped, ctx.params)
+        if not _close(out_bad, out_clip):
+            return FAIL, f"rule {rule!r}, but invalid actions do not act like their clipped values"
+        return PASS, f"{n} invalid actions finite and clipped (rule: {rule!r})"
+    return PASS, f"{n} invalid actions give finite outputs (rule: {rule!r})"
+
+
+def check_no_retrace(ctx: _Context) -> tuple[str, str]:
+    params = ctx.params
+    other = params
+    if _limit_of(params) > 0:  # a new param value must not retrace: params are dynamic
+        other = _with_limit(params, _limit_of(params) + 1)
+    keys = jax.random.split(jax.random.fold_in(ctx.key, 6), 7)
+    state, _ = ctx.reset_j(keys[0], other)
+    for i, p in enumerate((params, other, params, params)):
+        state, _ = ctx.step_j(keys[1 + i], state, _sample_action(ctx, keys[6]), p)
+    jax.block_until_ready(state)
+    if ctx.reset_c.traces != 1 or ctx.step_c.traces != 1:
+        return FAIL, (
+            f"jitted reset traced {ctx.reset_c.traces}x and step {ctx.step_c.traces}x over the checks' "
+            "calls with new keys, states and param values (expected 1 each)"
+        )
+    return PASS, "reset and step traced once over every call of the checks (new keys, states, param values)"
+
+
+def check_render(ctx: _Context) -> tuple[str, str]:
+    state, _ = ctx.reset_j(ctx.key, ctx.params)
+    try:
+        frame = ctx.env.render(state, ctx.params)
+    except NotImplementedError:
+        return SKIP, "render not implemented"
+    frame = np.asarray(frame)
+    if frame.dtype != np.uint8 or frame.ndim != 3 or frame.shape[-1] != 3:
+        return FAIL, f"render returned {frame.dtype}{list(frame.shape)}, expected uint8[H, W, 3]"
+    return PASS, f"uint8{list(frame.shape)} frame"
+
+
+#: (name, function) in the order they run; later checks use what earlier ones computed.
+CHECKS: list[tuple[str, Callable[[_Context], tuple[str, str]]]] = [
+    ("jit", check_jit),
+    ("vmap", check_vmap),
+    ("timestep_dtypes", check_timestep_dtypes),
+    ("stable_types", check_stable_types),
+    ("info_structure", check_info_structure),
+    ("observation_space", check_observation_space),
+    ("finite", check_finite),
+    ("truncation", check_truncation),
+    ("determinism", check_determinism),
+    ("invalid_actions", check_invalid_actions),
+    ("no_retrace", check_no_retrace),
+    ("render", check_render),
+]
+
+
+def _run_one(fn, ctx: _Context) -> tuple[str, str]:
+    try:
+        return fn(ctx)
+    except Exception as exc:  # a check that crashes is a failed check, with the reason
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        return FAIL, f"raised {type(exc).__name__}: {first}"[:300]
+
+
+def check_env(
+    env: Environment,
+    params: Any = None,
+    *,
+    num_steps: int = 500,
+    num_envs: int = 16,
+    key: jax.Array | None = None,
+    only: Sequence[str] | None = None,
+    verbose: bool = True,
+) -> CheckReport:
+    """Check ``env`` against the environment contract; see the module docstring.
+
+    Args:
+      env: the environment (unbatched: one copy; ``check_env`` vmaps it itself).
+      params: its params (default: ``env.default_params``).
+      num_steps, num_envs: size of the random auto-reset rollout (``num_envs`` x
+        ``num_steps`` env steps) used by the space, finiteness, truncation and determinism
+        checks and by the throughput figure.
+      key: PRNG key (default ``jax.random.PRNGKey(0)``).
+      only: run just these checks (``jit`` always runs first: the others need it).
+      verbose: print the report.
+
+    Returns:
+      A :class:`CheckReport`; ``report.passed`` is False if any check failed.
+    """
+    if int(num_steps) <= 0 or int(num_envs) <= 0:
+        raise ValueError(f"check_env needs num_steps > 0 and num_envs > 0, got {num_steps}, {num_envs}")
+    names = [name for name, _ in CHECKS]
+    unknown = sorted(set(only or ()) - set(names))
+    if unknown:
+        raise ValueError(f"unknown check name(s) {unknown}; checks: {names}")
+    params = env.default_params if params is None else params
+    ctx = _Context(env, params, jax.random.PRNGKey(0) if key is None else key, int(num_envs), int(num_steps))
+    results = []
+    if verbose:
+        print(f"check_env({env.name}): {ctx.num_envs} envs x {ctx.num_steps} steps", flush=True)
+    for name, fn in CHECKS:
+        if only is not None and name != "jit" and name not in only:
+            continue
+        status, message = _run_one(fn, ctx)
+        results.append(CheckResult(name, status, message))
+        if verbose:
+            print(f"  {status}  {name:<17}  {message}", flush=True)
+    report = CheckReport(env.name, results, ctx.steps_per_second, ctx.compile_seconds, ctx.num_envs, ctx.num_steps)
+    if verbose:
+        print("\n".join(str(report).splitlines()[-2:]), flush=True)
+    return report
+
+
+def main(args: argparse.Namespace) -> int:
+    """``jaxrl check-env ENV_ID [--steps N] [--envs N] [--seed S]``: 0 if every check passed."""
+    from jaxrl import registry
+
+    try:
+        env, params = registry.make(args.env_id)
+    except (KeyError, ValueError, TypeError) as exc:
+        print(f"jaxrl check-env: {exc.args[0] if exc.args else exc}", file=sys.stderr)
+        return 2
+    report = check_env(env, params, num_steps=args.steps, num_envs=args.envs, key=jax.random.PRNGKey(args.seed))
+    return 0 if report.passed else 1

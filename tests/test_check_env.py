@@ -1,0 +1,193 @@
+"""check_env: every registered env passes; deliberately broken envs fail the right check."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+import jaxrl
+from jaxrl import check
+from jaxrl.check import CheckReport, check_env
+from jaxrl.env import transition
+from jaxrl_envs.cartpole import CartPole
+
+# Physics envs compile for tens of seconds each; their owners' tests run check_env over a
+# representative subset (tests/test_brax.py, tests/test_mjx.py), so the sweep skips them.
+HEAVY_NAMESPACES = ("brax/", "mjx/")
+SWEEP_IDS = [i for i in jaxrl.registered_ids() if not i.startswith(HEAVY_NAMESPACES)]
+SMALL = dict(num_steps=48, num_envs=6, verbose=False)
+
+
+@pytest.mark.parametrize("env_id", SWEEP_IDS)
+def test_registered_env_passes(env_id):
+    env, params = jaxrl.make(env_id)
+    report = check_env(env, params, **SMALL)
+    assert report.passed, str(report)
+    assert [c.name for c in report.checks] == [name for name, _ in check.CHECKS]
+    assert report.steps_per_second > 0
+
+
+def test_report_prints_one_line_per_check(capsys):
+    env, params = jaxrl.make("ProbeConstant-v0")
+    report = check_env(env, params, num_steps=8, num_envs=2)
+    out = capsys.readouterr().out
+    for c in report.checks:
+        assert f"{c.status}  {c.name}" in out
+    assert "throughput:" in out and "env steps/s" in out
+    assert "all checks passed" in str(report)
+    assert report["jit"].status == "PASS"
+    with pytest.raises(KeyError, match="no check named"):
+        report["nope"]
+
+
+def test_bad_sizes_rejected():
+    env = CartPole()
+    with pytest.raises(ValueError, match="num_steps > 0"):
+        check_env(env, num_steps=0, verbose=False)
+
+
+# ----------------------------------------------------------------- broken envs
+# Each breaks one promise of the contract; the comment says which check must catch it.
+
+
+class _Broken(CartPole):
+    """CartPole subclasses compare equal by type (CartPole's __eq__ is exact-type)."""
+
+    def __eq__(self, other):
+        return type(other) is type(self)
+
+    def __hash__(self):
+        return hash(type(self))
+
+
+class WeakTimeFlip(_Broken):
+    """reset's step counter is a weakly typed int32, step's a strong one: a weak-type flip
+    (a scan carry would change type; jit retraces on the second step)."""
+
+    def reset(self, key, params):
+        state, ts = super().reset(key, params)
+        return state.replace(time=jnp.asarray(0)), ts
+
+    def step(self, key, state, action, params):
+        state, ts = super().step(key, state, action, params)
+        return state.replace(time=state.time.astype(jnp.int32)), ts
+
+
+class NanOnInvalidAction(_Broken):
+    """Valid actions are fine; any other action gives a NaN reward."""
+
+    def step(self, key, state, action, params):
+        state, ts = super().step(key, state, action, params)
+        valid = (action == 0) | (action == 1)
+        return state, ts.replace(reward=jnp.where(valid, ts.reward, jnp.nan))
+
+
+class WrongObsShape(_Broken):
+    """Consistently returns 5 numbers while the space promises 4."""
+
+    @staticmethod
+    def _obs(state):
+        return jnp.stack([state.x, state.x_dot, state.theta, state.theta_dot, state.time.astype(jnp.float32)])
+
+
+class TruncationOffByOne(_Broken):
+    """Truncates one step after the limit (``>`` instead of ``>=``)."""
+
+    def step(self, key, state, action, params):
+        new, ts = super().step(key, state, action, params)
+        return new, ts.replace(truncated=new.time > params.max_steps_in_episode)
+
+
+class HiddenTraceCounter(_Broken):
+    """Reads a Python counter at trace time: each trace bakes in a different reward."""
+
+    traces = 0
+
+    def step(self, key, state, action, params):
+        HiddenTraceCounter.traces += 1
+        new, ts = super().step(key, state, action, params)
+        return new, ts.replace(reward=ts.reward + HiddenTraceCounter.traces)
+
+
+class IntReward(_Broken):
+    """Returns an int32 reward from step."""
+
+    def step(self, key, state, action, params):
+        new, ts = super().step(key, state, action, params)
+        return new, transition(ts.obs, 0.0, ts.terminated, ts.truncated).replace(reward=jnp.int32(1))
+
+
+class InfoKeyOnlyAtStep(_Broken):
+    """``info`` has a key at step that reset does not have."""
+
+    def step(self, key, state, action, params):
+        new, ts = super().step(key, state, action, params)
+        return new, ts.replace(info={"speed": jnp.abs(new.x_dot)})
+
+
+class ClipRuleLie(_Broken):
+    """Claims "clip" but pushes left for action 5 (clipping would give 1: push right)."""
+
+    invalid_action_rule = "clip"
+
+
+# Every check runs: exactly the expected ones fail.
+# (env class, checks that must fail, a fragment of the first failure's message)
+BROKEN = [
+    (WeakTimeFlip, {"stable_types", "no_retrace"}, "int32[] (weak) vs int32[]"),
+    (NanOnInvalidAction, {"invalid_actions"}, "gives a non-finite"),
+    (WrongObsShape, {"observation_space"}, "obs is float32[5], space is float32[4]"),
+    (TruncationOffByOne, {"truncation"}, "truncated missing when the step counter reached the limit"),
+    # vmap fails too: the vmapped trace bakes in another counter value.
+    (HiddenTraceCounter, {"vmap", "determinism"}, "differs from unbatched"),
+]
+# Cheaper: only a few checks run (``only=``), the expected ones among them.
+BROKEN_ONLY = [
+    (IntReward, {"timestep_dtypes", "stable_types"}, ["timestep_dtypes", "stable_types", "info_structure"]),
+    (InfoKeyOnlyAtStep, {"info_structure"}, ["timestep_dtypes", "stable_types", "info_structure"]),
+    (ClipRuleLie, {"invalid_actions"}, ["invalid_actions", "timestep_dtypes"]),
+]
+
+
+@pytest.mark.parametrize("env_cls,expected,fragment", BROKEN, ids=[c.__name__ for c, *_ in BROKEN])
+def test_broken_env_fails_the_right_check(env_cls, expected, fragment):
+    env = env_cls()
+    report = check_env(env, env.default_params, num_steps=16, num_envs=4, verbose=False)
+    assert not report.passed
+    assert set(report.failed_names()) == expected, str(report)
+    assert fragment in report[report.failed_names()[0]].message, str(report)
+    assert "FAILED" in str(report)
+
+
+@pytest.mark.parametrize("env_cls,expected,only", BROKEN_ONLY, ids=[c.__name__ for c, *_ in BROKEN_ONLY])
+def test_broken_env_fails_the_right_check_only(env_cls, expected, only):
+    report = check_env(env_cls(), only=only, verbose=False)
+    assert [c.name for c in report.checks] == [n for n, _ in check.CHECKS if n == "jit" or n in only]
+    assert set(report.failed_names()) == expected, str(report)
+
+
+def test_only_rejects_unknown_check_names():
+    with pytest.raises(ValueError, match="unknown check name"):
+        check_env(CartPole(), only=["jitt"], verbose=False)
+
+
+def test_env_that_cannot_jit_fails_cleanly():
+    class PythonIf(_Broken):
+        def step(self, key, state, action, params):
+            if action == 1:  # concretises a tracer: not jittable
+                action = 1
+            return super().step(key, state, action, params)
+
+    report = check_env(PythonIf(), num_steps=4, num_envs=2, verbose=False)
+    assert report["jit"].status == "FAIL" and "raised" in report["jit"].message
+    assert isinstance(report, CheckReport)
+
+
+def test_check_report_counts_traces_once_for_a_good_env():
+    # no_retrace reads counters shared by all checks: a good env traces step exactly once.
+    env, params = jaxrl.make("ProbeTimeLimit-v0")
+    ctx = check._Context(env, params, jax.random.PRNGKey(1), 2, 8)
+    for _, fn in check.CHECKS:
+        assert fn(ctx)[0] in ("PASS", "SKIP")
+    assert ctx.reset_c.traces == 1 and ctx.step_c.traces == 1
