@@ -1,0 +1,183 @@
+"""Token-task environments: the env contract, answers against Python, the held-out split."""
+
+import functools
+import itertools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxrl
+from jaxrl.verifiers import EOS, PAD
+from jaxrl_envs.text import Addition, AlphabetSort, Reverse, Sort, decode, encode, is_held_out
+from jaxrl_envs.text.vocab import DIGIT0, VOCAB_SIZE
+
+IDS = ["text/Reverse-v0", "text/Sort-v0", "text/AlphabetSort-v0", "text/Addition-v0"]
+
+
+def _generate(env, keys, params):
+    return jax.vmap(env.generate, in_axes=(0, None))(keys, params)
+
+
+_generate_jit = jax.jit(_generate, static_argnums=0)  # one compile per (env, batch size)
+
+
+def _tasks(env, params, n, seed=0):
+    return _generate_jit(env, jax.random.split(jax.random.PRNGKey(seed), n), params)
+
+
+def _text(tokens):
+    return decode(tokens, stop_at_eos=False)
+
+
+@pytest.fixture(scope="module")
+def episode_fns():
+    """One jitted 'write these tokens' episode per env (compiled once for the module)."""
+
+    def play(env, params, key, tokens):
+        state, ts0 = env.reset(key, params)
+
+        def body(s, tok):
+            s, ts = env.step(key, s, tok, params)
+            return s, (ts.reward, ts.terminated, ts.truncated, ts.obs)
+
+        return ts0, jax.lax.scan(body, state, tokens)
+
+    return jax.jit(play, static_argnums=0)
+
+
+@pytest.mark.parametrize("env_id", IDS)
+def test_answer_then_eos_earns_one_and_terminates(env_id, episode_fns):
+    env, params = jaxrl.make(env_id)
+    key = jax.random.PRNGKey(3)
+    task = env.generate(key, params)
+    n = int(task.answer_len)
+    tokens = jnp.concatenate([task.answer[:n], jnp.array([EOS]), jnp.zeros(env.max_completion_len - n - 1, jnp.int32)])
+    ts0, (state, (reward, term, trunc, obs)) = episode_fns(env, params, key, tokens)
+    assert ts0.obs.shape == (env.prompt_len + env.max_completion_len,) and ts0.obs.dtype == jnp.int32
+    np.testing.assert_array_equal(ts0.obs[: env.prompt_len], task.prompt)
+    np.testing.assert_array_equal(reward[:n], 0.0)  # nothing before the end
+    assert float(reward[n]) == 1.0 and bool(term[n]) and not bool(trunc[n])
+    np.testing.assert_array_equal(obs[n][env.prompt_len : env.prompt_len + n + 1], tokens[: n + 1])
+    # finished episodes are frozen: later steps change nothing
+    np.testing.assert_array_equal(obs[-1], obs[n])
+
+
+@pytest.mark.parametrize("env_id", IDS)
+def test_no_eos_truncates_with_partial_or_zero_reward(env_id, episode_fns):
+    env, params = jaxrl.make(env_id)
+    tokens = jnp.full((env.max_completion_len,), 100, jnp.int32)  # out of vocabulary: clipped to 40
+    _, (state, (reward, term, trunc, obs)) = episode_fns(env, params, jax.random.PRNGKey(0), tokens)
+    assert bool(trunc[-1]) and not bool(term[-1]) and not np.any(np.asarray(trunc[:-1]))
+    assert float(reward[-1]) == 0.0  # every token wrong ('z' = 40 appears in no digit answer)
+    assert int(obs[-1][-1]) == VOCAB_SIZE - 1  # the invalid-action rule: clip
+
+
+def test_python_reference_answers():
+    rev, srt, add, alpha = Reverse(max_digits=5), Sort(max_digits=5), Addition(max_digits=3), AlphabetSort(max_names=4, name_len=2)
+    for env, params, check in [
+        (rev, rev.default_params.replace(num_digits=3), lambda p: p[::-1]),
+        (rev, rev.default_params, lambda p: p[::-1]),
+        (srt, srt.default_params.replace(num_digits=4), lambda p: "".join(sorted(p))),
+        (add, add.default_params.replace(min_digits=1, num_digits=3), lambda p: _add(p)),
+        (alpha, alpha.default_params.replace(num_names=3), lambda p: ",".join(sorted(p.split(",")))),
+        (alpha, alpha.default_params, lambda p: ",".join(sorted(p.split(",")))),
+    ]:
+        tasks = _tasks(env, params, 64)
+        for prompt, answer in zip(np.asarray(tasks.prompt), np.asarray(tasks.answer)):
+            text = _text(prompt)
+            assert text.endswith("=")
+            assert _text(answer) == check(text[:-1]), (env.name, text)
+
+
+def _add(prompt):
+    a, b = prompt.split("+")
+    width = len(a)
+    return str(int(a) + int(b)).zfill(width + 1)[::-1]
+
+
+def test_addition_digits_follow_params():
+    env = Addition(max_digits=4)
+    tasks = _tasks(env, env.default_params.replace(min_digits=1, num_digits=2), 256)
+    lengths = {len(_text(p).split("+")[0]) for p in np.asarray(tasks.prompt)}
+    assert lengths == {1, 2}
+    np.testing.assert_array_equal(np.isin(np.asarray(tasks.answer_len), [2, 3]), True)
+
+
+def test_vocab_roundtrip_and_errors():
+    assert decode(encode("12+34=$")) == "12+34=$"
+    assert decode(encode("ab,cd")) == "ab,cd"
+    with pytest.raises(ValueError, match="vocabulary"):
+        encode("A")
+
+
+# ---------------------------------------------------------------------------------------
+# The held-out split
+# ---------------------------------------------------------------------------------------
+
+
+def test_split_is_exactly_one_value_of_the_free_token():
+    env = Reverse(max_digits=3)
+    all_prompts = jnp.array([[DIGIT0 + d for d in ds] + [2] for ds in itertools.product(range(10), repeat=3)], jnp.int32)
+    held = np.asarray(jax.vmap(is_held_out)(all_prompts)).reshape(100, 10)  # rows: the first two digits
+    np.testing.assert_array_equal(held.sum(axis=1), 1)  # one held-out last digit per rest
+    assert env.name == "text/Reverse-v0"
+
+
+@pytest.mark.parametrize("env", [Reverse(max_digits=3), Sort(max_digits=3), Addition(max_digits=1), AlphabetSort(max_names=2, name_len=1)])
+def test_training_generator_never_produces_held_out_prompts(env):
+    params = env.default_params
+    train = np.asarray(_tasks(env, params, 4000).prompt)
+    held = np.asarray(_tasks(env, params.replace(held_out=True), 4000, seed=1).prompt)
+    assert not np.any(np.asarray(jax.vmap(is_held_out)(jnp.asarray(train))))
+    assert np.all(np.asarray(jax.vmap(is_held_out)(jnp.asarray(held))))
+    train_set = {tuple(p) for p in train}
+    held_set = {tuple(p) for p in held}
+    assert not train_set & held_set
+    # both splits are really sampled (the generators are not degenerate)
+    assert len(train_set) > 50 and len(held_set) > 5
+
+
+def test_small_prompt_space_is_fully_covered_by_training():
+    env = Reverse(max_digits=2)  # 100 prompts, 10 held out
+    train = {tuple(p) for p in np.asarray(_tasks(env, env.default_params, 3000).prompt)}
+    assert len(train) == 90
+
+
+# ---------------------------------------------------------------------------------------
+# Contract conformance
+# ---------------------------------------------------------------------------------------
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _reset_step(env, keys, actions, params):
+    state, ts = jax.vmap(env.reset, in_axes=(0, None))(keys, params)
+    _, ts2 = jax.vmap(env.step, in_axes=(0, 0, 0, None))(keys, state, actions, params)
+    return ts, ts2
+
+
+@pytest.mark.parametrize("env_id", IDS)
+def test_jit_vmap_dtypes_and_spaces(env_id):
+    env, params = jaxrl.make(env_id)
+    ts, ts2 = _reset_step(env, jax.random.split(jax.random.PRNGKey(0), 4), jnp.array([EOS, 5, -7, 1000], jnp.int32), params)
+    assert ts2.reward.dtype == jnp.float32 and ts2.terminated.dtype == jnp.bool_
+    assert jax.tree_util.tree_structure(ts.info) == jax.tree_util.tree_structure(ts2.info)
+    space = env.observation_space(params)
+    assert all(bool(space.contains(o)) for o in ts2.obs)
+    assert env.action_space(params).n == VOCAB_SIZE
+    assert bool(ts2.terminated[0]) and not bool(ts2.terminated[1])
+    assert np.all(np.isfinite(np.asarray(ts2.reward)))
+    assert int(ts2.obs[2, env.prompt_len]) == 0 and int(ts2.obs[3, env.prompt_len]) == VOCAB_SIZE - 1
+
+
+def test_bad_static_sizes_are_rejected():
+    with pytest.raises(ValueError, match="max_digits"):
+        Reverse(max_digits=0)
+    with pytest.raises(ValueError, match="max_digits"):
+        Addition(max_digits=9)
+    with pytest.raises(ValueError, match="max_names"):
+        AlphabetSort(max_names=1)
+    with pytest.raises(TypeError, match="unknown env parameter"):
+        jaxrl.make("text/Reverse-v0", digits=3)
+    assert PAD == 0
