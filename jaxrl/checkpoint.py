@@ -68,11 +68,20 @@ class Checkpoints:
 
     def __init__(self, directory: str | os.PathLike, keep: int = 3):
         self.directory = os.path.abspath(os.fspath(directory))
+        # Multi-process runs: each process's manager is process-local (no orbax barriers);
+        # the trainer gathers the state and only process 0 saves (and cleans up), while
+        # every process reads the same files (see jaxrl.trainer.save_checkpoint).
+        pid, multi = jax.process_index(), jax.process_count() > 1
+        if multi:
+            os.makedirs(self.directory, exist_ok=True)
         options = ocp.CheckpointManagerOptions(
             max_to_keep=int(keep),
-            create=True,
+            create=not multi,
             enable_async_checkpointing=False,  # the host loop waits anyway; simpler failures
-            cleanup_tmp_directories=True,  # remove leftovers of an interrupted save
+            cleanup_tmp_directories=pid == 0,  # remove leftovers of an interrupted save
+            multiprocessing_options=ocp.options.MultiprocessingOptions(primary_host=pid, active_processes={pid})
+            if multi
+            else ocp.options.MultiprocessingOptions(),
         )
         self._manager = ocp.CheckpointManager(self.directory, options=options)
 

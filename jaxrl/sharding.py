@@ -329,6 +329,22 @@ def fetch(tree: Any) -> Any:
     return jax.tree_util.tree_map(get, tree)
 
 
+def local_copy(tree: Any) -> Any:
+    """:func:`fetch`, then back onto this process's default device with typed keys re-wrapped.
+
+    For work that every process (or only the primary) does on the *whole* state with a
+    single-device program, e.g. the final evaluation. A collective, like :func:`fetch`.
+    """
+    host = fetch(tree)
+
+    def back(h, ref):
+        if _is_key(ref):
+            return jax.random.wrap_key_data(jnp.asarray(h), impl=jax.random.key_impl(ref))
+        return jnp.asarray(h)
+
+    return jax.tree_util.tree_map(back, host, tree)
+
+
 def put(host_tree: Any, like: Any, shardings: Any) -> Any:
     """Global arrays in ``shardings`` from a host copy holding the *full* values.
 

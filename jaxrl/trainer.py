@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import io
 import os
 import sys
 import time
@@ -35,10 +36,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxrl import config as config_lib
+from jaxrl import distributed, sharding
 from jaxrl import logging as log_lib
 from jaxrl import registry
 from jaxrl.algos.base import Algorithm
-from jaxrl.checkpoint import Checkpoints
+from jaxrl.checkpoint import Checkpoints, to_storable
 from jaxrl.config import ConfigError, Derived, RunConfig
 
 CONFIG_FILE = "config.yaml"
@@ -134,13 +136,56 @@ def chunk_fn(update: Callable, k: int, state, n_active: jax.Array):
     return state, metrics, no_nan(state)
 
 
-def make_chunk(update: Callable, k: int) -> Callable:
+def make_chunk(update: Callable, k: int, layout: sharding.Layout | None = None) -> Callable:
     """The jitted chunk over a ``[S, ...]`` batch of seed states, state donated.
 
     ``chunk(states, n_active int32[]) -> (states, metrics {name: [S, k]}, finite bool[S])``.
+    With a ``layout`` (:func:`make_layout`) the state stays sharded over its mesh and the
+    metrics come back replicated: one program over every device.
     """
-    per_seed = functools.partial(chunk_fn, update, k)
-    return jax.jit(jax.vmap(per_seed, in_axes=(0, None)), donate_argnums=0)
+    per_seed = jax.vmap(functools.partial(chunk_fn, update, k), in_axes=(0, None))
+    if layout is None:
+        return jax.jit(per_seed, donate_argnums=0)
+    rep = layout.replicated
+    return jax.jit(per_seed, in_shardings=(layout.state, rep), out_shardings=(layout.state, rep, rep), donate_argnums=0)
+
+
+def make_layout(cfg: RunConfig, built: Built, keys: jax.Array) -> sharding.Layout:
+    """Where the ``[S, ...]`` train state lives on the ``cfg.devices`` mesh.
+
+    The env batch (the state leaves whose size follows ``num_envs``, found by
+    :func:`jaxrl.sharding.probe_batch_axes` against a build with twice the envs) is split
+    over the devices; everything else is replicated. Raises :class:`ConfigError` when
+    ``devices`` is not available or ``num_envs`` does not divide over them.
+    """
+    try:
+        mesh = sharding.make_mesh(cfg.devices)
+        num_envs = getattr(cfg.algo_config, "num_envs", None)
+        if num_envs is not None:
+            sharding.check_divisible(num_envs, mesh, f"{cfg.algo}.num_envs")
+    except ValueError as exc:
+        raise ConfigError(f"devices: {exc}") from None
+    init = jax.vmap(built.algo.init)
+    shapes = jax.eval_shape(init, keys)
+    probe = sharding.probe_config(cfg.algo_config)
+    if probe is None:  # no env batch in the state (e.g. GRPO): it shards inside update
+        axes = jax.tree_util.tree_map(lambda _: -1, shapes)
+    else:
+        big = config_lib.algo_entry(cfg.algo).make(built.env, built.env_params, probe)
+        axes = sharding.probe_batch_axes(shapes, jax.eval_shape(jax.vmap(big.init), keys))
+    return sharding.make_layout(mesh, shapes, axes)
+
+
+def save_checkpoint(ckpts: Checkpoints, step: int, state) -> None:
+    """Every process gathers ``state`` to the host; only the primary process writes it.
+
+    The checkpoint holds plain host arrays, not the devices' shards, so it restores on any
+    layout (another device count, another number of processes, ``jaxrl eval``).
+    """
+    host = sharding.fetch(state)
+    if distributed.is_primary():
+        ckpts.save(step, host)
+    distributed.barrier(f"checkpoint-{step}")
 
 
 # ------------------------------------------------------------------------------------------
@@ -241,52 +286,69 @@ def run(
     run_dir = run_dir or default_run_dir(cfg)
     built = build(cfg)
     d = built.derived
-    print(f"jaxrl: {cfg.algo} on {cfg.env.id}: {d.describe()}", file=out)
-    print(f"jaxrl: run directory {run_dir}", file=out)
-    os.makedirs(run_dir, exist_ok=True)
-    config_lib.save_config(cfg, os.path.join(run_dir, CONFIG_FILE))
-
     keys = seed_keys(cfg.train.seed, cfg.train.seeds)
-    init = jax.jit(jax.vmap(built.algo.init))
+    layout = make_layout(cfg, built, keys)
+    primary = distributed.is_primary()  # only process 0 writes files and prints
+    out = out if primary else io.StringIO()
+    print(f"jaxrl: {cfg.algo} on {cfg.env.id}: {d.describe()}", file=out)
+    print(f"jaxrl: {sharding.summary(layout.mesh, getattr(cfg.algo_config, 'num_envs', None))}", file=out)
+    print(f"jaxrl: run directory {run_dir}", file=out)
+    if primary:
+        os.makedirs(run_dir, exist_ok=True)
+        config_lib.save_config(cfg, os.path.join(run_dir, CONFIG_FILE))
+    distributed.barrier("run-dir")
+
+    init = sharding.init_sharded(jax.vmap(built.algo.init), layout)
     ckpts = Checkpoints(os.path.join(run_dir, CHECKPOINT_DIR), keep=cfg.train.keep_checkpoints)
     metrics_path = os.path.join(run_dir, METRICS_FILE)
     done, wall_offset, records = 0, 0.0, []
     if resume is not None and ckpts.latest_step() is not None:
         done = ckpts.latest_step()
-        state = ckpts.restore(jax.eval_shape(init, keys), done)
-        records = log_lib.truncate_metrics(metrics_path, done)
+        template = jax.eval_shape(jax.vmap(built.algo.init), keys)
+        restored = to_storable(ckpts.restore(template, done))  # keys as raw data for put
+        state = sharding.put(restored, template, layout.state)  # same file, every process
+        records = log_lib.truncate_metrics(metrics_path, done) if primary else []
         wall_offset = records[-1]["wall_time"] if records else 0.0
         print(f"jaxrl: resuming at update {done}", file=out)
     else:
         state = init(keys)
-        if os.path.exists(metrics_path):
+        if primary and os.path.exists(metrics_path):
             os.remove(metrics_path)
     try:
-        state, done = _loop(cfg, built, state, done, wall_offset, ckpts, metrics_path)
+        state, done = _loop(cfg, built, state, done, wall_offset, ckpts, metrics_path, layout)
         if not ckpts.steps() or ckpts.latest_step() != done:
-            ckpts.save(done, state)
+            save_checkpoint(ckpts, done, state)
     finally:
         ckpts.close()
-    records = log_lib.read_metrics(metrics_path)
-    log_lib.plot_learning_curve(records, os.path.join(run_dir, CURVE_FILE), f"{cfg.algo} on {cfg.env.id}")
     summary = None
+    if primary:
+        records = log_lib.read_metrics(metrics_path)
+        log_lib.plot_learning_curve(records, os.path.join(run_dir, CURVE_FILE), f"{cfg.algo} on {cfg.env.id}")
     if evaluate:
         from jaxrl import evaluate as eval_lib
 
-        summary = eval_lib.evaluate_run(built, state, cfg, seed=cfg.train.seed)
-        eval_lib.write_summary(summary, os.path.join(run_dir, EVAL_FILE))
-        print(eval_lib.format_summary(summary), file=out)
+        local = sharding.local_copy(state) if jax.process_count() > 1 else state
+        if primary:
+            summary = eval_lib.evaluate_run(built, local, cfg, seed=cfg.train.seed)
+            eval_lib.write_summary(summary, os.path.join(run_dir, EVAL_FILE))
+            print(eval_lib.format_summary(summary), file=out)
     return RunResult(run_dir, state, done, summary)
 
 
-def _loop(cfg: RunConfig, built: Built, state, done: int, wall_offset: float, ckpts: Checkpoints, metrics_path: str):
+def _loop(
+    cfg: RunConfig, built: Built, state, done: int, wall_offset: float, ckpts: Checkpoints, metrics_path: str,
+    layout: sharding.Layout | None = None,
+):
     """Run chunks from ``done`` updates to the end; returns ``(state, updates done)``."""
     d = built.derived
     k = d.updates_per_chunk
-    chunk = make_chunk(built.algo.update, k)
-    n_dev = {n: jax.device_put(np.int32(n)) for n in {k, d.num_updates % k or k}}
-    log = log_lib.MetricsLog(metrics_path)
-    bar = log_lib.Progress(d.total_env_steps * d.seeds, done * d.env_steps_per_update * d.seeds, cfg.train.progress)
+    chunk = make_chunk(built.algo.update, k, layout)
+    where = None if layout is None else layout.replicated
+    n_dev = {n: jax.device_put(np.int32(n), where) for n in {k, d.num_updates % k or k}}
+    primary = distributed.is_primary()
+    log = log_lib.MetricsLog(metrics_path if primary else os.devnull)
+    show = cfg.train.progress and primary
+    bar = log_lib.Progress(d.total_env_steps * d.seeds, done * d.env_steps_per_update * d.seeds, show)
     start = time.perf_counter()
     chunks_since_save = 0
     try:
@@ -303,7 +365,7 @@ def _loop(cfg: RunConfig, built: Built, state, done: int, wall_offset: float, ck
             bar.update(n * d.env_steps_per_update * d.seeds, _recent_return(records))
             chunks_since_save += 1
             if cfg.train.checkpoint_every and chunks_since_save >= cfg.train.checkpoint_every and done < d.num_updates:
-                ckpts.save(done, state)
+                save_checkpoint(ckpts, done, state)
                 chunks_since_save = 0
     finally:
         bar.close()
@@ -328,11 +390,26 @@ def config_from_args(args) -> RunConfig | None:
     return config_lib.load_config(args.config, overrides)
 
 
+def join_processes(args) -> bool:
+    """``jax.distributed.initialize`` from ``--coordinator-address/--num-processes/
+    --process-id``, the ``JAXRL_*`` environment variables or a detected cluster (SLURM...);
+    a no-op for a single process. Must run before anything touches a device."""
+    try:
+        spec = distributed.resolve_spec(
+            getattr(args, "coordinator_address", None), getattr(args, "num_processes", None),
+            getattr(args, "process_id", None),
+        )
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    return distributed.initialize(spec)
+
+
 def main_train(args) -> int:
     """``jaxrl train``: returns 0, 2 on a config error, 1 when the run stops non-finite."""
     try:
         if args.config is None and args.resume is None:
             raise ConfigError("train needs a CONFIG file or --resume RUN_DIR")
+        join_processes(args)
         cfg = config_from_args(args)
         result = run(cfg, run_dir=args.out, resume=args.resume)
     except ConfigError as exc:
