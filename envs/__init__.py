@@ -34,3 +34,10 @@ def register_all() -> None:
     for env_id, entry_point, description in _BUILTIN:
         if env_id not in known:
             registry.register(env_id, entry_point, description=description)
+    # Physics envs register only when their simulators are installed (the [physics] extra);
+    # neither call imports brax or mujoco.
+    from jaxrl.adapters.brax import register_brax_envs
+    from jaxrl_envs.mjx_cartpole import register as register_mjx_cartpole
+
+    register_brax_envs()
+    register_mjx_cartpole()

@@ -1,0 +1,9 @@
+"""Adapters that bring other simulators behind the jaxrl environment contract.
+
+* :mod:`jaxrl.adapters.brax` — every Brax environment as ``brax/<name>`` (needs the
+  ``[physics]`` extra).
+* :mod:`jaxrl.adapters.mjx` — a physics env from a MuJoCo XML model plus pure
+  ``observation`` / ``reward`` / ``terminated`` functions, stepped by ``mujoco-mjx``.
+
+Neither module imports its simulator at ``import jaxrl`` time.
+"""

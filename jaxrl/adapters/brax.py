@@ -1,0 +1,270 @@
+"""Brax environments behind the jaxrl contract: ``jaxrl.make("brax/<name>")``.
+
+The adapter drives Brax's *raw* environment (``brax.envs.get_environment``), never
+``brax.envs.create``'s wrappers, and adds what the contract needs:
+
+* ``terminated`` is the env's own ``done`` (the pole fell, the robot is unhealthy);
+  ``truncated`` comes from our own step counter reaching ``params.max_steps_in_episode``
+  (1000 by default, Brax's episode length). Brax's ``EpisodeWrapper`` folds the time limit
+  into ``done``; here the two never merge.
+* New episodes come from a real ``reset`` with a fresh key, done by
+  :class:`jaxrl.wrappers.AutoReset` / :class:`jaxrl.vector.VectorEnv`, which also keep the
+  final observation. Brax's ``AutoResetWrapper`` restores one cached first state per env
+  (Brax issues #167 and #275, MuJoCo Playground #169); that trap is not used.
+* Spaces: ``Box(-inf, inf, (observation_size,))`` and ``Box(-1, 1, (action_size,))``.
+  Invalid-action rule: actions are clipped into ``[-1, 1]`` (non-finite entries become 0).
+
+Ids and backends. ``brax/<name>`` uses Brax's default physics backend for that env
+(``generalized`` for every env in Brax 0.14); ``brax/<name>-<backend>`` picks one of
+``generalized``, ``positional``, ``spring`` or ``mjx``. The backend is *static* (it
+changes the compiled program), so it lives in the id, not in the params.
+
+Physical params (:class:`BraxParams`) are dynamic and can be ``vmap``-ed for domain
+randomisation: ``mass_scale`` multiplies every body's mass and inertia, ``friction_scale``
+every geom's friction, ``gravity_scale`` gravity. They are applied to the Brax ``System``
+inside ``reset``/``step`` (the env's compiled constants stay untouched). Quantities Brax
+derives from masses when it loads a model (e.g. ``link.invweight``, used to regularise
+constraints) keep their nominal values; at scale 1 the physics is exactly Brax's.
+
+Brax's ``fast`` env is not exposed: it is Brax's unit-test stub (no physics system,
+dict observations, Python counters mutated inside ``reset``).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import functools
+import importlib.util
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import struct
+
+from jaxrl import spaces
+from jaxrl.env import Environment, first_timestep, transition
+
+#: Brax 0.14's ``brax.envs`` registry, minus ``fast`` (see the module docstring).
+#: ``tests/test_brax.py`` checks this list against the installed Brax.
+BRAX_ENV_NAMES = (
+    "ant",
+    "halfcheetah",
+    "hopper",
+    "humanoid",
+    "humanoidstandup",
+    "inverted_double_pendulum",
+    "inverted_pendulum",
+    "pusher",
+    "reacher",
+    "swimmer",
+    "walker2d",
+)
+EXCLUDED_BRAX_ENVS = ("fast",)
+BACKENDS = ("generalized", "positional", "spring", "mjx")
+DEFAULT_BACKEND = "generalized"
+
+
+@struct.dataclass
+class BraxParams:
+    """Dynamic params of every Brax env (all may be traced or vmapped).
+
+    Attributes:
+      max_steps_in_episode: int, steps after which ``truncated`` is set (Brax's 1000).
+      mass_scale: float, multiplies every body's mass and rotational inertia.
+      friction_scale: float, multiplies every geom's friction coefficients.
+      gravity_scale: float, multiplies the gravity vector.
+    """
+
+    max_steps_in_episode: int = 1000
+    mass_scale: float = 1.0
+    friction_scale: float = 1.0
+    gravity_scale: float = 1.0
+
+
+@struct.dataclass
+class BraxState:
+    """State of one adapted Brax env.
+
+    Attributes:
+      brax_state: Brax's ``brax.envs.State`` (``pipeline_state``, ``obs``
+        float32 ``[obs_dim]``, ``reward``, ``done``, ``metrics``, ``info``).
+      time: int32 ``[]``, steps taken in this episode.
+    """
+
+    brax_state: Any
+    time: jax.Array
+
+
+def brax_available() -> bool:
+    """True when Brax is importable (checked without importing it)."""
+    return importlib.util.find_spec("brax") is not None
+
+
+@functools.lru_cache(maxsize=None)
+def raw_brax_env(env_name: str, backend: str = DEFAULT_BACKEND, env_kwargs: tuple = ()):
+    """Brax's own env object for ``env_name`` (cached: building one parses its XML)."""
+    if env_name in EXCLUDED_BRAX_ENVS:
+        raise ValueError(f"brax env {env_name!r} is not exposed by jaxrl (Brax's unit-test stub)")
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown brax backend {backend!r}; expected one of {BACKENDS}")
+    from brax import envs
+
+    if env_name not in envs._envs:
+        raise ValueError(f"unknown brax env {env_name!r}; brax offers {sorted(envs._envs)}")
+    return envs.get_environment(env_name, backend=backend, **dict(env_kwargs))
+
+
+def scale_physics(sys, params: BraxParams):
+    """``sys`` (a ``brax.System``) with masses, friction and gravity scaled by ``params``.
+
+    Both the Brax-backend fields (``link.inertia``, ``gravity``) and the MuJoCo fields the
+    ``mjx`` backend reads (``body_mass``, ``body_inertia``, ``opt.gravity``) are scaled, so
+    the params mean the same thing under every backend.
+    """
+    mass, friction, gravity = params.mass_scale, params.friction_scale, params.gravity_scale
+    inertia = sys.link.inertia
+    return sys.replace(
+        link=sys.link.replace(inertia=inertia.replace(mass=inertia.mass * mass, i=inertia.i * mass)),
+        body_mass=sys.body_mass * mass,
+        body_inertia=sys.body_inertia * mass,
+        geom_friction=sys.geom_friction * friction,
+        gravity=sys.gravity * gravity,
+        opt=sys.opt.replace(gravity=sys.opt.gravity * gravity),
+    )
+
+
+def _with_sys(raw_env, sys):
+    """A shallow copy of a Brax env whose ``sys`` is ``sys`` (Brax reads ``self.sys``)."""
+    env = copy.copy(raw_env)
+    env.sys = sys
+    return env
+
+
+def _clip_action(action: jax.Array) -> jax.Array:
+    return jnp.clip(jnp.nan_to_num(jnp.asarray(action, jnp.float32), nan=0.0), -1.0, 1.0)
+
+
+def _strong(tree):
+    """``tree`` with every leaf a strongly typed array of its own dtype.
+
+    Brax envs return Python scalars or weakly typed values in places (inverted_pendulum's
+    ``reward = 1.0``); a weak type at reset and a strong one after a step would change the
+    ``scan`` carry's type and retrace every jitted step.
+    """
+    return jax.tree_util.tree_map(lambda x: jnp.asarray(x, jnp.result_type(x)), tree)
+
+
+def _info(brax_state) -> dict:
+    """Brax's per-step metrics (reward terms, positions) as float32 info entries."""
+    return {k: jnp.asarray(v, jnp.float32) for k, v in brax_state.metrics.items()}
+
+
+@dataclasses.dataclass(frozen=True)
+class BraxEnv(Environment):
+    """A Brax env behind the jaxrl contract (see the module docstring).
+
+    Attributes:
+      env_name: Brax's name, e.g. ``"inverted_pendulum"``.
+      backend: Brax physics backend: ``generalized``, ``positional``, ``spring`` or ``mjx``.
+      env_kwargs: sorted ``(name, value)`` pairs passed to Brax's env constructor.
+    """
+
+    env_name: str
+    backend: str = DEFAULT_BACKEND
+    env_kwargs: tuple = ()
+
+    invalid_action_rule = "clip into [-1, 1]; non-finite entries become 0"
+
+    def __post_init__(self):
+        raw_brax_env(self.env_name, self.backend, self.env_kwargs)  # fail early, clearly
+
+    @property
+    def raw(self):
+        """Brax's env object (holds the ``System``; not hashable, never a jit argument)."""
+        return raw_brax_env(self.env_name, self.backend, self.env_kwargs)
+
+    @property
+    def name(self) -> str:
+        suffix = "" if self.backend == DEFAULT_BACKEND else f"-{self.backend}"
+        return f"brax/{self.env_name}{suffix}"
+
+    @property
+    def default_params(self) -> BraxParams:
+        return BraxParams()
+
+    def _env(self, params: BraxParams):
+        raw = self.raw
+        return _with_sys(raw, scale_physics(raw.sys, params))
+
+    def reset(self, key, params):
+        brax_state = _strong(self._env(params).reset(key))
+        state = BraxState(brax_state, jnp.zeros((), jnp.int32))
+        return state, first_timestep(jnp.asarray(brax_state.obs, jnp.float32), _info(brax_state))
+
+    def step(self, key, state, action, params):
+        del key  # Brax's dynamics are deterministic
+        brax_state = _strong(self._env(params).step(state.brax_state, _clip_action(action)))
+        time = state.time + 1
+        ts = transition(
+            jnp.asarray(brax_state.obs, jnp.float32),
+            brax_state.reward,
+            brax_state.done > 0.5,
+            time >= params.max_steps_in_episode,
+            _info(brax_state),
+        )
+        return BraxState(brax_state, time), ts
+
+    def observation_space(self, params):
+        return spaces.Box(-jnp.inf, jnp.inf, (_observation_size(self),), jnp.float32)
+
+    def action_space(self, params):
+        return spaces.Box(-1.0, 1.0, (self.raw.action_size,), jnp.float32)
+
+    def render(self, state, params) -> np.ndarray:
+        """A side view (x-z plane; top view for planar x-y models such as reacher) of
+        every body as a disc joined to its parent, ``uint8[240, 320, 3]``."""
+        from jaxrl.adapters.projection import render_bodies
+
+        pos = np.asarray(state.brax_state.pipeline_state.x.pos, np.float64)
+        return render_bodies(pos, self.raw.sys.link_parents)
+
+    def __repr__(self) -> str:
+        return f"BraxEnv({self.env_name!r}, backend={self.backend!r})"
+
+
+@functools.lru_cache(maxsize=None)
+def _observation_size(env: BraxEnv) -> int:
+    shape = jax.eval_shape(env.reset, jax.random.PRNGKey(0), env.default_params)[1].obs.shape
+    if len(shape) != 1:
+        raise ValueError(f"{env.name}: expected a flat observation vector, got shape {shape}")
+    return int(shape[0])
+
+
+# --------------------------------------------------------------------------- registration
+
+
+def register_brax_envs() -> list[str]:
+    """Register ``brax/<name>`` and ``brax/<name>-<backend>`` for every Brax env, if Brax
+    is installed (Brax itself is imported only when an env is built). Idempotent; returns
+    the ids it registered."""
+    from jaxrl import registry
+
+    if not brax_available():
+        return []
+    added = []
+    for env_name in BRAX_ENV_NAMES:
+        variants = [(f"brax/{env_name}", DEFAULT_BACKEND)]
+        variants += [(f"brax/{env_name}-{b}", b) for b in BACKENDS]
+        for env_id, backend in variants:
+            if env_id in registry._REGISTRY:
+                continue
+            registry.register(
+                env_id,
+                BraxEnv,
+                kwargs={"env_name": env_name, "backend": backend},
+                description=f"Brax {env_name} ({backend} backend), actions in [-1, 1], 1000-step limit",
+            )
+            added.append(env_id)
+    return added

@@ -1,0 +1,230 @@
+"""Physics environments from a MuJoCo XML model plus pure functions, stepped by MJX.
+
+Writing an env takes a model file and four module-level pure functions::
+
+    def init(key, model: mjx.Model, params) -> (qpos float32[nq], qvel float32[nv])
+    def observation(data: mjx.Data, params) -> float32[obs_dim]
+    def reward(data: mjx.Data, action: float32[nu], next_data: mjx.Data, params) -> float32[]
+                                        # action: clipped into [-1, 1]
+    def terminated(data: mjx.Data, params) -> bool[]
+
+    env = MjxEnv.from_xml("cartpole.xml", init=init, observation=observation,
+                          reward=reward, terminated=terminated, frame_skip=2, name="mjx/CartPole-v0")
+
+``reset`` draws ``(qpos, qvel)`` from ``init`` with its own key and runs ``mjx.forward`` so
+that every derived quantity (body positions, sensors) is valid for ``observation``.
+``step`` maps the action from ``[-1, 1]`` onto each actuator's ``ctrlrange`` (the model
+must declare ``ctrllimited`` actuators), runs ``frame_skip`` ``mjx.step`` calls, then asks
+the pure functions for observation, reward and termination. Truncation comes from the
+step counter reaching ``params.max_steps_in_episode``. Auto-reset is a wrapper, as for
+every jaxrl env.
+
+Params (:class:`MjxParams`, or any flax struct with the same fields plus the task's own)
+are dynamic: ``mass_scale``, ``friction_scale`` and ``gravity_scale`` are applied to the
+``mjx.Model`` inside ``reset``/``step``, so they can be ``vmap``-ed for domain
+randomisation. The model itself is loaded once per XML path and cached; the env object
+holds only the path, the functions and ``frame_skip`` (hashable, no arrays).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import importlib.util
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import struct
+
+from jaxrl import spaces
+from jaxrl.env import Environment, first_timestep, transition
+
+PHYSICS_FIELDS = ("max_steps_in_episode", "mass_scale", "friction_scale", "gravity_scale")
+
+
+@struct.dataclass
+class MjxParams:
+    """Dynamic params of an MJX env (all may be traced or vmapped).
+
+    Attributes:
+      max_steps_in_episode: int, steps after which ``truncated`` is set.
+      mass_scale: float, multiplies every body's mass and rotational inertia.
+      friction_scale: float, multiplies every geom's friction coefficients.
+      gravity_scale: float, multiplies the gravity vector.
+    """
+
+    max_steps_in_episode: int = 1000
+    mass_scale: float = 1.0
+    friction_scale: float = 1.0
+    gravity_scale: float = 1.0
+
+
+@struct.dataclass
+class MjxState:
+    """State of one MJX env.
+
+    Attributes:
+      data: the ``mjx.Data`` physics state (``qpos`` float32 ``[nq]``, ``qvel`` ``[nv]``...).
+      time: int32 ``[]``, steps taken in this episode.
+    """
+
+    data: Any
+    time: jax.Array
+
+
+def mjx_available() -> bool:
+    """True when ``mujoco`` and ``mujoco-mjx`` are importable (checked without importing)."""
+    return importlib.util.find_spec("mujoco") is not None and importlib.util.find_spec("mujoco.mjx") is not None
+
+
+@functools.lru_cache(maxsize=None)
+def load_model(xml_path: str):
+    """``(mujoco.MjModel, mjx.Model)`` for an XML file (cached per path)."""
+    import mujoco
+    from mujoco import mjx
+
+    mj_model = mujoco.MjModel.from_xml_path(xml_path)
+    if mj_model.nu == 0:
+        raise ValueError(f"{xml_path}: the model has no actuators, so there is nothing to act on")
+    if not np.all(mj_model.actuator_ctrllimited):
+        raise ValueError(f"{xml_path}: every actuator needs ctrllimited='true' and a ctrlrange")
+    return mj_model, mjx.put_model(mj_model)
+
+
+def scale_physics(model, params):
+    """``model`` (an ``mjx.Model``) with masses, friction and gravity scaled by ``params``."""
+    return model.replace(
+        body_mass=model.body_mass * params.mass_scale,
+        body_inertia=model.body_inertia * params.mass_scale,
+        geom_friction=model.geom_friction * params.friction_scale,
+        opt=model.opt.replace(gravity=model.opt.gravity * params.gravity_scale),
+    )
+
+
+def clip_action(action: jax.Array) -> jax.Array:
+    """``action`` as float32 clipped into ``[-1, 1]`` (NaN -> 0): the invalid-action rule."""
+    return jnp.clip(jnp.nan_to_num(jnp.asarray(action, jnp.float32), nan=0.0), -1.0, 1.0)
+
+
+def action_to_ctrl(action: jax.Array, ctrl_range: jax.Array) -> jax.Array:
+    """Map ``action`` float32 ``[nu]`` in ``[-1, 1]`` affinely onto ``ctrl_range``
+    float ``[nu, 2]`` (low, high per actuator)."""
+    low, high = ctrl_range[:, 0], ctrl_range[:, 1]
+    return low + (action + 1.0) * 0.5 * (high - low)
+
+
+def physics_step(model, data, ctrl: jax.Array, frame_skip: int):
+    """``frame_skip`` MJX steps holding ``ctrl`` fixed; returns the new ``mjx.Data``."""
+    from mujoco import mjx
+
+    data = data.replace(ctrl=ctrl)
+    return jax.lax.fori_loop(0, frame_skip, lambda _, d: mjx.step(model, d), data)
+
+
+@dataclasses.dataclass(frozen=True)
+class MjxEnv(Environment):
+    """An env from a MuJoCo XML model plus pure functions (see the module docstring).
+
+    Attributes:
+      xml_path: absolute path of the MuJoCo XML model.
+      init: ``(key, model, params) -> (qpos, qvel)``, the reset distribution.
+      observation: ``(data, params) -> float32[obs_dim]``.
+      reward: ``(data, action, next_data, params) -> float32[]``.
+      terminated: ``(data, params) -> bool[]``.
+      frame_skip: physics steps per env step (the control period is
+        ``frame_skip * opt.timestep``).
+      env_name: the id shown by ``name`` (e.g. ``mjx/CartPole-v0``).
+      params: the default params (:class:`MjxParams` or a struct with its fields).
+    """
+
+    xml_path: str
+    init: Callable
+    observation: Callable
+    reward: Callable
+    terminated: Callable
+    frame_skip: int = 1
+    env_name: str = "mjx/Env"
+    params: Any = MjxParams()
+
+    invalid_action_rule = "clip into [-1, 1]; non-finite entries become 0"
+
+    @classmethod
+    def from_xml(cls, xml_path, *, init, observation, reward, terminated, frame_skip=1, name="mjx/Env", params=None):
+        """Build an env, checking the model loads and the params carry the physics fields."""
+        params = MjxParams() if params is None else params
+        missing = [f for f in PHYSICS_FIELDS if not hasattr(params, f)]
+        if missing:
+            raise TypeError(f"params of type {type(params).__name__} lack the field(s) {missing}")
+        if int(frame_skip) < 1:
+            raise ValueError(f"frame_skip must be >= 1, got {frame_skip}")
+        env = cls(str(xml_path), init, observation, reward, terminated, int(frame_skip), name, params)
+        load_model(env.xml_path)  # fail early with the file's own error
+        return env
+
+    @property
+    def mj_model(self):
+        """The CPU ``mujoco.MjModel`` (for parity checks and rendering)."""
+        return load_model(self.xml_path)[0]
+
+    @property
+    def model(self):
+        """The ``mjx.Model`` before params are applied."""
+        return load_model(self.xml_path)[1]
+
+    @property
+    def name(self) -> str:
+        return self.env_name
+
+    @property
+    def default_params(self):
+        return self.params
+
+    def reset(self, key, params):
+        from mujoco import mjx
+
+        model = scale_physics(self.model, params)
+        qpos, qvel = self.init(key, model, params)
+        data = mjx.make_data(model).replace(qpos=jnp.asarray(qpos, jnp.float32), qvel=jnp.asarray(qvel, jnp.float32))
+        data = mjx.forward(model, data)
+        obs = jnp.asarray(self.observation(data, params), jnp.float32)
+        return MjxState(data, jnp.zeros((), jnp.int32)), first_timestep(obs)
+
+    def step(self, key, state, action, params):
+        del key  # MuJoCo's dynamics are deterministic
+        model = scale_physics(self.model, params)
+        action = clip_action(action)
+        data = physics_step(model, state.data, action_to_ctrl(action, model.actuator_ctrlrange), self.frame_skip)
+        time = state.time + 1
+        ts = transition(
+            jnp.asarray(self.observation(data, params), jnp.float32),
+            self.reward(state.data, action, data, params),
+            self.terminated(data, params),
+            time >= params.max_steps_in_episode,
+        )
+        return MjxState(data, time), ts
+
+    def observation_space(self, params):
+        return spaces.Box(-jnp.inf, jnp.inf, (_observation_size(self),), jnp.float32)
+
+    def action_space(self, params):
+        return spaces.Box(-1.0, 1.0, (self.mj_model.nu,), jnp.float32)
+
+    def render(self, state, params) -> np.ndarray:
+        """Geoms projected on the x-z plane (see :mod:`jaxrl.adapters.projection`)."""
+        from jaxrl.adapters.projection import render_geoms
+
+        m = self.mj_model
+        return render_geoms(state.data.geom_xpos, state.data.geom_xmat, m.geom_type, m.geom_size)
+
+    def __repr__(self) -> str:
+        return f"MjxEnv({self.env_name!r}, xml={self.xml_path!r})"
+
+
+@functools.lru_cache(maxsize=None)
+def _observation_size(env: MjxEnv) -> int:
+    shape = jax.eval_shape(env.reset, jax.random.PRNGKey(0), env.default_params)[1].obs.shape
+    if len(shape) != 1:
+        raise ValueError(f"{env.name}: observation must be a flat vector, got shape {shape}")
+    return int(shape[0])

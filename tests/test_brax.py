@@ -1,0 +1,251 @@
+"""The Brax adapter (jaxrl.adapters.brax) against the environment contract.
+
+CI subset (compile dominates, ~5-10 s of CPU per Brax program): ``check_env`` runs on
+``brax/inverted_pendulum`` (reduced to 4 envs x 50 steps); one shared, jitted
+``VectorEnv`` rollout of inverted_pendulum (8 envs with per-env params, 1005 steps) carries
+the truncation / termination / diverse-reset / physics-param tests; one raw-Brax program
+checks step-for-step parity. ``check_env`` over *every* registered Brax env (11 envs,
+default backend, plus inverted_pendulum under each backend) takes tens of minutes of
+compile on a 2-core CPU and runs only when ``JAXRL_FULL_PHYSICS=1`` is set.
+"""
+
+from __future__ import annotations
+
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+pytest.importorskip("brax")
+
+import jaxrl  # noqa: E402
+from jaxrl.adapters import brax as jb  # noqa: E402
+from jaxrl.vector import VectorEnv  # noqa: E402
+
+pytestmark = [
+    pytest.mark.physics,
+    pytest.mark.filterwarnings("ignore:Brax System, piplines:UserWarning"),
+]
+
+N, T = 8, 1005
+# A PD controller that balances brax's inverted_pendulum indefinitely (obs = [x, angle,
+# x_dot, angle_dot]; found by a small sweep, kept for 1000 steps from every start state).
+PD = np.array([0.1, 1.0, 0.1, 0.1], np.float32)
+ZERO = np.zeros(4, np.float32)
+# Per env: (gains, bias, max_steps, mass_scale, gravity_scale)
+ROWS = [
+    (PD, 0.0, 1000, 1.0, 1.0),  # 0: balanced for the whole episode -> truncated at 1000
+    (ZERO, 1.0, 1000, 1.0, 1.0),  # 1: full push -> the pole falls -> terminated
+    (PD, 0.0, 5, 1.0, 1.0),  # 2: short limit -> truncated every 5 steps, fresh resets
+    (ZERO, 0.0, 1000, 1.0, 0.0),  # 3: no gravity, no force: the pole drifts, never falls fast
+    (ZERO, 0.0, 1000, 1.0, 1.0),  # 4: gravity, no force: the pole falls
+    (ZERO, 0.1, 1000, 1.0, 0.0),  # 5: small push, nominal mass, no gravity
+    (ZERO, 0.1, 1000, 2.0, 0.0),  # 6: same push, twice the mass
+    (PD, 0.0, 1000, 1.0, 1.0),  # 7: a second balanced env
+]
+
+
+def _policy_rollout(env, key, gains, bias, params):
+    """``T`` steps of ``VectorEnv(env, N)`` with ``action = clip(gains . obs + bias)``.
+
+    Returns per-step ``obs``, ``final_obs``, ``reward``, ``terminated``, ``truncated``
+    (leading ``[T, N]``) and the reset observation ``[N, 4]``."""
+    venv = VectorEnv(env, N, params_axis=0)
+    reset_key, key = jax.random.split(key)
+    state, ts = venv.reset(reset_key, params)
+
+    def body(carry, step_key):
+        state, obs = carry
+        action = jnp.clip(jnp.sum(gains * obs, axis=-1, keepdims=True) + bias, -1.0, 1.0)
+        state, ts = venv.step(step_key, state, action, params)
+        out = (ts.obs, ts.info["final_obs"], ts.reward, ts.terminated, ts.truncated)
+        return (state, ts.obs), out
+
+    _, outs = jax.lax.scan(body, (state, ts.obs), jax.random.split(key, T))
+    return ts.obs, outs
+
+
+@pytest.fixture(scope="module")
+def env():
+    env, _ = jaxrl.make("brax/inverted_pendulum")
+    return env
+
+
+@pytest.fixture(scope="module")
+def rollout(env):
+    gains = jnp.asarray(np.stack([r[0] for r in ROWS]))
+    bias = jnp.asarray([[r[1]] for r in ROWS], jnp.float32)
+    params = jb.BraxParams(
+        max_steps_in_episode=jnp.asarray([r[2] for r in ROWS], jnp.int32),
+        mass_scale=jnp.asarray([r[3] for r in ROWS], jnp.float32),
+        friction_scale=jnp.ones((N,), jnp.float32),
+        gravity_scale=jnp.asarray([r[4] for r in ROWS], jnp.float32),
+    )
+    run = jax.jit(_policy_rollout, static_argnums=0)
+    first_obs, (obs, final_obs, reward, term, trunc) = run(env, jax.random.PRNGKey(0), gains, bias, params)
+    return tuple(np.asarray(x) for x in (first_obs, obs, final_obs, reward, term, trunc))
+
+
+# --------------------------------------------------------------------------- registry
+
+
+def test_every_brax_env_is_registered_under_every_backend():
+    from brax import envs
+
+    assert set(jb.BRAX_ENV_NAMES) | set(jb.EXCLUDED_BRAX_ENVS) == set(envs._envs)
+    ids = set(jaxrl.registered_ids())
+    for name in jb.BRAX_ENV_NAMES:
+        assert f"brax/{name}" in ids
+        for backend in jb.BACKENDS:
+            assert f"brax/{name}-{backend}" in ids
+
+
+def test_make_picks_backend_and_params_from_id_and_overrides():
+    env, params = jaxrl.make("brax/inverted_pendulum-positional", max_steps_in_episode=200, mass_scale=1.5)
+    assert env.backend == "positional" and env.raw.backend == "positional"
+    assert env.name == "brax/inverted_pendulum-positional"
+    assert (params.max_steps_in_episode, params.mass_scale) == (200, 1.5)
+    default, _ = jaxrl.make("brax/inverted_pendulum")
+    assert default.backend == jb.DEFAULT_BACKEND and default.name == "brax/inverted_pendulum"
+    assert default == jb.BraxEnv("inverted_pendulum") and hash(default) == hash(jb.BraxEnv("inverted_pendulum"))
+
+
+def test_spaces_come_from_the_brax_env():
+    for name, obs_dim, act_dim in [("inverted_pendulum", 4, 1), ("reacher", 11, 2)]:
+        env = jb.BraxEnv(name)
+        p = env.default_params
+        raw_obs = jax.eval_shape(env.raw.reset, jax.random.PRNGKey(0)).obs
+        assert env.observation_space(p).shape == (obs_dim,) == raw_obs.shape
+        space = env.action_space(p)
+        assert space.shape == (act_dim,) == (env.raw.action_size,)
+        assert float(space.low.min()) == -1.0 and float(space.high.max()) == 1.0
+
+
+def test_bad_names_and_backends_are_rejected_clearly():
+    with pytest.raises(ValueError, match="unknown brax env 'hoper'"):
+        jb.BraxEnv("hoper")
+    with pytest.raises(ValueError, match="unknown brax backend 'warp'"):
+        jb.BraxEnv("ant", backend="warp")
+    with pytest.raises(ValueError, match="not exposed"):
+        jb.BraxEnv("fast")
+    with pytest.raises(TypeError, match="unknown env parameter"):
+        jaxrl.make("brax/ant", mass=2.0)
+
+
+def test_scale_physics_scales_masses_friction_and_gravity(env):
+    sys = env.raw.sys
+    scaled = jb.scale_physics(sys, jb.BraxParams(mass_scale=2.0, friction_scale=0.5, gravity_scale=0.0))
+    np.testing.assert_allclose(scaled.link.inertia.mass, 2.0 * np.asarray(sys.link.inertia.mass))
+    np.testing.assert_allclose(scaled.link.inertia.i, 2.0 * np.asarray(sys.link.inertia.i))
+    np.testing.assert_allclose(scaled.body_mass, 2.0 * np.asarray(sys.body_mass))
+    np.testing.assert_allclose(scaled.geom_friction, 0.5 * np.asarray(sys.geom_friction))
+    assert float(np.abs(scaled.gravity).max()) == 0.0 and float(np.abs(scaled.opt.gravity).max()) == 0.0
+
+
+# --------------------------------------------------------------------------- contract
+
+
+def test_check_env_inverted_pendulum(env):
+    from jaxrl.check import check_env
+
+    report = check_env(env, env.default_params, num_envs=4, num_steps=50, verbose=False)
+    assert report.passed, str(report)
+
+
+def test_balanced_pole_is_truncated_at_1000_not_terminated(rollout):
+    _, _, _, reward, term, trunc = rollout
+    for i in (0, 7):
+        assert not term[:, i].any(), f"env {i}: the PD controller should never let the pole fall"
+        assert np.flatnonzero(trunc[:, i]).tolist() == [999], "truncated exactly on the 1000th step"
+    np.testing.assert_array_equal(reward[:, 0], 1.0)
+
+
+def test_falling_over_is_terminated_not_truncated(rollout):
+    _, obs, final_obs, _, term, trunc = rollout
+    for i in (1, 4):
+        ends = np.flatnonzero(term[:, i])
+        assert len(ends) >= 2, f"env {i}: the pole should fall (and fall again after the reset)"
+        assert not trunc[ends, i].any()
+        # The final observation is the fallen pole (|angle| > 0.2); obs is a fresh start.
+        assert np.all(np.abs(final_obs[ends, i, 1]) > 0.2)
+        assert np.all(np.abs(obs[ends, i]) <= 0.01 + 1e-6)
+
+
+def test_resets_are_fresh_draws_across_envs_and_episodes(rollout):
+    first_obs, obs, final_obs, _, term, trunc = rollout
+    assert len({tuple(o) for o in first_obs}) == N, "every env starts from its own state"
+    ends = np.flatnonzero(trunc[:, 2])
+    np.testing.assert_array_equal(ends, np.arange(4, T, 5))  # truncated every 5 steps
+    starts = np.concatenate([first_obs[2:3], obs[ends, 2]])
+    assert len({tuple(o) for o in starts}) == len(starts), "no cached start state reused"
+    # Brax's reset distribution: q and qd uniform in [-0.01, 0.01].
+    assert np.all(np.abs(starts) <= 0.01 + 1e-6)
+    assert starts.std(axis=0).min() > 0.003
+    # The final observation differs from the next episode's first one.
+    assert not np.allclose(final_obs[ends, 2], obs[ends, 2])
+
+
+def test_gravity_and_mass_params_change_the_physics(rollout):
+    first_obs, obs, _, _, term, _ = rollout
+    # Without gravity or force the pole keeps (damped) its tiny start velocity: no fall for
+    # 100 steps, |angle_dot| never grows. With gravity it falls within 100 steps.
+    assert not term[:100, 3].any()
+    assert np.abs(obs[:100, 3, 3]).max() <= np.abs(first_obs[3, 3]) + 1e-4
+    assert term[:100, 4].any()
+    # F = m a: twice the mass, the same push -> about half the cart speed after 5 steps
+    # (joint damping and the pole's swing make it approximate; the push tips the pole
+    # backwards, so it falls after ~7 steps).
+    assert not term[:5, 5:7].any()
+    ratio = obs[4, 6, 2] / obs[4, 5, 2]
+    assert 0.4 < ratio < 0.6, ratio
+
+
+def test_adapter_matches_raw_brax_step_for_step(env, rollout):
+    """With default params the adapter's physics is exactly Brax's own env."""
+    first_obs, obs, _, _, _, _ = rollout
+    raw = env.raw
+    key = jax.random.split(jax.random.split(jax.random.PRNGKey(0))[0], N)[0]  # VectorEnv's env-0 key
+
+    def raw_rollout(key):
+        state = raw.reset(key)
+
+        def body(state, _):
+            action = jnp.clip(jnp.sum(jnp.asarray(PD) * state.obs), -1.0, 1.0)[None]
+            state = raw.step(state, action)
+            return state, state.obs
+
+        return state.obs, jax.lax.scan(body, state, None, 30)[1]
+
+    raw_first, raw_obs = jax.jit(raw_rollout)(key)
+    np.testing.assert_allclose(first_obs[0], raw_first, rtol=0, atol=1e-6)
+    np.testing.assert_allclose(obs[:30, 0], raw_obs, rtol=1e-4, atol=1e-5)
+
+
+def test_render_draws_the_pendulum(env, rollout):
+    state, _ = jax.jit(env.reset)(jax.random.PRNGKey(1), env.default_params)
+    frame = env.render(state, env.default_params)
+    assert frame.shape == (240, 320, 3) and frame.dtype == np.uint8
+    assert len(np.unique(frame.reshape(-1, 3), axis=0)) >= 3  # background, ground, bodies
+    # A tilted pole draws a different picture.
+    ps = state.brax_state.pipeline_state
+    tilted = ps.replace(x=ps.x.replace(pos=ps.x.pos.at[1, 0].add(0.3)))
+    moved = state.replace(brax_state=state.brax_state.replace(pipeline_state=tilted))
+    assert not np.array_equal(frame, env.render(moved, env.default_params))
+
+
+# --------------------------------------------------------------------------- full sweep
+
+
+@pytest.mark.skipif(os.environ.get("JAXRL_FULL_PHYSICS") != "1", reason="set JAXRL_FULL_PHYSICS=1 (tens of minutes)")
+@pytest.mark.parametrize(
+    "env_id",
+    [f"brax/{n}" for n in jb.BRAX_ENV_NAMES] + [f"brax/inverted_pendulum-{b}" for b in jb.BACKENDS[1:]],
+)
+def test_check_env_every_brax_env(env_id):
+    from jaxrl.check import check_env
+
+    env, params = jaxrl.make(env_id)
+    report = check_env(env, params, num_envs=2, num_steps=20, verbose=False)
+    assert report.passed, str(report)
