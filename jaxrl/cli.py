@@ -107,7 +107,7 @@ def _add_train(sub) -> None:
 
 
 def _add_eval(sub) -> None:
-    p = sub.add_parser("eval", help="evaluate a run's last checkpoint (mean, std, 95% CI of the return)")
+    p = sub.add_parser("eval", help="evaluate a run's last checkpoint (mean, std, 95%% CI of the return)")
     p.add_argument("run_dir", metavar="RUN_DIR")
     p.add_argument("--episodes", type=int, help="episodes per policy mode (default: the config's eval_episodes)")
     p.add_argument("--seed", type=int, default=0, help="PRNG seed of the evaluation episodes")
