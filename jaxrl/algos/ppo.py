@@ -119,7 +119,8 @@ class PPOHyperparams:
 def hyperparams(cfg: PPOConfig, **overrides) -> PPOHyperparams:
     """The traced hyperparameters of ``cfg`` as float32 arrays, with ``overrides`` applied.
 
-    ``hyperparams(cfg, lr=jnp.array([1e-3, 3e-4]))`` builds a batch to ``vmap`` over.
+    ``hyperparams(cfg, lr=jnp.array([1e-3, 3e-4]))`` builds a batch to ``vmap`` over (the
+    other fields are broadcast to the same ``[2]`` shape).
     """
     names = [f.name for f in dataclasses.fields(PPOHyperparams)]
     unknown = sorted(set(overrides) - set(names))
@@ -129,7 +130,10 @@ def hyperparams(cfg: PPOConfig, **overrides) -> PPOHyperparams:
     if values["vf_clip_eps"] is None:
         values["vf_clip_eps"] = math.inf
     values.update(overrides)
-    return PPOHyperparams(**{n: jnp.asarray(v, jnp.float32) for n, v in values.items()})
+    arrays = {n: jnp.asarray(v, jnp.float32) for n, v in values.items()}
+    # Every leaf gets the common (sweep) shape, so the struct can be vmapped as a whole.
+    shape = jnp.broadcast_shapes(*(a.shape for a in arrays.values()))
+    return PPOHyperparams(**{n: jnp.broadcast_to(a, shape) for n, a in arrays.items()})
 
 
 def _check(ok: bool, key: str, msg: str) -> None:
@@ -488,7 +492,7 @@ def _sgd_step(
     optimizer = make_optimizer(setup.cfg, setup.plan, hyper)
     updates, opt_state = optimizer.update(flat_grads, learner.opt_state, flat_params)
     params = unravel(flat_params + updates)
-    return LearnerState(params, opt_state), {**metrics, "grad_norm": optax.global_norm(flat_grads)}
+    return LearnerState(params, opt_state), {**metrics, "grad_norm": jnp.linalg.norm(flat_grads)}
 
 
 def _epoch(
