@@ -74,6 +74,9 @@ class CheckResult:
     def passed(self) -> bool:
         return self.status != FAIL
 
+    def __str__(self) -> str:
+        return f"{self.status}  {self.name}  {self.message}"
+
 
 @dataclasses.dataclass
 class CheckReport:
