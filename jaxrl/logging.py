@@ -9,7 +9,10 @@ update, and ``wall_time`` is seconds since the run started (excluding time befor
 resume) at the end of the chunk that ran the update: updates inside one jitted chunk
 finish together, so they share a wall time. With several seeds the metrics are either the
 mean with ``<name>/min`` and ``<name>/max`` (``log_seeds: mean``) or a list with one value
-per seed (``log_seeds: per_seed``).
+per seed (``log_seeds: per_seed``). When the metrics count finished episodes
+(``episode_count``), the per-episode averages ``episode_return`` and ``episode_length`` of an
+update in which no episode ended are left out (``None`` for that seed in per-seed lists),
+so curves never show a fake 0 return.
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ from typing import Iterable, Sequence
 import numpy as np
 
 RETURN_KEYS = ("episode_return", "return_mean", "mean_return", "return")
+#: Averages over the episodes that ended in an update: meaningless when none ended.
+EPISODE_AVERAGES = ("episode_return", "episode_length")
 
 
 def _scalar(x) -> float:
@@ -46,22 +51,39 @@ def chunk_records(
       wall_time: seconds since the run started, at the end of the chunk.
       log_seeds: ``"mean"`` (mean, min, max over seeds) or ``"per_seed"`` (lists).
     """
+    counts = metrics.get("episode_count")
     records = []
     for i in range(num_active):
         update = first_update + i + 1
         rec = {"update": update, "env_steps": update * env_steps_per_update, "wall_time": round(wall_time, 4)}
         for name, values in metrics.items():
             column = np.asarray(values, np.float64)[:, i]
-            if column.shape[0] == 1:
-                rec[name] = _scalar(column[0])
-            elif log_seeds == "per_seed":
-                rec[name] = [_scalar(v) for v in column]
-            else:
-                rec[name] = _scalar(column.mean())
-                rec[f"{name}/min"] = _scalar(column.min())
-                rec[f"{name}/max"] = _scalar(column.max())
+            finished = None
+            if name in EPISODE_AVERAGES and counts is not None:
+                finished = np.asarray(counts)[:, i] > 0  # seeds in which an episode ended
+            rec.update(_aggregate(name, column, finished, log_seeds))
         records.append(rec)
     return records
+
+
+def _aggregate(name: str, column: np.ndarray, finished: np.ndarray | None, log_seeds: str) -> dict:
+    """The record entries of one metric over seeds (``column`` ``[S]``).
+
+    Per-episode averages (``finished`` given) only count seeds in which an episode ended:
+    a seed without one reports no value (``None`` per seed; the key is left out when no
+    seed finished one), never a fake 0.
+    """
+    if column.shape[0] == 1:
+        return {name: _scalar(column[0])} if finished is None or finished[0] else {}
+    if finished is not None:
+        if log_seeds == "per_seed":
+            return {name: [_scalar(v) if f else None for v, f in zip(column, finished)]}
+        column = column[finished]
+        if column.size == 0:
+            return {}
+    if log_seeds == "per_seed":
+        return {name: [_scalar(v) for v in column]}
+    return {name: _scalar(column.mean()), f"{name}/min": _scalar(column.min()), f"{name}/max": _scalar(column.max())}
 
 
 class MetricsLog:
@@ -107,12 +129,16 @@ def return_key(names: Iterable[str]) -> str | None:
     return candidates[0] if candidates else None
 
 
+def _floats(values) -> np.ndarray:
+    """Numbers (or lists with ``None`` for a missing seed) as a float array with NaNs."""
+    return np.array([[np.nan if x is None else x for x in v] if isinstance(v, list) else v for v in values], np.float64)
+
+
 def plot_learning_curve(records: Sequence[dict], path: str, title: str = "") -> str | None:
     """Write a PNG of the training return against env steps (mean and min-max band)."""
+    key = return_key({k for r in records for k in r})
+    records = [r for r in records if key is not None and key in r]
     if not records:
-        return None
-    key = return_key(records[-1].keys())
-    if key is None:
         return None
     import matplotlib
 
@@ -120,17 +146,17 @@ def plot_learning_curve(records: Sequence[dict], path: str, title: str = "") -> 
     import matplotlib.pyplot as plt
 
     steps = np.array([r["env_steps"] for r in records], np.float64)
-    values = np.array([r[key] for r in records], np.float64)
+    values = _floats([r[key] for r in records])
     fig, ax = plt.subplots(figsize=(6, 4))
     if values.ndim == 2:  # per-seed lists
         for s in range(values.shape[1]):
             ax.plot(steps, values[:, s], lw=0.8, alpha=0.6)
-        ax.plot(steps, values.mean(axis=1), lw=2, color="k", label="mean")
+        ax.plot(steps, np.nanmean(values, axis=1), lw=2, color="k", label="mean")
     else:
         ax.plot(steps, values, lw=2, label=key)
         if f"{key}/min" in records[-1]:
-            lo = np.array([r[f"{key}/min"] for r in records], np.float64)
-            hi = np.array([r[f"{key}/max"] for r in records], np.float64)
+            lo = _floats([r.get(f"{key}/min") for r in records])
+            hi = _floats([r.get(f"{key}/max") for r in records])
             ax.fill_between(steps, lo, hi, alpha=0.25, label="min-max over seeds")
     ax.set_xlabel("env steps (per seed)")
     ax.set_ylabel(key)

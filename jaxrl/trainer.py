@@ -257,12 +257,10 @@ def _resolve_resume(cfg: RunConfig | None, resume: str) -> RunConfig:
 
 def _recent_return(records: list[dict]) -> float | None:
     """The latest training return, skipping updates in which no episode ended."""
-    key = log_lib.return_key(records[-1]) if records else None
-    if key is None:
-        return None
+    key = log_lib.return_key({k for r in records for k in r})
     for rec in reversed(records):
-        if np.all(np.asarray(rec.get("episode_count", 1.0)) > 0):
-            return float(np.mean(rec[key]))
+        if key is not None and key in rec:
+            return float(np.nanmean(log_lib._floats([rec[key]])))
     return None
 
 

@@ -200,6 +200,15 @@ def test_chunk_records_per_seed_and_mean():
     ]
     per_seed = trainer.log_lib.chunk_records(metrics, 10, 1, 16, 1.5, "per_seed")
     assert per_seed == [{"update": 11, "env_steps": 176, "wall_time": 1.5, "loss": [1.0, 3.0]}]
+    # Per-episode averages only count seeds in which an episode ended (no fake zeros).
+    episodes = {"episode_return": np.array([[0.0, 5.0], [7.0, 9.0]]), "episode_count": np.array([[0.0, 1.0], [2.0, 3.0]])}
+    first, second = trainer.log_lib.chunk_records(episodes, 0, 2, 16, 1.0, "mean")
+    assert (first["episode_return"], first["episode_return/min"], first["episode_return/max"]) == (7.0, 7.0, 7.0)
+    assert second["episode_return"] == 7.0
+    lists = trainer.log_lib.chunk_records(episodes, 0, 1, 16, 1.0, "per_seed")[0]
+    assert lists["episode_return"] == [None, 7.0]
+    none = trainer.log_lib.chunk_records({k: v[:1] for k, v in episodes.items()}, 0, 1, 16, 1.0, "mean")[0]
+    assert "episode_return" not in none and none["episode_count"] == 0.0
 
 
 def test_nan_stops_run_and_keeps_last_good_checkpoint(fake_table, tmp_path):
