@@ -655,13 +655,17 @@ def check_env(
 
 
 def main(args: argparse.Namespace) -> int:
-    """``jaxrl check-env ENV_ID [--steps N] [--envs N] [--seed S]``: 0 if every check passed."""
+    """``jaxrl check-env ENV_ID [--steps N] [--envs N] [--seed S] [--only A,B]``.
+
+    Returns 0 if every check passed, 1 if one failed, 2 for an unknown id or bad arguments.
+    """
     from jaxrl import registry
 
+    only = [name.strip() for name in args.only.split(",") if name.strip()] if getattr(args, "only", None) else None
     try:
         env, params = registry.make(args.env_id)
+        report = check_env(env, params, num_steps=args.steps, num_envs=args.envs, key=jax.random.PRNGKey(args.seed), only=only)
     except (KeyError, ValueError, TypeError) as exc:
         print(f"jaxrl check-env: {exc.args[0] if exc.args else exc}", file=sys.stderr)
         return 2
-    report = check_env(env, params, num_steps=args.steps, num_envs=args.envs, key=jax.random.PRNGKey(args.seed))
     return 0 if report.passed else 1

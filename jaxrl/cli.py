@@ -87,6 +87,7 @@ def _add_check_env(sub) -> None:
     p.add_argument("--steps", type=int, default=500, help="steps of the random rollout (default 500)")
     p.add_argument("--envs", type=int, default=16, help="envs in the random rollout (default 16)")
     p.add_argument("--seed", type=int, default=0, help="PRNG seed (default 0)")
+    p.add_argument("--only", metavar="CHECK[,CHECK]", help="run just these checks (comma-separated names)")
     p.set_defaults(func=_lazy("jaxrl.check", "main"))
 
 

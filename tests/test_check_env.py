@@ -136,17 +136,18 @@ class ClipRuleLie(_Broken):
 # (env class, checks that must fail, a fragment of the first failure's message)
 BROKEN = [
     (WeakTimeFlip, {"stable_types", "no_retrace"}, "int32[] (weak) vs int32[]"),
-    (NanOnInvalidAction, {"invalid_actions"}, "gives a non-finite"),
-    (WrongObsShape, {"observation_space"}, "obs is float32[5], space is float32[4]"),
     (TruncationOffByOne, {"truncation"}, "truncated missing when the step counter reached the limit"),
     # vmap fails too: the vmapped trace bakes in another counter value.
     (HiddenTraceCounter, {"vmap", "determinism"}, "differs from unbatched"),
 ]
-# Cheaper: only a few checks run (``only=``), the expected ones among them.
+# Cheaper: a few checks run (``only=``, no rollout compile); exactly the expected ones fail.
+CORE = ["timestep_dtypes", "stable_types", "info_structure"]
 BROKEN_ONLY = [
-    (IntReward, {"timestep_dtypes", "stable_types"}, ["timestep_dtypes", "stable_types", "info_structure"]),
-    (InfoKeyOnlyAtStep, {"info_structure"}, ["timestep_dtypes", "stable_types", "info_structure"]),
-    (ClipRuleLie, {"invalid_actions"}, ["invalid_actions", "timestep_dtypes"]),
+    (NanOnInvalidAction, {"invalid_actions"}, CORE + ["invalid_actions"], "gives a non-finite"),
+    (WrongObsShape, {"observation_space"}, CORE + ["observation_space"], "obs is float32[5], space is float32[4]"),
+    (IntReward, {"timestep_dtypes", "stable_types"}, CORE, "step TimeStep.reward is int32[]"),
+    (InfoKeyOnlyAtStep, {"info_structure"}, CORE, "tree structure changed"),
+    (ClipRuleLie, {"invalid_actions"}, CORE + ["invalid_actions"], "do not act like their clipped values"),
 ]
 
 
@@ -160,11 +161,12 @@ def test_broken_env_fails_the_right_check(env_cls, expected, fragment):
     assert "FAILED" in str(report)
 
 
-@pytest.mark.parametrize("env_cls,expected,only", BROKEN_ONLY, ids=[c.__name__ for c, *_ in BROKEN_ONLY])
-def test_broken_env_fails_the_right_check_only(env_cls, expected, only):
+@pytest.mark.parametrize("env_cls,expected,only,fragment", BROKEN_ONLY, ids=[c.__name__ for c, *_ in BROKEN_ONLY])
+def test_broken_env_fails_the_right_check_only(env_cls, expected, only, fragment):
     report = check_env(env_cls(), only=only, verbose=False)
     assert [c.name for c in report.checks] == [n for n, _ in check.CHECKS if n == "jit" or n in only]
     assert set(report.failed_names()) == expected, str(report)
+    assert fragment in report[report.failed_names()[0]].message, str(report)
 
 
 def test_only_rejects_unknown_check_names():

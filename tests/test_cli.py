@@ -32,28 +32,34 @@ def test_check_env_unknown_id_fails_with_suggestion(capsys):
     assert "unknown env id 'CartPole-v0'" in err and "did you mean 'CartPole-v1'" in err
 
 
-class NanReward(CartPole):
-    """Every step's reward is NaN: check-env must fail."""
+class IntRewardPole(CartPole):
+    """step returns an int32 reward: check-env must fail."""
 
     def __eq__(self, other):
-        return type(other) is NanReward
+        return type(other) is IntRewardPole
 
     def __hash__(self):
-        return hash(NanReward)
+        return hash(IntRewardPole)
 
     def step(self, key, state, action, params):
         state, ts = super().step(key, state, action, params)
-        return state, ts.replace(reward=jnp.full((), jnp.nan, jnp.float32))
+        return state, ts.replace(reward=jnp.ones((), jnp.int32))
 
 
 def test_check_env_exits_1_on_a_failed_check(capsys):
-    registry.register("NanPole-v0", NanReward)
+    registry.register("IntRewardPole-v0", IntRewardPole)
     try:
-        assert cli.main(["check-env", "NanPole-v0", "--steps", "4", "--envs", "2"]) == 1
+        assert cli.main(["check-env", "IntRewardPole-v0", "--only", "timestep_dtypes, render"]) == 1
     finally:
-        registry.deregister("NanPole-v0")
+        registry.deregister("IntRewardPole-v0")
     out = capsys.readouterr().out
-    assert "FAIL  finite" in out and "FAILED: finite" in out
+    assert "FAIL  timestep_dtypes" in out and "FAILED: timestep_dtypes" in out
+    assert "PASS  render" in out and "truncation" not in out  # only the named checks (and jit)
+
+
+def test_check_env_unknown_check_name_exits_2(capsys):
+    assert cli.main(["check-env", "CartPole-v1", "--only", "finit"]) == 2
+    assert "unknown check name(s) ['finit']" in capsys.readouterr().err
 
 
 def test_list_shows_envs_with_descriptions(capsys):
