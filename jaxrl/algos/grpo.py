@@ -69,6 +69,7 @@ import jax.numpy as jnp
 import optax
 from flax import struct
 
+from jaxrl import sharding
 from jaxrl.algos.base import Algorithm, Plan
 from jaxrl.env import Environment, replace_params
 from jaxrl.transformer import TransformerLM
@@ -651,6 +652,7 @@ def collect(setup: Setup, state: GRPOState, key: Array) -> tuple[Rollout, Batch,
     p_all, g = cfg.oversample * cfg.num_prompts, cfg.group_size
     k_reset, k_roll = jax.random.split(key)
     reset_keys = jnp.repeat(jax.random.split(k_reset, p_all), g, axis=0)  # [P' * G]: groups share keys
+    reset_keys = sharding.constrain_batch(reset_keys)  # whole groups per device on a data mesh; no-op otherwise
     env_params = _env_params_at(setup, state.level)
     ro = group_rollout(setup.policy, setup.env, env_params, state.params, reset_keys, k_roll, setup.num_steps, state.hyper.temperature)
     rewards = ro.returns + cfg.overlong_penalty * overlong_shaping(ro.length, setup.num_steps, cfg.overlong_buffer)
@@ -818,3 +820,9 @@ def make_train(env: Environment, env_params, cfg: GRPOConfig, num_updates: int |
 def _train(algo: Algorithm, num_updates: int, key: Array):
     state = algo.init(key)
     return jax.lax.scan(functools.partial(_scan_update, algo.update), state, None, length=num_updates)
+
+
+# Registered under ``algo: grpo`` (jaxrl.algos.registry imports this module at its end).
+from jaxrl.algos.registry import AlgoEntry, register_algorithm  # noqa: E402
+
+register_algorithm("grpo", AlgoEntry(config_cls=GRPOConfig, make=make_grpo, validate=validate, derive=derive), overwrite=True)

@@ -68,3 +68,7 @@ def get_algorithm(name: str) -> AlgoEntry:
     if name not in ALGORITHMS:
         raise KeyError(f"unknown algorithm {name!r}; known: {sorted(ALGORITHMS)}")
     return ALGORITHMS[name]
+
+
+# The GRPO family registers itself with register_algorithm (imported last: it imports this module).
+from jaxrl.algos import grpo as _grpo  # noqa: E402,F401
