@@ -4,6 +4,7 @@ The public API is re-exported here; everything else may change between releases.
 """
 
 from jaxrl import spaces
+from jaxrl.check import CheckReport, check_env
 from jaxrl.env import Environment, TimeStep, Wrapper
 from jaxrl.registry import make, register, registered_ids, spec
 from jaxrl.wrappers import AutoReset, ClipAction, EpisodeStatistics, RescaleAction, TimeLimit, VmapEnv
@@ -12,6 +13,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AutoReset",
+    "CheckReport",
     "ClipAction",
     "Environment",
     "EpisodeStatistics",
@@ -20,6 +22,7 @@ __all__ = [
     "TimeStep",
     "VmapEnv",
     "Wrapper",
+    "check_env",
     "make",
     "register",
     "registered_ids",
