@@ -96,3 +96,8 @@ def test_non_finite_stop_exit_code_and_message(fake_algo, tmp_path, capsys):  # 
     err = capsys.readouterr().err.strip()
     ckpt = os.path.join(str(run_dir), "checkpoints", "2")
     assert err == f"jaxrl: non-finite loss at update 4 (seed 0); last good checkpoint kept at {ckpt} (update 2)"
+    # Resuming from the last good checkpoint replays updates 3-4 exactly: the same NaN.
+    assert cli.main(["train", "--resume", str(run_dir)]) == 1
+    assert capsys.readouterr().err.strip() == err
+    assert cli.main(["train", "--resume", str(run_dir), "--set", "fake.lr=0.1"]) == 2
+    assert "--set/--seeds need a CONFIG" in capsys.readouterr().err
