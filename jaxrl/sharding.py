@@ -34,6 +34,7 @@ Typical use (the trainer does this)::
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from typing import Any, Callable, Sequence
 
@@ -95,7 +96,7 @@ def mesh_size(mesh: Mesh) -> int:
     return int(mesh.shape[DATA])
 
 
-def check_divisible(batch: int, mesh: Mesh, what: str = "num_envs", where: str = "") -> int:
+def check_divisible(batch: int, mesh: Mesh, what: str = "num_envs", where: str = "", unit: str = "envs") -> int:
     """``batch / n_devices``; raises ``ValueError`` naming ``what`` when it does not divide."""
     n = mesh_size(mesh)
     if batch % n:
@@ -103,7 +104,7 @@ def check_divisible(batch: int, mesh: Mesh, what: str = "num_envs", where: str =
         hint = f"{lower} or {upper}" if lower else f"{upper}"
         raise ValueError(
             f"{where}{what}={batch} is not divisible by the number of devices ({n}): "
-            f"each device must hold the same number of envs; use e.g. {what}={hint}, "
+            f"each device must hold the same number of {unit}; use e.g. {what}={hint}, "
             f"or fewer devices (devices: N)"
         )
     return batch // n
@@ -114,16 +115,32 @@ def _describe(devs: Sequence[jax.Device]) -> str:
     return f"{len(devs)} x {', '.join(kinds)}"
 
 
-def summary(mesh: Mesh, num_envs: int | None = None) -> str:
-    """One start-up line: devices, processes, envs per device."""
+def summary(mesh: Mesh, num_envs: int | None = None, unit: str = "envs") -> str:
+    """One start-up line: devices, processes, envs (or ``unit``) per device."""
     devs = list(mesh.devices.flat)
     line = (
         f"devices: {_describe(devs)} (mesh axis '{DATA}'), "
         f"processes: {jax.process_count()} (this is {jax.process_index()})"
     )
     if num_envs is not None:
-        line += f", envs per device: {check_divisible(num_envs, mesh)} of {num_envs}"
+        line += f", {unit} per device: {check_divisible(num_envs, mesh, unit=unit)} of {num_envs}"
     return line
+
+
+#: Config fields that count the sharded batch, and what one unit of it is called.
+BATCH_FIELDS = {"num_envs": "envs", "num_prompts": "prompt groups"}
+
+
+def batch_field(algo_cfg: Any) -> tuple[str, int, str] | None:
+    """``(field, value, unit)`` of the config field that must divide over the devices.
+
+    ``num_envs`` (PPO: the env batch in the state) or ``num_prompts`` (GRPO: groups are
+    kept whole on one device); ``None`` if the config has neither.
+    """
+    for name, unit in BATCH_FIELDS.items():
+        if hasattr(algo_cfg, name):
+            return name, int(getattr(algo_cfg, name)), unit
+    return None
 
 
 # ----------------------------------------------------------------------------- layout
@@ -268,8 +285,11 @@ def constrain_batch(tree: Any, axis: int = 0) -> Any:
     return jax.tree_util.tree_map(pin, tree)
 
 
-def use_mesh(mesh: Mesh):
-    """Context manager making ``mesh`` current while tracing (for :func:`constrain_batch`)."""
+def use_mesh(mesh: Mesh | None):
+    """Context manager making ``mesh`` current while tracing (for :func:`constrain_batch`);
+    ``None``: no mesh, a no-op context."""
+    if mesh is None:
+        return contextlib.nullcontext()
     return jax.set_mesh(mesh)
 
 

@@ -160,9 +160,9 @@ def make_layout(cfg: RunConfig, built: Built, keys: jax.Array) -> sharding.Layou
     """
     try:
         mesh = sharding.make_mesh(cfg.devices)
-        num_envs = getattr(cfg.algo_config, "num_envs", None)
-        if num_envs is not None:
-            sharding.check_divisible(num_envs, mesh, f"{cfg.algo}.num_envs")
+        field = sharding.batch_field(cfg.algo_config)
+        if field is not None:
+            sharding.check_divisible(field[1], mesh, f"{cfg.algo}.{field[0]}", unit=field[2])
     except ValueError as exc:
         raise ConfigError(f"devices: {exc}") from None
     init = jax.vmap(built.algo.init)
@@ -289,7 +289,8 @@ def run(
     primary = distributed.is_primary()  # only process 0 writes files and prints
     out = out if primary else io.StringIO()
     print(f"jaxrl: {cfg.algo} on {cfg.env.id}: {d.describe()}", file=out)
-    print(f"jaxrl: {sharding.summary(layout.mesh, getattr(cfg.algo_config, 'num_envs', None))}", file=out)
+    field = sharding.batch_field(cfg.algo_config)
+    print(f"jaxrl: {sharding.summary(layout.mesh, *(field[1:] if field else ()))}", file=out)
     print(f"jaxrl: run directory {run_dir}", file=out)
     if primary:
         os.makedirs(run_dir, exist_ok=True)
@@ -352,8 +353,8 @@ def _loop(
     try:
         while done < d.num_updates:
             n = min(k, d.num_updates - done)
-            with jax.transfer_guard("disallow"):
-                state, metrics, finite = chunk(state, n_dev[n])
+            with jax.transfer_guard("disallow"), sharding.use_mesh(layout.mesh if layout else None):
+                state, metrics, finite = chunk(state, n_dev[n])  # traced under the mesh: constrain_batch
             metrics, finite = jax.device_get((metrics, finite))
             check_finite(metrics, finite, done, n, ckpts)
             wall = wall_offset + time.perf_counter() - start

@@ -87,6 +87,15 @@ def test_indivisible_num_envs_is_rejected(report):
     assert "envs per device: 2 of 8" in report["summary"]
 
 
+def test_sharded_grpo_matches_single_device(report):
+    # the prompt groups are split over the 4 devices inside update (a sharding constraint in
+    # the program), with the single-device program's numbers
+    assert report["grpo_constrained"]
+    assert report["grpo_metrics_diff"] < F32_TOL
+    assert report["grpo_state_diff"] < F32_TOL
+    assert report["grpo_reward"] > 0
+
+
 # ------------------------------------------------------------------- in-process units
 
 
