@@ -73,11 +73,12 @@ def run_ppo(algo, layout, state):
 
     chunk = sharding.jit_chunk(counted, layout)
     history, first = [], None
-    for i in range(CHUNKS):
-        state, metrics = chunk(state)
-        history.append(jax.device_get(metrics))
-        if i == 0:
-            first = sharding.fetch(state)
+    with sharding.use_mesh(layout.mesh):  # as the trainer: traced under the mesh
+        for i in range(CHUNKS):
+            state, metrics = chunk(state)
+            history.append(jax.device_get(metrics))
+            if i == 0:
+                first = sharding.fetch(state)
     return state, history, first, chunk, len(traces)
 
 
@@ -123,8 +124,12 @@ def main() -> dict:
     out["episode_count"] = float(sum(h["episode_count"] for h in hist4))
     out["traces"] = traces
     out["cache_size"] = chunk4._cache_size()
-    out["host_traffic"] = sharding.host_traffic(chunk4, state4)
-    out["n_primitives"] = len(jax.make_jaxpr(chunk4)(state4).eqns)
+    with sharding.use_mesh(mesh4):
+        out["host_traffic"] = sharding.host_traffic(chunk4, state4)
+        text = chunk4.lower(state4).as_text()
+    out["n_eqns"] = len(jax.make_jaxpr(chunk4)(state4).eqns)
+    # PPO's minibatches are pinned to the data axis (each device steps on its slice)
+    out["ppo_constrained"] = "sdy.sharding_constraint" in text and '[{}, {"data"}' in text
 
     # --- change layout mid-run: 4 devices -> 2 devices -------------------------------------
     mesh2 = sharding.make_mesh(2)
@@ -132,7 +137,8 @@ def main() -> dict:
     moved = sharding.put(after_first, jax.eval_shape(algo.init, key), layout2.state)
     out["moved_spec"] = [str(moved.env.obs.sharding.spec), len(moved.env.obs.sharding.device_set)]
     chunk2 = sharding.jit_chunk(functools.partial(scan_chunk, algo.update), layout2)
-    moved, m2 = chunk2(moved)
+    with sharding.use_mesh(mesh2):
+        moved, m2 = chunk2(moved)
     out["resume_other_layout_diff"] = max_rel_diff(
         [jax.device_get(m2), sharding.fetch(moved)], [ref_hist[1], ref_state]
     )

@@ -71,7 +71,8 @@ def test_rng_streams_distinct_per_shard_and_reproducible(report):
 def test_sharded_chunk_compiles_once_without_host_traffic(report):
     assert report["traces"] == 1 and report["cache_size"] == 1
     assert report["host_traffic"] == []
-    assert report["n_primitives"] > 0
+    assert report["n_eqns"] > 0
+    assert report["ppo_constrained"]
 
 
 def test_resume_on_another_layout(report):

@@ -610,6 +610,7 @@ def _epoch(setup: Setup, hyper: GRPOHyper, lr: Array, batch: Batch, carry, key):
     k = setup.cfg.num_minibatches
     perm = jax.random.permutation(key, n)
     shuffled = jax.tree_util.tree_map(lambda x: x[perm].reshape((k, n // k) + x.shape[1:]), batch)
+    shuffled = sharding.constrain_batch(shuffled, axis=1)  # data mesh: each device steps on its slice
     return jax.lax.scan(functools.partial(_sgd_step, setup, hyper, lr), carry, shuffled)
 
 

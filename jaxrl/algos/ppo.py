@@ -35,7 +35,7 @@ import optax
 from flax import struct
 from jax.flatten_util import ravel_pytree
 
-from jaxrl import normalize, rollout, spaces
+from jaxrl import normalize, rollout, sharding, spaces
 from jaxrl.algos.base import Algorithm, Plan
 from jaxrl.env import Environment
 from jaxrl.networks import ACTIVATIONS, DISTRIBUTIONS, LOG_STD_MODES, ActorCritic
@@ -507,6 +507,7 @@ def _epoch(
     m = setup.cfg.num_minibatches
     perm = jax.random.permutation(key, batch.advantage.shape[0])
     shuffled = jax.tree_util.tree_map(lambda x: jnp.reshape(x[perm], (m, -1) + x.shape[1:]), batch)
+    shuffled = sharding.constrain_batch(shuffled, axis=1)  # data mesh: each device steps on its slice
     step = functools.partial(_sgd_step, setup, hyper, obs_stats)
     learner, metrics = jax.lax.scan(step, learner, shuffled)
     return learner, metrics
