@@ -24,8 +24,9 @@ It runs an env through every promise the contract makes and reports each as a na
                    the episode's step counter reaches the limit and always set (or the episode
                    terminated) when it does, checked at the env's own limit and at a small one
                    set with :func:`jaxrl.env.replace_params`; the counter restarts after reset.
-``determinism``    the same key gives a bit-identical rollout on a second call and after a
-                   fresh trace (catches hidden Python state read at trace time).
+``determinism``    the same key gives a bit-identical rollout on a second call, and two fresh
+                   traces lower to the same program (catches hidden Python state read at
+                   trace time, without paying for another compile).
 ``invalid_actions`` out-of-range actions (ints below 0 / at or above ``n`` / int32 extremes for
                    ``Discrete``; +-1e6 and +-float32 max for ``Box``) give finite outputs; when
                    ``env.invalid_action_rule`` starts with "clip", the outputs equal those of
@@ -37,7 +38,12 @@ It runs an env through every promise the contract makes and reports each as a na
 
 The throughput is env steps per second of the rollout above (random actions from
 ``action_space.sample``, auto-reset by a full ``reset`` per step, every output consumed),
-timed on a second call, after compilation.
+timed on a second call, after compilation. ``check_env(..., only=[...])`` (``jaxrl check-env
+ID --only a,b``) runs a subset of the checks. A check that raises is reported as FAIL with
+the exception; the others still run.
+
+Compiles are the checker's cost (about four programs per env: jitted ``reset``, ``step``, a
+vmapped reset-then-step and the rollout), so keep ``num_steps``/``num_envs`` small in tests.
 """
 
 from __future__ import annotations
