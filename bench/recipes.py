@@ -16,6 +16,7 @@ config, eval). Usage::
 
     python bench/recipes.py                       # all four recipes
     python bench/recipes.py ppo_pendulum --set ppo.lr=1e-3
+    python bench/recipes.py ppo_acrobot --set train.seeds=4 --name recipes_4seeds
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ print("TOTAL_S", time.perf_counter() - t0)
 """
 
 
-def run_recipe(name: str, overrides: list[str]) -> dict:
+def run_recipe(name: str, overrides: list[str], out: Path = OUT) -> dict:
     """Train one recipe in a fresh process; returns its record and copies its artifacts."""
     path = REPO / "configs" / f"{name}.yaml"
     with tempfile.TemporaryDirectory() as tmp:
@@ -66,7 +67,7 @@ def run_recipe(name: str, overrides: list[str]) -> dict:
         wall = time.perf_counter() - start
         if proc.returncode != 0:
             raise RuntimeError(f"{name} failed:\n{proc.stderr[-3000:]}")
-        dest = OUT / name
+        dest = out / name
         dest.mkdir(parents=True, exist_ok=True)
         for item in ("config.yaml", "metrics.jsonl", "learning_curve.png", "eval.json"):
             shutil.copy(run_dir / item, dest / item)
@@ -90,6 +91,7 @@ def run_recipe(name: str, overrides: list[str]) -> dict:
         "eval_det_ci95": [round(det["ci95_low"], 2), round(det["ci95_high"], 2)],
         "eval_sto_mean": round(sto.get("mean", float("nan")), 2),
         "eval_episodes": det["episodes"],
+        "eval_det_mean_per_seed": [round(v, 2) for v in summary.get("per_seed", {}).get("return_mean", [])],
         "target": target,
         "budget_s": budget,
         "reached_target": bool(det["mean"] >= target),
@@ -107,7 +109,7 @@ def _steady_rate(records: list[dict], seeds: int) -> float | None:
     return round((later[-1]["env_steps"] - first_steps) * seeds / (later[-1]["wall_time"] - first), 1)
 
 
-def plot_all(names: list[str]) -> None:
+def plot_all(names: list[str], out: Path = OUT, png: str = "recipes.png") -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -115,10 +117,10 @@ def plot_all(names: list[str]) -> None:
 
     fig, axes = plt.subplots(1, len(names), figsize=(4 * len(names), 3.2), squeeze=False)
     for ax, name in zip(axes[0], names):
-        records = [json.loads(line) for line in (OUT / name / "metrics.jsonl").read_text().splitlines()]
+        records = [json.loads(line) for line in (out / name / "metrics.jsonl").read_text().splitlines()]
         records = [r for r in records if "episode_return" in r]  # updates in which an episode ended
         x = [r["env_steps"] for r in records]
-        y = [r["episode_return"] for r in records]
+        y = [r["episode_return"] for r in records]  # the mean over seeds with several seeds
         ax.plot(x, y, lw=1.5)
         if name in TARGETS:
             ax.axhline(TARGETS[name][0], color="r", ls="--", lw=1, label="target")
@@ -127,7 +129,7 @@ def plot_all(names: list[str]) -> None:
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("training episode return")
     fig.tight_layout()
-    fig.savefig(common.RESULTS_DIR / "recipes.png", dpi=90)
+    fig.savefig(common.RESULTS_DIR / png, dpi=90)
     plt.close(fig)
 
 
@@ -135,19 +137,21 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("names", nargs="*", default=list(TARGETS), help="recipe names (configs/<name>.yaml)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override for every recipe")
+    parser.add_argument("--name", default="recipes", help="results name: bench/results/<name>.json and <name>/")
     args = parser.parse_args(argv)
-    results_path = common.RESULTS_DIR / "recipes.json"
+    out = common.RESULTS_DIR / args.name
+    results_path = common.RESULTS_DIR / f"{args.name}.json"
     previous = {}
     if results_path.exists():  # keep the records of recipes not re-run this time
         previous = {r["recipe"]: r for r in json.loads(results_path.read_text()).get("records", [])}
     for name in args.names:
-        record = run_recipe(name, args.set)
+        record = run_recipe(name, args.set, out)
         previous[name] = record
         print(json.dumps(record), flush=True)
     names = [n for n in TARGETS if n in previous] + [n for n in previous if n not in TARGETS]
     meta = common.metadata({"note": "one fresh process per recipe; wall_s_total includes imports and compilation"})
-    common.write_results("recipes", [previous[n] for n in names], meta)
-    plot_all(names)
+    common.write_results(args.name, [previous[n] for n in names], meta)
+    plot_all(names, out, f"{args.name}.png")
     return 0
 
 

@@ -124,15 +124,25 @@ def with_episodes(cfg: RunConfig, episodes: int | None) -> RunConfig:
     return config_lib.with_overrides(cfg, [f"{cfg.algo}.eval_episodes={episodes}"])
 
 
-def load_run(run_dir: str, cfg: RunConfig | None = None):
-    """``(cfg, built, states, step)`` of the latest checkpoint in ``run_dir``."""
+def run_config(run_dir: str) -> RunConfig:
+    """The resolved config saved in a run directory."""
     from jaxrl import trainer
-    from jaxrl.checkpoint import Checkpoints
 
     path = os.path.join(run_dir, trainer.CONFIG_FILE)
     if not os.path.exists(path):
         raise ConfigError(f"{run_dir!r} is not a run directory (no {trainer.CONFIG_FILE})")
-    cfg = cfg or config_lib.load_config(path)
+    return config_lib.load_config(path)
+
+
+def load_run(run_dir: str, episodes: int | None = None):
+    """``(cfg, built, states [S, ...], step)`` of the latest checkpoint in ``run_dir``.
+
+    ``episodes`` replaces the algorithm's ``eval_episodes`` (a new config object).
+    """
+    from jaxrl import trainer
+    from jaxrl.checkpoint import Checkpoints
+
+    cfg = with_episodes(run_config(run_dir), episodes)
     built = trainer.build(cfg)
     keys = trainer.seed_keys(cfg.train.seed, cfg.train.seeds)
     template = jax.eval_shape(jax.vmap(built.algo.init), keys)
@@ -149,11 +159,7 @@ def main_eval(args) -> int:
     from jaxrl import trainer
 
     try:
-        saved = config_lib.load_config(os.path.join(args.run_dir, trainer.CONFIG_FILE)) if os.path.exists(
-            os.path.join(args.run_dir, trainer.CONFIG_FILE)
-        ) else None
-        cfg = with_episodes(saved, args.episodes) if saved is not None else None
-        cfg, built, states, step = load_run(args.run_dir, cfg)
+        cfg, built, states, step = load_run(args.run_dir, args.episodes)
     except ConfigError as exc:
         print(f"jaxrl: config error: {exc}", file=sys.stderr)
         return 2
