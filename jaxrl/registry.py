@@ -126,7 +126,7 @@ def spec(env_id: str) -> EnvSpec:
     hint = close or versions
     msg = f"unknown env id {env_id!r}"
     if hint:
-        msg += f"; did you mean {', '.join(repr(h) for h in sorted(set(hint)))}?"
+        msg += f"; did you mean {', '.join(repr(h) for h in dict.fromkeys(hint))}?"
     else:
         msg += "; see `jaxrl list` for the registered ids"
     raise KeyError(msg)
