@@ -20,7 +20,7 @@ nbclient = pytest.importorskip("nbclient")
 NOTEBOOK_DIR = Path(__file__).resolve().parent.parent / "notebooks"
 NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("*.ipynb"))
 #: Wall-clock budget per notebook (seconds); a notebook not listed gets the default.
-TIMEOUT_S = {"default": 240}
+TIMEOUT_S = {"default": 300, "02_write_an_env.ipynb": 120}
 KERNEL_NAME = "jaxrl-test-venv"
 
 
