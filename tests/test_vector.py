@@ -224,7 +224,7 @@ def test_params_axis_draws_with_each_envs_params():
 # ----------------------------------------------------------------------------------------
 # Helpers and errors
 # ----------------------------------------------------------------------------------------
-@pytest.mark.parametrize("n", [1, 31, 32, 33, 100, 1000])
+@pytest.mark.parametrize("n", [1, 33, 1000])
 def test_done_rank_is_inclusive_cumsum(n):
     rank = jax.jit(done_rank)
     for p in (0.0, 0.1, 0.9, 1.0):
@@ -235,8 +235,9 @@ def test_done_rank_is_inclusive_cumsum(n):
 def test_default_chunk():
     assert default_reset_chunk(1) == 1
     assert default_reset_chunk(8) == 8
-    assert default_reset_chunk(1024) == 16
-    assert default_reset_chunk(65536) == 1024
+    assert default_reset_chunk(100) == 16
+    assert default_reset_chunk(1024) == 64
+    assert default_reset_chunk(65536) == 4096
     assert VectorEnv(jaxrl.make("CartPole-v1")[0], 100, reset_chunk=10**6).reset_chunk == 100
 
 

@@ -1,0 +1,228 @@
+"""Shared helpers for the benchmarks in ``bench/``.
+
+Every benchmark follows the same rules (see ``shared/BENCHMARKS.md``): compile time is
+measured apart from steady state; steady state is the best *and* the median of several timed
+repetitions (both recorded; the best is the headline); every output feeds the timed result;
+results land in ``bench/results/`` with the machine, library versions and exact command.
+
+Typical use::
+
+    from bench import common
+    compiled, compile_s = common.compile_fn(jax.jit(fn), *args)
+    times = common.time_repeats(compiled, *args, repeats=5)
+    common.write_results("my_bench", records, extra_meta={...})
+"""
+
+from __future__ import annotations
+
+import csv
+import importlib.metadata
+import json
+import os
+import platform
+import shlex
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterable, Sequence
+
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+
+DEFAULT_LIBRARIES = ("jax", "jaxlib", "numpy", "flax", "gymnax", "gymnasium", "brax", "mujoco")
+
+
+# ----------------------------------------------------------------------------------------
+# Machine and versions
+# ----------------------------------------------------------------------------------------
+def cpu_model() -> str:
+    """The CPU model name from ``/proc/cpuinfo`` (or ``platform.processor()``)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def machine_info() -> dict[str, Any]:
+    """CPU model, logical cores usable by this process, OS, Python and JAX devices."""
+    info: dict[str, Any] = {
+        "cpu_model": cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "cpus_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+    }
+    try:
+        import jax
+
+        info["jax_backend"] = jax.default_backend()
+        info["jax_devices"] = [str(d) for d in jax.devices()]
+    except Exception as exc:  # report, never fail a benchmark over metadata
+        info["jax_devices"] = f"unavailable: {exc}"
+    try:
+        info["load_average_1m"] = os.getloadavg()[0]
+    except OSError:
+        pass
+    return info
+
+
+def library_versions(names: Iterable[str] = DEFAULT_LIBRARIES) -> dict[str, str | None]:
+    """Installed distribution versions (``None`` for what is not installed)."""
+    out: dict[str, str | None] = {}
+    for name in names:
+        try:
+            out[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def command_line() -> str:
+    """The exact command that ran this benchmark, shell-quoted."""
+    return " ".join(shlex.quote(a) for a in [Path(sys.executable).name, *sys.argv])
+
+
+# ----------------------------------------------------------------------------------------
+# Timing
+# ----------------------------------------------------------------------------------------
+def block(tree: Any) -> Any:
+    """``block_until_ready`` on every array leaf of ``tree``; returns ``tree``."""
+    import jax
+
+    return jax.block_until_ready(tree)
+
+
+def compile_fn(jitted: Callable, *args, **kwargs) -> tuple[Callable, float]:
+    """Lower and compile a ``jax.jit``-ed function ahead of time.
+
+    Returns ``(compiled, seconds)``: the compiled executable (call it with the same
+    arguments) and the wall time spent tracing, lowering and compiling.
+    """
+    start = time.perf_counter()
+    compiled = jitted.lower(*args, **kwargs).compile()
+    return compiled, time.perf_counter() - start
+
+
+def time_repeats(fn: Callable, *args, repeats: int = 5, warmup: int = 1) -> list[float]:
+    """Wall seconds of ``repeats`` calls of ``fn(*args)``, each blocked until ready.
+
+    ``warmup`` untimed calls run first (caches, page faults, thread pools).
+    """
+    if repeats <= 0:
+        raise ValueError(f"repeats must be > 0, got {repeats}")
+    for _ in range(warmup):
+        block(fn(*args))
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        block(fn(*args))
+        times.append(time.perf_counter() - start)
+    return times
+
+
+def summarize(times: Sequence[float], work: float) -> dict[str, float]:
+    """Rates from repeated timings of ``work`` units: best (headline) and median."""
+    best, median = min(times), statistics.median(times)
+    return {
+        "best_s": best,
+        "median_s": median,
+        "rate_best": work / best,
+        "rate_median": work / median,
+        "repeats": len(times),
+    }
+
+
+# ----------------------------------------------------------------------------------------
+# Results
+# ----------------------------------------------------------------------------------------
+def metadata(extra: dict[str, Any] | None = None, libraries: Iterable[str] = DEFAULT_LIBRARIES) -> dict[str, Any]:
+    """The provenance block written next to every result: when, where, what, how."""
+    meta = {
+        "utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "command": command_line(),
+        "machine": machine_info(),
+        "versions": library_versions(libraries),
+    }
+    if extra:
+        meta.update(extra)
+    return meta
+
+
+def write_results(
+    name: str,
+    records: list[dict[str, Any]],
+    meta: dict[str, Any],
+    results_dir: Path | str = RESULTS_DIR,
+) -> dict[str, Path]:
+    """Write ``<name>.json`` (meta + records) and ``<name>.csv`` (records) in ``results_dir``.
+
+    Returns the written paths by format.
+    """
+    results_dir = Path(results_dir)
+    results_dir.mkdir(parents=True, exist_ok=True)
+    json_path = results_dir / f"{name}.json"
+    json_path.write_text(json.dumps({"meta": meta, "records": records}, indent=2, default=str) + "\n")
+    csv_path = results_dir / f"{name}.csv"
+    fields: list[str] = []
+    for rec in records:
+        fields.extend(k for k in rec if k not in fields)
+    with csv_path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=fields)
+        writer.writeheader()
+        writer.writerows(records)
+    return {"json": json_path, "csv": csv_path}
+
+
+def plot_series(
+    records: list[dict[str, Any]],
+    *,
+    x: str,
+    y: str,
+    series: Callable[[dict[str, Any]], str],
+    path: Path | str,
+    title: str = "",
+    xlabel: str | None = None,
+    ylabel: str | None = None,
+    logx: bool = True,
+    logy: bool = True,
+) -> Path:
+    """A line plot of ``y`` against ``x``, one line per ``series(record)``; saved as PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    groups: dict[str, list[tuple[float, float]]] = {}
+    for rec in records:
+        groups.setdefault(series(rec), []).append((rec[x], rec[y]))
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for label, pts in sorted(groups.items()):
+        pts.sort()
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label)
+    if logx:
+        ax.set_xscale("log", base=2)
+    if logy:
+        ax.set_yscale("log")
+    ax.set_xlabel(xlabel or x)
+    ax.set_ylabel(ylabel or y)
+    ax.set_title(title)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def format_rate(rate: float) -> str:
+    """``12.3M``-style steps/s."""
+    if rate >= 1e6:
+        return f"{rate / 1e6:.2f}M"
+    if rate >= 1e3:
+        return f"{rate / 1e3:.1f}k"
+    return f"{rate:.0f}"
