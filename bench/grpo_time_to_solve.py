@@ -72,8 +72,13 @@ def run(cfg_path: str, overrides: list[str], target: float, metric: str, name: s
         wall = time.perf_counter() - start - eval_time
         score = float(ev[metric])
         curve.append({"updates": done, "train_wall_s": round(wall, 2), metric: score,
-                      "train_reward": float(np.mean(metrics["reward"][-1]))})
-        print(f"{name}: {done:5d} updates  {wall:7.1f} s  eval {metric} {score:.3f}  train reward {curve[-1]['train_reward']:.3f}", flush=True)
+                      "train_reward": float(np.mean(metrics["reward"][-1])),
+                      "entropy": float(np.mean(metrics["entropy"][-1])),
+                      "frac_reward_zero_std": float(np.mean(metrics["frac_reward_zero_std"][-1])),
+                      "curriculum_level": float(np.mean(metrics["curriculum_level"][-1]))})
+        c = curve[-1]
+        print(f"{name}: {done:5d} updates  {wall:7.1f} s  eval {metric} {score:.3f}  train reward {c['train_reward']:.3f}"
+              f"  entropy {c['entropy']:.3f}  zero-std groups {c['frac_reward_zero_std']:.2f}  level {c['curriculum_level']:.0f}", flush=True)
         if score >= target:
             solved_at = curve[-1]
             break

@@ -602,7 +602,7 @@ def _sgd_step(setup: Setup, hyper: GRPOHyper, lr: Array, carry, batch: Batch):
     updates, opt_state = setup.optimizer.update(grads, opt_state, params)
     updates = jax.tree_util.tree_map(lambda u: -lr * u, updates)
     params = optax.apply_updates(params, updates)
-    return (params, opt_state), {**metrics, "loss": loss, "grad_norm": optax.global_norm(grads)}
+    return (params, opt_state), {**metrics, "loss": loss, "grad_norm": optax.tree.norm(grads)}
 
 
 def _epoch(setup: Setup, hyper: GRPOHyper, lr: Array, batch: Batch, carry, key):
