@@ -54,6 +54,16 @@ class Discrete(Space):
         return hash(("Discrete", self.n, str(self.dtype)))
 
 
+def _check_bounds(low, high) -> None:
+    """Raise if concrete bounds have ``low > high`` somewhere (traced bounds are not checked)."""
+    if isinstance(low, jax.core.Tracer) or isinstance(high, jax.core.Tracer):
+        return
+    bad = np.argwhere(np.asarray(low) > np.asarray(high))
+    if len(bad):
+        i = tuple(int(j) for j in bad[0])
+        raise ValueError(f"Box needs low <= high, got low={np.asarray(low)[i]} > high={np.asarray(high)[i]} at index {i}")
+
+
 class Box(Space):
     """A (possibly unbounded) box in R^shape. ``low``/``high`` broadcast to ``shape``.
 
@@ -68,6 +78,7 @@ class Box(Space):
         self.dtype = jnp.dtype(dtype)
         self.low = jnp.broadcast_to(jnp.asarray(low, self.dtype), self.shape)
         self.high = jnp.broadcast_to(jnp.asarray(high, self.dtype), self.shape)
+        _check_bounds(self.low, self.high)
 
     def sample(self, key):
         low, high = self.low, self.high

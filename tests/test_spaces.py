@@ -129,3 +129,8 @@ def test_box_bounds_may_be_traced():
 
     assert bool(inside(2.0, jnp.array([1.5, -2.0])))
     assert not bool(inside(1.0, jnp.array([1.5, -0.5])))
+
+
+def test_box_rejects_low_above_high():
+    with pytest.raises(ValueError, match=r"Box needs low <= high, got low=1.0 > high=0.5 at index \(1,\)"):
+        Box(1.0, jnp.array([2.0, 0.5]))
