@@ -738,14 +738,38 @@ def eval_env_params(env_params, cfg: GRPOConfig):
 
 
 def evaluate(setup: Setup, state: GRPOState, key: Array) -> dict:
-    """Greedy evaluation: ``return_mean`` / ``return_ci95`` and, for every info key (e.g.
-    ``exact_match``), its mean and 95% interval half-width over ``eval_episodes``."""
+    """Greedy evaluation over ``eval_episodes`` (held-out prompts for token tasks).
+
+    Returns ``episode_returns`` (float32 ``[E]``, the trainer's eval convention: per-episode
+    return of the greedy policy, i.e. the verifier reward for token tasks), for a token
+    task ``episode_returns_exact_match`` (the per-prompt 0/1 exact match, so ``jaxrl eval``
+    summarises it with its own 95% interval), and scalars: ``return_mean``, ``return_ci95``,
+    ``length_mean`` and, for every info key (e.g. ``exact_match``), its mean and ``_ci95``
+    (normal-approximation half-width).
+    """
     ro = eval_rollout(setup, state.params, key)
-    out = {"return_mean": jnp.mean(ro.returns), "return_ci95": _ci95(ro.returns), "length_mean": jnp.mean(ro.length.astype(jnp.float32))}
+    out = {
+        "episode_returns": ro.returns,
+        "return_mean": jnp.mean(ro.returns),
+        "return_ci95": _ci95(ro.returns),
+        "length_mean": jnp.mean(ro.length.astype(jnp.float32)),
+    }
     for name, value in ro.final_info.items():
         out[name] = jnp.mean(value)
         out[f"{name}_ci95"] = _ci95(value)
+    if "exact_match" in ro.final_info:
+        out["episode_returns_exact_match"] = ro.final_info["exact_match"]
     return out
+
+
+def sample_completions(setup: Setup, params, key: Array, num: int = 5) -> list[tuple[str, str, float]]:
+    """Host-side ``(prompt, completion, reward)`` strings of ``num`` greedy held-out episodes
+    of a token task (for ``jaxrl eval`` and notebooks)."""
+    from jaxrl_envs.text.vocab import decode
+
+    ro = jax.device_get(eval_rollout(setup, params, key))
+    lp = setup.env.prompt_len
+    return [(decode(ro.obs[i, 0, :lp]), decode(ro.actions[i]), float(ro.returns[i])) for i in range(min(num, ro.returns.shape[0]))]
 
 
 # =======================================================================================
