@@ -83,7 +83,7 @@ def test_same_seed_twice_is_bit_identical(setup):
 
 
 def test_update_compiles_once_without_callbacks_or_transfers(setup):
-    _, _, algo, _ = setup
+    _, _, algo, train = setup
     traces = []
 
     def counted(state):
@@ -91,7 +91,7 @@ def test_update_compiles_once_without_callbacks_or_transfers(setup):
         return algo.update(state)
 
     update = jax.jit(counted, compiler_options=ppo.COMPILER_OPTIONS)
-    state = jax.jit(algo.init)(jax.random.key(0))
+    state, _ = train(jax.random.key(0), ppo.hyperparams(CFG))  # a valid state, already compiled
     jaxpr = str(jax.make_jaxpr(algo.update)(state))
     for word in ("callback", "io_callback", "pure_callback", "debug_callback"):
         assert word not in jaxpr
@@ -100,7 +100,7 @@ def test_update_compiles_once_without_callbacks_or_transfers(setup):
         for _ in range(3):
             state, metrics = update(state)
     assert len(traces) == 1
-    assert int(state.update_step) == 4
+    assert int(state.update_step) == UPDATES + 4
     # Every leaf of the train state is a jax array (checkpointable, vmappable).
     assert all(isinstance(x, jax.Array) for x in jax.tree_util.tree_leaves(state))
 
@@ -130,9 +130,9 @@ def test_act_and_agent_env_drive_one_env(setup):
 def test_continuous_program_runs_with_tanh_gaussian_and_learned_log_std():
     env, params = jaxrl.make("Pendulum-v1")
     cfg = dataclasses.replace(CFG, dist="tanh_gaussian", log_std="learned", eval_max_steps=5)
-    algo = ppo.make_ppo(env, params, cfg)
-    state = jax.jit(algo.init)(jax.random.key(0))
-    state, metrics = jax.jit(algo.update, compiler_options=ppo.COMPILER_OPTIONS)(state)
-    assert all(bool(jnp.isfinite(v)) for v in metrics.values())
+    train = ppo.make_train(env, params, cfg, num_updates=1)
+    state, metrics = jax.jit(train, compiler_options=ppo.COMPILER_OPTIONS)(jax.random.key(0))
+    assert all(bool(jnp.all(jnp.isfinite(v))) for v in metrics.values())
     assert isinstance(ppo.agent_env(env, params, cfg), jaxrl.RescaleAction)
     assert state.env.obs.shape == (CFG.num_envs, 3)
+    assert float(state.agent.reward_stats.count) == CFG.num_envs * CFG.num_steps
