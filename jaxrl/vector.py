@@ -82,15 +82,16 @@ class VectorState:
 
 
 def default_reset_chunk(num_envs: int) -> int:
-    """Fresh start states drawn per loop iteration: ``max(min(N, 16), N // 16)``.
+    """Fresh start states drawn per loop iteration: ``max(min(N, 16), N // 32)``.
 
-    Measured in ``docs/autoreset.md``: one iteration covers a typical step of the fastest
-    resetting classic env (random-action CartPole finishes ~N/22 episodes a step), each
-    extra iteration costs a fixed overhead, and the draws wasted in the last chunk stay
-    under N/16 per step that resets anything.
+    Measured in ``docs/autoreset.md``: random numbers dominate the cost, so the draws
+    wasted in a step's last chunk (up to ``C - 1``) cost more than the fixed overhead of an
+    extra iteration; ``N/4`` and ``N/8`` were clearly slower, ``N/16`` to ``N/64`` equal
+    within the noise of the shared machine. Random-action CartPole (~N/22 episodes end per
+    step) takes 1 or 2 iterations.
     """
     n = int(num_envs)
-    return max(min(n, 16), n // 16)
+    return max(min(n, 16), n // 32)
 
 
 def _select(pred: jax.Array, on_true, on_false):

@@ -236,8 +236,8 @@ def test_default_chunk():
     assert default_reset_chunk(1) == 1
     assert default_reset_chunk(8) == 8
     assert default_reset_chunk(100) == 16
-    assert default_reset_chunk(1024) == 64
-    assert default_reset_chunk(65536) == 4096
+    assert default_reset_chunk(1024) == 32
+    assert default_reset_chunk(65536) == 2048
     assert VectorEnv(jaxrl.make("CartPole-v1")[0], 100, reset_chunk=10**6).reset_chunk == 100
 
 
