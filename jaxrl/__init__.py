@@ -8,6 +8,7 @@ from jaxrl.check import CheckReport, check_env
 from jaxrl.env import Environment, TimeStep, Wrapper
 from jaxrl.registry import make, register, registered_ids, spec
 from jaxrl.wrappers import AutoReset, ClipAction, EpisodeStatistics, RescaleAction, TimeLimit, VmapEnv
+from jaxrl.vector import VectorEnv, VectorState
 
 __version__ = "0.1.0"
 
@@ -20,6 +21,8 @@ __all__ = [
     "RescaleAction",
     "TimeLimit",
     "TimeStep",
+    "VectorEnv",
+    "VectorState",
     "VmapEnv",
     "Wrapper",
     "check_env",
