@@ -224,7 +224,7 @@ def test_params_axis_draws_with_each_envs_params():
 # ----------------------------------------------------------------------------------------
 # Helpers and errors
 # ----------------------------------------------------------------------------------------
-@pytest.mark.parametrize("n", [1, 33, 1000])
+@pytest.mark.parametrize("n", [1, 33, 1000, 40000])
 def test_done_rank_is_inclusive_cumsum(n):
     rank = jax.jit(done_rank)
     for p in (0.0, 0.1, 0.9, 1.0):
