@@ -2,11 +2,11 @@
 
 CI subset (compile dominates, ~5-10 s of CPU per Brax program): ``check_env`` runs on
 ``brax/inverted_pendulum`` (reduced to 4 envs x 50 steps); one shared, jitted
-``VectorEnv`` rollout of inverted_pendulum (8 envs with per-env params, 1005 steps) carries
-the truncation / termination / diverse-reset / physics-param tests; one raw-Brax program
-checks step-for-step parity. ``check_env`` over *every* registered Brax env (11 envs,
-default backend, plus inverted_pendulum under each backend) takes tens of minutes of
-compile on a 2-core CPU and runs only when ``JAXRL_FULL_PHYSICS=1`` is set.
+``VmapEnv(AutoReset(.))`` rollout of inverted_pendulum (8 envs with per-env params, 1005
+steps) carries the truncation / termination / diverse-reset / physics-param tests; one
+raw-Brax program checks step-for-step parity. ``check_env`` over *every* registered Brax
+env (11 envs, default backend, plus inverted_pendulum under each other backend) takes tens
+of minutes of compile on a 2-core CPU and runs only when ``JAXRL_FULL_PHYSICS=1`` is set.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ pytest.importorskip("brax")
 
 import jaxrl  # noqa: E402
 from jaxrl.adapters import brax as jb  # noqa: E402
-from jaxrl.vector import VectorEnv  # noqa: E402
+from jaxrl.wrappers import AutoReset, VmapEnv  # noqa: E402
 
 pytestmark = [
     pytest.mark.physics,
@@ -48,11 +48,12 @@ ROWS = [
 
 
 def _policy_rollout(env, key, gains, bias, params):
-    """``T`` steps of ``VectorEnv(env, N)`` with ``action = clip(gains . obs + bias)``.
+    """``T`` steps of ``VmapEnv(AutoReset(env), N)`` (how PPO batches envs) with
+    ``action = clip(gains . obs + bias)``.
 
     Returns per-step ``obs``, ``final_obs``, ``reward``, ``terminated``, ``truncated``
     (leading ``[T, N]``) and the reset observation ``[N, 4]``."""
-    venv = VectorEnv(env, N, params_axis=0)
+    venv = VmapEnv(AutoReset(env), N, params_axis=0)
     reset_key, key = jax.random.split(key)
     state, ts = venv.reset(reset_key, params)
 
@@ -206,7 +207,7 @@ def test_adapter_matches_raw_brax_step_for_step(env, rollout):
     """With default params the adapter's physics is exactly Brax's own env."""
     first_obs, obs, _, _, _, _ = rollout
     raw = env.raw
-    key = jax.random.split(jax.random.split(jax.random.PRNGKey(0))[0], N)[0]  # VectorEnv's env-0 key
+    key = jax.random.split(jax.random.split(jax.random.PRNGKey(0))[0], N)[0]  # VmapEnv's env-0 key
 
     def raw_rollout(key):
         state = raw.reset(key)

@@ -36,6 +36,7 @@ import copy
 import dataclasses
 import functools
 import importlib.util
+import warnings
 from typing import Any
 
 import jax
@@ -113,7 +114,11 @@ def raw_brax_env(env_name: str, backend: str = DEFAULT_BACKEND, env_kwargs: tupl
 
     if env_name not in envs._envs:
         raise ValueError(f"unknown brax env {env_name!r}; brax offers {sorted(envs._envs)}")
-    return envs.get_environment(env_name, backend=backend, **dict(env_kwargs))
+    with warnings.catch_warnings():
+        # Brax 0.14 warns on every model load that its own pipelines are unmaintained;
+        # the docs (docs/physics.md) say so once, and the mjx backend is available.
+        warnings.filterwarnings("ignore", message="Brax System, piplines")
+        return envs.get_environment(env_name, backend=backend, **dict(env_kwargs))
 
 
 def scale_physics(sys, params: BraxParams):
