@@ -129,7 +129,7 @@ def return_key(names: Iterable[str]) -> str | None:
     return candidates[0] if candidates else None
 
 
-def _floats(values) -> np.ndarray:
+def as_floats(values) -> np.ndarray:
     """Numbers (or lists with ``None`` for a missing seed) as a float array with NaNs."""
     return np.array([[np.nan if x is None else x for x in v] if isinstance(v, list) else v for v in values], np.float64)
 
@@ -146,7 +146,7 @@ def plot_learning_curve(records: Sequence[dict], path: str, title: str = "") -> 
     import matplotlib.pyplot as plt
 
     steps = np.array([r["env_steps"] for r in records], np.float64)
-    values = _floats([r[key] for r in records])
+    values = as_floats([r[key] for r in records])
     fig, ax = plt.subplots(figsize=(6, 4))
     if values.ndim == 2:  # per-seed lists
         for s in range(values.shape[1]):
@@ -155,8 +155,8 @@ def plot_learning_curve(records: Sequence[dict], path: str, title: str = "") -> 
     else:
         ax.plot(steps, values, lw=2, label=key)
         if f"{key}/min" in records[-1]:
-            lo = _floats([r.get(f"{key}/min") for r in records])
-            hi = _floats([r.get(f"{key}/max") for r in records])
+            lo = as_floats([r.get(f"{key}/min") for r in records])
+            hi = as_floats([r.get(f"{key}/max") for r in records])
             ax.fill_between(steps, lo, hi, alpha=0.25, label="min-max over seeds")
     ax.set_xlabel("env steps (per seed)")
     ax.set_ylabel(key)

@@ -260,7 +260,7 @@ def _recent_return(records: list[dict]) -> float | None:
     key = log_lib.return_key({k for r in records for k in r})
     for rec in reversed(records):
         if key is not None and key in rec:
-            return float(np.nanmean(log_lib._floats([rec[key]])))
+            return float(np.nanmean(log_lib.as_floats([rec[key]])))
     return None
 
 

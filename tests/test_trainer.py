@@ -209,6 +209,9 @@ def test_chunk_records_per_seed_and_mean():
     assert lists["episode_return"] == [None, 7.0]
     none = trainer.log_lib.chunk_records({k: v[:1] for k, v in episodes.items()}, 0, 1, 16, 1.0, "mean")[0]
     assert "episode_return" not in none and none["episode_count"] == 0.0
+    # The progress bar's "recent return" skips updates without a finished episode.
+    assert trainer._recent_return([first, none]) == 7.0
+    assert trainer._recent_return([lists]) == 7.0 and trainer._recent_return([none]) is None
 
 
 def test_nan_stops_run_and_keeps_last_good_checkpoint(fake_table, tmp_path):
