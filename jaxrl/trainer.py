@@ -204,9 +204,25 @@ class RunResult:
 
 
 def default_run_dir(cfg: RunConfig) -> str:
+    """``<train.out_dir>/<algo>_<env>_<YYYYmmdd-HHMMSS>`` (with ``-2``, ``-3``... if taken)."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    name = f"{cfg.algo}_{cfg.env.id.replace('/', '_')}_{stamp}"
-    return os.path.join(cfg.train.out_dir, name)
+    base = os.path.join(cfg.train.out_dir, f"{cfg.algo}_{cfg.env.id.replace('/', '_')}_{stamp}")
+    path, i = base, 1
+    while os.path.exists(path):
+        i += 1
+        path = f"{base}-{i}"
+    return path
+
+
+def check_fresh_run_dir(run_dir: str) -> None:
+    """A new run never overwrites another run's config, metrics or checkpoints."""
+    ckpt_dir = os.path.join(run_dir, CHECKPOINT_DIR)
+    has_checkpoints = os.path.isdir(ckpt_dir) and bool(os.listdir(ckpt_dir))
+    if os.path.exists(os.path.join(run_dir, CONFIG_FILE)) or has_checkpoints:
+        raise ConfigError(
+            f"run directory {run_dir!r} already holds a run; continue it with --resume {run_dir} "
+            "or choose another --out"
+        )
 
 
 def _first_nonfinite(metrics: dict, num_active: int) -> tuple[str, int, int] | None:
@@ -282,6 +298,8 @@ def run(
     if cfg is None:
         raise ValueError("run() needs a config or a run directory to resume")
     run_dir = run_dir or default_run_dir(cfg)
+    if resume is None and jax.process_count() == 1:  # (several processes share one --out)
+        check_fresh_run_dir(run_dir)
     built = build(cfg)
     d = built.derived
     keys = seed_keys(cfg.train.seed, cfg.train.seeds)

@@ -52,6 +52,10 @@ def test_resume_rejects_a_different_config(fake_algo, tmp_path):
         trainer.run(other, resume=str(tmp_path / "r"))
     with pytest.raises(C.ConfigError, match="not a run directory"):
         trainer.run(None, resume=str(tmp_path / "nothing"))
+    # A new run never overwrites an old one (its metrics and checkpoints stay).
+    with pytest.raises(C.ConfigError, match=r"already holds a run; continue it with --resume .*/r or choose another --out"):
+        trainer.run(cfg, run_dir=str(tmp_path / "r"))
+    assert len(read_jsonl(tmp_path / "r" / "metrics.jsonl")) == 2
 
 
 @pytest.fixture(scope="module")
