@@ -441,7 +441,7 @@ class Derived:
             f"{self.num_updates} updates x {self.env_steps_per_update} env steps = "
             f"{self.total_env_steps:,} env steps{seeds}; "
             f"{self.total_grad_steps:,} gradient steps ({self.grad_steps_per_update} per update); "
-            f"{self.num_chunks} chunks of <= {self.updates_per_chunk} updates"
+            f"{self.num_chunks} chunk{'s' if self.num_chunks != 1 else ''} of <= {self.updates_per_chunk} updates"
         )
 
 
