@@ -28,14 +28,25 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxrl.algos import grpo
-from jaxrl_envs.text import Reverse, decode
+from jaxrl_envs.text import Reverse
+from jaxrl_envs.text.vocab import token_str
 
 RESULTS = os.path.join(os.path.dirname(__file__), "results")
 
 
+def decode(tokens) -> str:
+    """Token ids to text, one character per id (PAD shown as '_', so positions are kept)."""
+    out = []
+    for t in np.asarray(tokens).tolist():
+        out.append(token_str(t) or "_")
+        if t == 1:  # EOS
+            break
+    return "".join(out)
+
+
 def host_reward(prompt: str, completion: str) -> float:
     """Python version of the reverse task's dense rubric (0.5 token accuracy + 0.5 exact)."""
-    answer = prompt.rstrip("=")[::-1]
+    answer = prompt.rstrip("=").lstrip("_")[::-1]
     emitted = completion if "$" not in completion else completion[: completion.index("$") + 1]
     target = answer + "$"
     hits = sum(1 for a, b in zip(emitted, target) if a == b)

@@ -181,3 +181,23 @@ def test_bad_static_sizes_are_rejected():
     with pytest.raises(TypeError, match="unknown env parameter"):
         jaxrl.make("text/Reverse-v0", digits=3)
     assert PAD == 0
+
+
+def test_alphabet_sort_shaping_mixes_in_token_accuracy(episode_fns):
+    env = AlphabetSort()
+    key = jax.random.PRNGKey(4)
+    task = env.generate(key, env.default_params)
+    # the right names, then a wrong last letter and EOS: similarity 2*7/16 -> sim**4; token accuracy 8/9
+    # (8 of the 9 positions of answer + EOS are right)
+    tokens = task.answer.at[int(task.answer_len) - 1].set((task.answer[int(task.answer_len) - 1] - 15 + 1) % 26 + 15)
+    tokens = jnp.concatenate([tokens[: int(task.answer_len)], jnp.array([EOS])])
+    tokens = jnp.pad(tokens, (0, env.max_completion_len - tokens.shape[0]))
+    rewards = {}
+    for w in (0.0, 0.5, 1.0):
+        params = env.default_params.replace(shaping=w)
+        _, (_, (reward, term, _, _)) = episode_fns(env, params, key, tokens)
+        rewards[w] = float(reward[int(task.answer_len)])
+    sim4, acc = (7 / 8) ** 4, 8 / 9
+    assert rewards[0.0] == pytest.approx(sim4, abs=1e-5)
+    assert rewards[1.0] == pytest.approx(acc, abs=1e-5)
+    assert rewards[0.5] == pytest.approx(0.5 * sim4 + 0.5 * acc, abs=1e-5)

@@ -120,6 +120,12 @@ class TokenEnv(Environment):
     def generate(self, key: Array, params) -> Task:
         raise NotImplementedError
 
+    def shape_reward(self, reward: Array, metrics: dict, params) -> Array:
+        """The episode's reward from the verifier's ``reward`` and ``metrics`` (identity here;
+        a task may mix in a logged, verifiable term under a params-controlled weight)."""
+        del metrics, params
+        return reward
+
     def _obs(self, state: TokenState) -> Array:
         return jnp.concatenate([state.task.prompt, state.completion]).astype(jnp.int32)
 
@@ -145,7 +151,7 @@ class TokenEnv(Environment):
         truncated = (time >= self.max_completion_len) & ~ended_eos
         done = terminated | truncated
         reward, metrics = self.verifier(state.task, completion)
-        reward = jnp.where(done, reward, 0.0)
+        reward = jnp.where(done, self.shape_reward(reward, metrics, params), 0.0)
         info = {k: jnp.where(done, v, 0.0).astype(jnp.float32) for k, v in metrics.items()}
         new = TokenState(state.task, completion, time, done)
         return new, transition(self._obs(new), reward, terminated, truncated, info)
