@@ -48,7 +48,7 @@ def balance_observation(data, params):
     return jnp.concatenate([data.qpos, data.qvel])
 
 
-def balance_reward(data, action, next_data, params):
+def balance_reward(state, action, next_data, params):
     """1 for every step, including the one that terminates (as Gymnasium's cart-pole)."""
     return jnp.ones((), jnp.float32)
 
@@ -75,7 +75,7 @@ def swingup_observation(data, params):
     return jnp.stack([data.qpos[0], jnp.cos(angle), jnp.sin(angle), data.qvel[0], data.qvel[1]])
 
 
-def swingup_reward(data, action, next_data, params):
+def swingup_reward(state, action, next_data, params):
     """Smooth reward in ``[0, 1]``: upright x centred x small control x small velocity."""
     x, angle = next_data.qpos[0], next_data.qpos[1]
     upright = (1.0 + jnp.cos(angle)) / 2.0

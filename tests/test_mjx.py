@@ -36,9 +36,9 @@ def _scan_steps(env, key, actions, params):
 
     def body(state, action):
         state, ts = env.step(key, state, action, params)
-        return state, (state.data.qpos, state.data.qvel, ts.terminated, ts.truncated, ts.reward)
+        return state, (state.qpos, state.qvel, ts.terminated, ts.truncated, ts.reward)
 
-    return (state.data.qpos, state.data.qvel), jax.lax.scan(body, state, actions)[1]
+    return (state.qpos, state.qvel), jax.lax.scan(body, state, actions)[1]
 
 
 @pytest.fixture(scope="module")
@@ -164,6 +164,14 @@ def test_bad_models_and_params_are_rejected(tmp_path):
         MjxEnv.from_xml(cp.XML_PATH, params=types.SimpleNamespace(max_steps_in_episode=5), **kwargs)
     with pytest.raises(ValueError, match="frame_skip"):
         MjxEnv.from_xml(cp.XML_PATH, frame_skip=0, **kwargs)
+
+
+def test_state_is_small_and_checkpointable(env):
+    """Only the carried physics fields, no zero-size arrays (orbax rejects them)."""
+    state = jax.eval_shape(env.reset, jax.random.PRNGKey(0), env.default_params)[0]
+    leaves = jax.tree_util.tree_leaves(state)
+    assert all(leaf.size > 0 for leaf in leaves)
+    assert state.act is None and state.qpos.shape == (2,) and len(leaves) == 5
 
 
 def test_render_draws_cart_and_pole(env):

@@ -4,8 +4,9 @@ Writing an env takes a model file and four module-level pure functions::
 
     def init(key, model: mjx.Model, params) -> (qpos float32[nq], qvel float32[nv])
     def observation(data: mjx.Data, params) -> float32[obs_dim]
-    def reward(data: mjx.Data, action: float32[nu], next_data: mjx.Data, params) -> float32[]
-                                        # action: clipped into [-1, 1]
+    def reward(state: MjxState, action: float32[nu], next_data: mjx.Data, params) -> float32[]
+        # state: the carried physics before the step (qpos, qvel, ...); action clipped
+        # into [-1, 1]; next_data: the full mjx.Data after it
     def terminated(data: mjx.Data, params) -> bool[]
 
     env = MjxEnv.from_xml("cartpole.xml", init=init, observation=observation,
@@ -15,7 +16,9 @@ Writing an env takes a model file and four module-level pure functions::
 that every derived quantity (body positions, sensors) is valid for ``observation``.
 ``step`` maps the action from ``[-1, 1]`` onto each actuator's ``ctrlrange`` (the model
 must declare ``ctrllimited`` actuators), runs ``frame_skip`` ``mjx.step`` calls, then asks
-the pure functions for observation, reward and termination. Truncation comes from the
+the pure functions for observation, reward and termination (as after MuJoCo's ``mj_step``,
+``next_data.qpos``/``qvel`` are current while derived quantities such as ``xpos`` come
+from the forward pass at the start of the last physics step). Truncation comes from the
 step counter reaching ``params.max_steps_in_episode``. Auto-reset is a wrapper, as for
 every jaxrl env.
 
@@ -63,14 +66,27 @@ class MjxParams:
 
 @struct.dataclass
 class MjxState:
-    """State of one MJX env.
+    """State of one MJX env: only what MuJoCo carries from one step to the next.
+
+    Everything else in ``mjx.Data`` (positions of bodies and geoms, contacts, forces) is
+    recomputed from these by the next ``mjx.step``, so the state stays small in a rollout
+    buffer and in checkpoints (``mjx.Data`` also holds zero-size arrays that checkpoint
+    writers reject). Mocap bodies stay where the model puts them.
 
     Attributes:
-      data: the ``mjx.Data`` physics state (``qpos`` float32 ``[nq]``, ``qvel`` ``[nv]``...).
-      time: int32 ``[]``, steps taken in this episode.
+      qpos: float32 ``[nq]``, generalised positions.
+      qvel: float32 ``[nv]``, generalised velocities.
+      act: float32 ``[na]`` actuator activations, or None when the model has none.
+      qacc_warmstart: float32 ``[nv]``, the constraint solver's warm start.
+      sim_time: float32 ``[]``, simulated seconds since reset (``mjx.Data.time``).
+      time: int32 ``[]``, env steps taken in this episode.
     """
 
-    data: Any
+    qpos: jax.Array
+    qvel: jax.Array
+    act: Any
+    qacc_warmstart: jax.Array
+    sim_time: jax.Array
     time: jax.Array
 
 
@@ -115,6 +131,22 @@ def action_to_ctrl(action: jax.Array, ctrl_range: jax.Array) -> jax.Array:
     return low + (action + 1.0) * 0.5 * (high - low)
 
 
+def to_state(data, time: jax.Array) -> MjxState:
+    """The carried part of an ``mjx.Data`` (see :class:`MjxState`)."""
+    act = data.act if data.act.size else None
+    return MjxState(data.qpos, data.qvel, act, data.qacc_warmstart, jnp.asarray(data.time, jnp.float32), time)
+
+
+def to_data(model, state: MjxState):
+    """A fresh ``mjx.Data`` holding ``state``'s carried fields (derived fields zero)."""
+    from mujoco import mjx
+
+    data = mjx.make_data(model).replace(
+        qpos=state.qpos, qvel=state.qvel, qacc_warmstart=state.qacc_warmstart, time=state.sim_time
+    )
+    return data if state.act is None else data.replace(act=state.act)
+
+
 def physics_step(model, data, ctrl: jax.Array, frame_skip: int):
     """``frame_skip`` MJX steps holding ``ctrl`` fixed; returns the new ``mjx.Data``."""
     from mujoco import mjx
@@ -131,7 +163,7 @@ class MjxEnv(Environment):
       xml_path: absolute path of the MuJoCo XML model.
       init: ``(key, model, params) -> (qpos, qvel)``, the reset distribution.
       observation: ``(data, params) -> float32[obs_dim]``.
-      reward: ``(data, action, next_data, params) -> float32[]``.
+      reward: ``(state_before: MjxState, action, next_data, params) -> float32[]``.
       terminated: ``(data, params) -> bool[]``.
       frame_skip: physics steps per env step (the control period is
         ``frame_skip * opt.timestep``).
@@ -189,21 +221,22 @@ class MjxEnv(Environment):
         data = mjx.make_data(model).replace(qpos=jnp.asarray(qpos, jnp.float32), qvel=jnp.asarray(qvel, jnp.float32))
         data = mjx.forward(model, data)
         obs = jnp.asarray(self.observation(data, params), jnp.float32)
-        return MjxState(data, jnp.zeros((), jnp.int32)), first_timestep(obs)
+        return to_state(data, jnp.zeros((), jnp.int32)), first_timestep(obs)
 
     def step(self, key, state, action, params):
         del key  # MuJoCo's dynamics are deterministic
         model = scale_physics(self.model, params)
         action = clip_action(action)
-        data = physics_step(model, state.data, action_to_ctrl(action, model.actuator_ctrlrange), self.frame_skip)
+        before = to_data(model, state)
+        data = physics_step(model, before, action_to_ctrl(action, model.actuator_ctrlrange), self.frame_skip)
         time = state.time + 1
         ts = transition(
             jnp.asarray(self.observation(data, params), jnp.float32),
-            self.reward(state.data, action, data, params),
+            self.reward(state, action, data, params),
             self.terminated(data, params),
             time >= params.max_steps_in_episode,
         )
-        return MjxState(data, time), ts
+        return to_state(data, time), ts
 
     def observation_space(self, params):
         return spaces.Box(-jnp.inf, jnp.inf, (_observation_size(self),), jnp.float32)
@@ -212,11 +245,17 @@ class MjxEnv(Environment):
         return spaces.Box(-1.0, 1.0, (self.mj_model.nu,), jnp.float32)
 
     def render(self, state, params) -> np.ndarray:
-        """Geoms projected on the x-z plane (see :mod:`jaxrl.adapters.projection`)."""
+        """Geoms projected on the x-z plane (see :mod:`jaxrl.adapters.projection`); the
+        kinematics run on CPU MuJoCo, so rendering compiles nothing."""
+        import mujoco
+
         from jaxrl.adapters.projection import render_geoms
 
         m = self.mj_model
-        return render_geoms(state.data.geom_xpos, state.data.geom_xmat, m.geom_type, m.geom_size)
+        d = mujoco.MjData(m)
+        d.qpos[:] = np.asarray(state.qpos, np.float64)
+        mujoco.mj_kinematics(m, d)
+        return render_geoms(d.geom_xpos, d.geom_xmat, m.geom_type, m.geom_size)
 
     def __repr__(self) -> str:
         return f"MjxEnv({self.env_name!r}, xml={self.xml_path!r})"
