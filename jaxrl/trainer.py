@@ -297,6 +297,8 @@ def run(
         run_dir = resume
     if cfg is None:
         raise ValueError("run() needs a config or a run directory to resume")
+    if run_dir is None and jax.process_count() > 1:  # a default name could differ between processes
+        raise ConfigError("a multi-process run needs --out DIR on a filesystem every process shares")
     run_dir = run_dir or default_run_dir(cfg)
     if resume is None and jax.process_count() == 1:  # (several processes share one --out)
         check_fresh_run_dir(run_dir)
