@@ -20,16 +20,23 @@ is written for the *global* batch and ``jax.jit`` with ``NamedSharding`` s parti
 Which leaves carry the env batch, and along which axis, is a pytree of axis indices over
 the train state (``-1`` = replicated). :func:`probe_batch_axes` derives it from two
 abstract evaluations of ``init`` at different ``num_envs`` (the axis whose size follows
-``num_envs``), so algorithms need no annotations; algorithms whose
-batch is born inside ``update`` (GRPO's prompt groups) call :func:`constrain_batch` on it.
+``num_envs``), so algorithms need no annotations. Batches born inside ``update`` (GRPO's
+prompt groups, PPO's and GRPO's minibatches) are pinned with :func:`constrain_batch`, which
+takes effect when the chunk is traced under the mesh (:func:`use_mesh`); without it the
+result is the same but every device would do the whole minibatch's work.
 
 Typical use (the trainer does this)::
 
     mesh = make_mesh(cfg.devices)                      # axis "data"
     check_divisible(cfg.num_envs, mesh)
+    axes = probe_batch_axes(jax.eval_shape(algo.init, key), jax.eval_shape(algo_2x.init, key))
     layout = make_layout(mesh, jax.eval_shape(algo.init, key), axes)
     state = init_sharded(algo.init, layout)(key)       # born sharded, never on one device
     chunk = jit_chunk(chunk_fn, layout)                # state -> (state, metrics)
+    with use_mesh(mesh):
+        state, metrics = chunk(state)                  # traced under the mesh
+
+Checkpoints go through :func:`fetch` (host arrays, any layout) and :func:`put`.
 """
 
 from __future__ import annotations
