@@ -199,9 +199,13 @@ def plot_series(
     for rec in records:
         groups.setdefault(series(rec), []).append((rec[x], rec[y]))
     fig, ax = plt.subplots(figsize=(8, 5))
-    for label, pts in sorted(groups.items()):
+    # Beyond 10 lines the default colour cycle repeats: switch to 20 colours and markers.
+    colors = plt.get_cmap("tab20" if len(groups) > 10 else "tab10").colors
+    markers = "osD^v<>ph*"
+    for i, (label, pts) in enumerate(sorted(groups.items())):
         pts.sort()
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label)
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=markers[i % len(markers)],
+                color=colors[i % len(colors)], label=label)
     if logx:
         ax.set_xscale("log", base=2)
     if logy:
