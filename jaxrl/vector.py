@@ -55,6 +55,7 @@ Notes:
 from __future__ import annotations
 
 import functools
+import numbers
 from typing import Any
 
 import jax
@@ -239,9 +240,9 @@ class VectorEnv(Wrapper):
         self.params_axis = params_axis
         if reset_chunk is None:
             reset_chunk = default_reset_chunk(self.num_envs)
-        if isinstance(reset_chunk, bool) or not isinstance(reset_chunk, int) or reset_chunk <= 0:
+        if isinstance(reset_chunk, bool) or not isinstance(reset_chunk, numbers.Integral) or reset_chunk <= 0:
             raise ValueError(f"VectorEnv reset_chunk must be a positive int, got {reset_chunk!r}")
-        self.reset_chunk = min(reset_chunk, self.num_envs)
+        self.reset_chunk = min(int(reset_chunk), self.num_envs)
         self.episode_stats = bool(episode_stats)
 
     def reset(self, key, params) -> tuple[VectorState, TimeStep]:
