@@ -58,6 +58,11 @@ def _now() -> float:
     return time.perf_counter()
 
 
+def _cpu() -> float:
+    """CPU seconds of this process (all threads): a load-independent companion figure."""
+    return time.process_time()
+
+
 # ----------------------------------------------------------------------------------------
 # Child processes (one measurement each, JSON on the last stdout line)
 # ----------------------------------------------------------------------------------------
@@ -81,17 +86,17 @@ def child_solve() -> dict:
         return algo.evaluate(state, eval_key), metrics["episode_return"]
 
     keys = jax.random.split(jax.random.key(0), SEEDS)
-    t0 = _now()
+    t0, c0 = _now(), _cpu()
     program = jax.jit(jax.vmap(train_and_eval), compiler_options=ppo.COMPILER_OPTIONS)
     lowered = program.lower(keys)
-    t1 = _now()
+    t1, c1 = _now(), _cpu()
     compiled = lowered.compile()
-    t2 = _now()
+    t2, c2 = _now(), _cpu()
     ev, curve = jax.device_get(compiled(keys))
-    t3 = _now()
+    t3, c3 = _now(), _cpu()
     # Steady state: the same compiled program again (outputs fetched, so all work counts).
     jax.device_get(compiled(keys))
-    t4 = _now()
+    t4, c4 = _now(), _cpu()
     returns = np.asarray(ev["return_mean"])
     return {
         "import_s": import_s,
@@ -100,6 +105,10 @@ def child_solve() -> dict:
         "run_s": t3 - t2,
         "wall_s": t3 - t0,
         "steady_run_s": t4 - t3,
+        "cpu_trace_s": c1 - c0,
+        "cpu_compile_s": c2 - c1,
+        "cpu_run_s": c3 - c2,
+        "cpu_steady_run_s": c4 - c3,
         "env_steps": SEEDS * cfg.total_env_steps,
         "returns": returns.tolist(),
         "returns_stochastic": np.asarray(ev["return_mean_stochastic"]).tolist(),
