@@ -12,6 +12,7 @@ Per-token surrogate ``min(r A, clip(r, 0.8, 1.2) A)``:
 Per-token loss (the negative): [[-1.2, -0.5], [0.75, 0.4]].
 """
 
+import functools
 import math
 
 import jax
@@ -33,12 +34,24 @@ def hyper(eps_low=0.2, eps_high=0.2, beta=0.0):
     return grpo.GRPOHyper(*(jnp.float32(x) for x in (1e-3, eps_low, eps_high, beta, 1.0)))
 
 
+@functools.partial(jax.jit, static_argnums=0)
+def _loss(loss_type, logp, mask, adv, h, ref):
+    return grpo.policy_loss(logp, OLD, ref, adv, mask, h, loss_type)
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _grad(loss_type, logp, mask, adv, h):
+    return jax.grad(lambda lp: grpo.policy_loss(lp, OLD, None, adv, mask, h, loss_type)[0])(logp)
+
+
 def loss(loss_type, logp=LOGP, mask=FULL, adv=ADV, h=None, ref=None):
-    return grpo.policy_loss(logp, OLD, ref, adv, mask, h or hyper(), loss_type)
+    if loss_type not in grpo.LOSS_TYPES:  # the eager call raises the library's own error
+        return grpo.policy_loss(logp, OLD, ref, adv, mask, h or hyper(), loss_type)
+    return _loss(loss_type, logp, mask, adv, h or hyper(), ref)
 
 
 def grad(loss_type, logp=LOGP, mask=FULL, adv=ADV, h=None):
-    return jax.grad(lambda lp: loss(loss_type, lp, mask, adv, h)[0])(logp)
+    return _grad(loss_type, logp, mask, adv, h or hyper())
 
 
 # ---------------------------------------------------------------------------------------
