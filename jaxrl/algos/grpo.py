@@ -169,8 +169,11 @@ def validate(cfg: GRPOConfig) -> None:
 
 
 def derive(cfg: GRPOConfig) -> Plan:
-    """Static counts. Env steps per update count every generated step, ``T`` per member."""
-    steps = cfg.max_steps or 1  # the real T is env-dependent; make() reports it exactly
+    """Static counts without an env: env steps per update = generated episodes x ``T`` with
+    ``T = max_steps``, or *episodes* (T = 1) when ``max_steps`` is 0 because the rollout
+    length then comes from the env. :func:`make_grpo`'s ``Algorithm.plan`` (what the trainer
+    reports) always uses the real ``T``."""
+    steps = cfg.max_steps or 1
     return Plan(
         num_updates=cfg.num_updates,
         env_steps_per_update=cfg.oversample * cfg.num_prompts * cfg.group_size * steps,
