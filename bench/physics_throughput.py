@@ -1,0 +1,173 @@
+"""Env-only steps/s of Brax envs: our adapter against raw Brax, same run, same batches.
+
+For each env (inverted_pendulum, inverted_double_pendulum, reacher by default) and batch
+size (128, 512, 1024 by default) this times ``steps`` env steps with uniform random
+actions in ``[-1, 1]`` (the same distribution on every side), inside one ``jit``-ed
+``scan``, for:
+
+* ``raw_brax``: Brax's own documented training API, ``brax.envs.create(name,
+  episode_length=1000, batch_size=B)`` (``EpisodeWrapper`` + ``VmapWrapper`` +
+  ``AutoResetWrapper``: the time limit folded into ``done``, episodes restarted from a
+  cached first state);
+* ``jaxrl_vector``: ``jaxrl.vector.VectorEnv(BraxEnv(name), B)``: terminated and truncated
+  apart, the final observation kept, every new episode a fresh ``reset`` draw (batch-level
+  exact auto-reset);
+* ``jaxrl_vmap_autoreset``: ``VmapEnv(AutoReset(BraxEnv(name)))``: the same semantics with a
+  full per-env ``reset`` computed at every step (the naive scheme, for reference).
+
+Every output feeds a checksum in the scan carry (observations, rewards and every flag;
+for ours also the final observation), so XLA cannot drop any work. Compile time (trace +
+lower + compile) is recorded apart from steady state; steady state is the best (headline)
+and the median of ``repeats`` timed calls, with the sides interleaved per repetition so
+that load drift hits them alike. Results: ``bench/results/physics_throughput.{json,csv,png}``.
+
+    python bench/physics_throughput.py                       # defaults above
+    python bench/physics_throughput.py --envs inverted_pendulum --batch 128 --steps 100
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench import common  # noqa: E402
+
+warnings.filterwarnings("ignore", message="Brax System, piplines")
+
+EPISODE_LENGTH = 1000
+SIDES = ("raw_brax", "jaxrl_vector", "jaxrl_vmap_autoreset")
+
+
+def raw_brax_program(name: str, batch: int, steps: int):
+    """``run(key) -> checksum`` over ``steps`` steps of Brax's wrapped, batched env."""
+    from brax import envs
+
+    env = envs.create(name, episode_length=EPISODE_LENGTH, batch_size=batch)
+    act_size = env.action_size
+
+    def body(carry, key):
+        state, acc = carry
+        action = jax.random.uniform(key, (batch, act_size), minval=-1.0, maxval=1.0)
+        state = env.step(state, action)
+        acc = acc + jnp.sum(state.obs) + jnp.sum(state.reward) + jnp.sum(state.done)
+        acc = acc + jnp.sum(state.info["truncation"])
+        return (state, acc), None
+
+    def run(key):
+        reset_key, key = jax.random.split(key)
+        state = env.reset(reset_key)
+        return jax.lax.scan(body, (state, jnp.zeros((), jnp.float32)), jax.random.split(key, steps))[0][1]
+
+    return run
+
+
+def jaxrl_program(name: str, batch: int, steps: int, vector: bool):
+    """``run(key) -> checksum`` over ``steps`` steps of our batched, auto-reset adapter."""
+    from jaxrl.adapters.brax import BraxEnv
+    from jaxrl.vector import VectorEnv
+    from jaxrl.wrappers import AutoReset, VmapEnv
+
+    env = BraxEnv(name)
+    params = env.default_params
+    act_size = env.action_space(params).shape[0]
+    venv = VectorEnv(env, batch, episode_stats=False) if vector else VmapEnv(AutoReset(env), batch)
+
+    def body(carry, key):
+        state, acc = carry
+        act_key, step_key = jax.random.split(key)
+        action = jax.random.uniform(act_key, (batch, act_size), minval=-1.0, maxval=1.0)
+        state, ts = venv.step(step_key, state, action, params)
+        acc = acc + jnp.sum(ts.obs) + jnp.sum(ts.reward) + jnp.sum(ts.terminated) + jnp.sum(ts.truncated)
+        acc = acc + jnp.sum(ts.info["final_obs"])
+        return (state, acc), None
+
+    def run(key):
+        reset_key, key = jax.random.split(key)
+        state, _ = venv.reset(reset_key, params)
+        return jax.lax.scan(body, (state, jnp.zeros((), jnp.float32)), jax.random.split(key, steps))[0][1]
+
+    return run
+
+
+def build(side: str, name: str, batch: int, steps: int):
+    if side == "raw_brax":
+        return raw_brax_program(name, batch, steps)
+    return jaxrl_program(name, batch, steps, vector=(side == "jaxrl_vector"))
+
+
+def bench_one(name: str, batch: int, steps: int, repeats: int, sides) -> list[dict]:
+    """Compile every side, then time them interleaved; one record per side."""
+    key = jax.random.PRNGKey(0)
+    compiled, compile_s = {}, {}
+    for side in sides:
+        compiled[side], compile_s[side] = common.compile_fn(jax.jit(build(side, name, batch, steps)), key)
+        common.block(compiled[side](key))  # warm-up
+    times = {side: [] for side in sides}
+    for r in range(repeats):
+        for side in sides:
+            start = time.perf_counter()
+            common.block(compiled[side](jax.random.PRNGKey(r + 1)))
+            times[side].append(time.perf_counter() - start)
+    records = []
+    for side in sides:
+        rec = {"env": name, "side": side, "num_envs": batch, "steps": steps, "compile_s": compile_s[side]}
+        rec.update(common.summarize(times[side], batch * steps))
+        records.append(rec)
+    base = next(r for r in records if r["side"] == "raw_brax") if "raw_brax" in sides else None
+    for rec in records:
+        if base is not None:
+            rec["ratio_vs_raw_best"] = rec["rate_best"] / base["rate_best"]
+            rec["ratio_vs_raw_median"] = rec["rate_median"] / base["rate_median"]
+        print(
+            f"{name:<26} B={batch:<5} {rec['side']:<22} {common.format_rate(rec['rate_best']):>7} steps/s best"
+            f" ({common.format_rate(rec['rate_median'])} median)"
+            + (f"  x{rec['ratio_vs_raw_best']:.2f} of raw" if base is not None else "")
+            + f"  compile {rec['compile_s']:.1f} s",
+            flush=True,
+        )
+    return records
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--envs", nargs="+", default=["inverted_pendulum", "inverted_double_pendulum", "reacher"])
+    parser.add_argument("--batch", nargs="+", type=int, default=[128, 512, 1024])
+    parser.add_argument("--steps", type=int, default=100, help="env steps per timed call (per env)")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--sides", nargs="+", default=list(SIDES), choices=SIDES)
+    parser.add_argument("--name", default="physics_throughput", help="results file stem in bench/results/")
+    args = parser.parse_args(argv)
+    records = []
+    for name in args.envs:
+        for batch in args.batch:
+            records += bench_one(name, batch, args.steps, args.repeats, args.sides)
+    meta = common.metadata(
+        {
+            "benchmark": "Brax env-only throughput: jaxrl adapter vs raw Brax (random actions, auto-reset)",
+            "headline": "rate_best = num_envs * steps / best of `repeats` interleaved timed calls",
+            "episode_length": EPISODE_LENGTH,
+        }
+    )
+    paths = common.write_results(args.name, records, meta)
+    png = common.plot_series(
+        records,
+        x="num_envs",
+        y="rate_best",
+        series=lambda r: f"{r['env']} / {r['side']}",
+        path=common.RESULTS_DIR / f"{args.name}.png",
+        title="Brax env steps/s (CPU): jaxrl adapter vs raw Brax",
+        ylabel="env steps / s (best)",
+    )
+    print(f"wrote {paths['json']}, {paths['csv']}, {png}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
