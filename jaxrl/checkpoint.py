@@ -83,7 +83,11 @@ class Checkpoints:
             if multi
             else ocp.options.MultiprocessingOptions(),
         )
-        self._manager = ocp.CheckpointManager(self.directory, options=options)
+        # The handler is named up front so that a fresh manager can read item metadata
+        # (the structure check in restore) before anything is saved or restored.
+        self._manager = ocp.CheckpointManager(
+            self.directory, options=options, item_handlers=ocp.StandardCheckpointHandler()
+        )
 
     def save(self, step: int, state: Any) -> str:
         """Write ``state`` as checkpoint ``step`` (updates done); returns its directory."""
@@ -114,6 +118,7 @@ class Checkpoints:
         if step not in self.steps():
             raise CheckpointError(f"no checkpoint for step {step} in {self.directory}")
         abstract = abstract_state(template)
+        self._check_metadata(step, abstract)
         try:
             stored = self._manager.restore(step, args=ocp.args.StandardRestore(abstract))
         except (ValueError, KeyError, TypeError) as exc:
@@ -124,6 +129,23 @@ class Checkpoints:
         _check_same(stored, abstract, step, self.directory)
         return from_storable(stored, template)
 
+    def _check_metadata(self, step: int, abstract: Any) -> None:
+        """Compare the saved tree's metadata with ``abstract`` before reading any array."""
+        saved = self._manager.item_metadata(step)
+        saved = _leaf_table(getattr(saved, "tree", saved))
+        wanted = _leaf_table(abstract)
+        where = f"checkpoint {step} in {self.directory} does not match this run's state"
+        for path in sorted(set(saved) | set(wanted)):
+            if path not in saved:
+                raise CheckpointError(f"{where}: leaf {path} is missing from the checkpoint")
+            if path not in wanted:
+                raise CheckpointError(f"{where}: the checkpoint has an extra leaf {path}")
+            if saved[path] != wanted[path]:
+                (s_shape, s_dtype), (w_shape, w_dtype) = saved[path], wanted[path]
+                raise CheckpointError(
+                    f"{where}: leaf {path} is {s_dtype}{list(s_shape)}, expected {w_dtype}{list(w_shape)}"
+                )
+
     def close(self) -> None:
         self._manager.close()
 
@@ -132,6 +154,23 @@ class Checkpoints:
 
     def __exit__(self, *exc):
         self.close()
+
+
+def _key_name(key) -> str:
+    for attr in ("name", "key", "idx"):
+        if hasattr(key, attr):
+            return str(getattr(key, attr))
+    return str(key)
+
+
+def _leaf_table(tree) -> dict[str, tuple[tuple, str]]:
+    """``{"a.b.0": (shape, dtype name)}`` for every array leaf; paths name fields, dict
+    keys and sequence indices alike (orbax's metadata turns dataclass fields into keys)."""
+    table = {}
+    for path, leaf in jax.tree_util.tree_leaves_with_path(tree):
+        if hasattr(leaf, "shape") and hasattr(leaf, "dtype"):
+            table[".".join(_key_name(k) for k in path)] = (tuple(leaf.shape), str(jnp.dtype(leaf.dtype)))
+    return table
 
 
 def _check_same(stored, abstract, step, directory) -> None:

@@ -58,11 +58,17 @@ def test_restore_checks_structure(states, tmp_path):
             ckpts.restore(s1)
         ckpts.save(1, s1)
         wrong_shape = s1.replace(w=jnp.zeros((2, 5)))
-        with pytest.raises(CheckpointError, match="does not match this run's state"):
+        with pytest.raises(CheckpointError, match=r"does not match this run's state: leaf w is float32\[2, 4\], expected float32\[2, 5\]"):
             ckpts.restore(wrong_shape)
+        wrong_dtype = s1.replace(count=s1.count.astype(jnp.float32))
+        with pytest.raises(CheckpointError, match=r"leaf count is int32\[2\], expected float32\[2\]"):
+            ckpts.restore(wrong_dtype)
         wrong_tree = {"w": s1.w, "count": s1.count}
-        with pytest.raises(CheckpointError, match="does not match this run's state"):
+        with pytest.raises(CheckpointError, match="does not match this run's state: the checkpoint has an extra leaf key"):
             ckpts.restore(wrong_tree)
+        bigger = {"w": s1.w, "count": s1.count, "key": s1.key, "opt_state": s1.opt_state, "new": s1.w}
+        with pytest.raises(CheckpointError, match="leaf new is missing from the checkpoint"):
+            ckpts.restore(bigger)
         with pytest.raises(CheckpointError, match="no checkpoint for step 7"):
             ckpts.restore(s1, 7)
 
