@@ -24,7 +24,7 @@ pytestmark = [pytest.mark.physics, pytest.mark.slow]
 
 def test_ppo_balances_brax_inverted_pendulum():
     run = config.load_config("configs/ppo_brax_inverted_pendulum.yaml")
-    cfg = dataclasses.replace(run.algo_config, total_env_steps=32 * 32 * 100, eval_episodes=8)
+    cfg = dataclasses.replace(run.algo_config, total_env_steps=64 * 16 * 100, eval_episodes=8)
     env, params = jaxrl.make(run.env.id, **run.env.params)
     algo = ppo.make_ppo(env, params, cfg)
     train = jax.jit(ppo.make_train(env, params, cfg), compiler_options=ppo.COMPILER_OPTIONS)
