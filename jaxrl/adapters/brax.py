@@ -228,15 +228,42 @@ class BraxEnv(Environment):
         return spaces.Box(-1.0, 1.0, (self.raw.action_size,), jnp.float32)
 
     def render(self, state, params) -> np.ndarray:
-        """A side view (x-z plane; top view for planar x-y models such as reacher) of
-        every body as a disc joined to its parent, ``uint8[240, 320, 3]``."""
-        from jaxrl.adapters.projection import render_bodies
+        """A side view (x-z plane; top view for planar x-y models such as reacher) of the
+        model's geoms placed by the bodies' world poses, ``uint8[240, 320, 3]``."""
+        from jaxrl.adapters.projection import render_geoms
 
-        pos = np.asarray(state.brax_state.pipeline_state.x.pos, np.float64)
-        return render_bodies(pos, self.raw.sys.link_parents)
+        x = state.brax_state.pipeline_state.x
+        xpos, xmat = geom_poses(self.raw.sys.mj_model, np.asarray(x.pos), np.asarray(x.rot))
+        m = self.raw.sys.mj_model
+        return render_geoms(xpos, xmat, m.geom_type, m.geom_size)
 
     def __repr__(self) -> str:
         return f"BraxEnv({self.env_name!r}, backend={self.backend!r})"
+
+
+def quat_to_mat(q: np.ndarray) -> np.ndarray:
+    """Rotation matrices ``[..., 3, 3]`` of unit quaternions ``[..., 4]`` (w, x, y, z)."""
+    w, x, y, z = np.moveaxis(np.asarray(q, np.float64), -1, 0)
+    return np.stack(
+        [
+            np.stack([1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)], -1),
+            np.stack([2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)], -1),
+            np.stack([2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)], -1),
+        ],
+        -2,
+    )
+
+
+def geom_poses(mj_model, body_pos: np.ndarray, body_rot: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """World positions ``[G, 3]`` and orientations ``[G, 3, 3]`` of every geom, from the
+    world poses of the bodies (Brax's ``x.pos`` ``[B, 3]``, ``x.rot`` ``[B, 4]``, world body
+    excluded) and the geoms' poses in their bodies (fixed by the model)."""
+    body = np.asarray(mj_model.geom_bodyid)
+    pos = np.vstack([np.zeros((1, 3)), np.asarray(body_pos, np.float64)])[body]
+    rot = np.concatenate([np.eye(3)[None], quat_to_mat(body_rot)])[body]
+    local = quat_to_mat(mj_model.geom_quat)
+    xpos = pos + np.einsum("gij,gj->gi", rot, mj_model.geom_pos)
+    return xpos, rot @ local
 
 
 @functools.lru_cache(maxsize=None)
