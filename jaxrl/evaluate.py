@@ -167,7 +167,20 @@ def main_eval(args) -> int:
     summary["checkpoint_update"] = step
     write_summary(summary, os.path.join(args.run_dir, trainer.EVAL_FILE))
     print(format_summary(summary))
+    for line in sample_lines(cfg, built, states, seed=args.seed):
+        print(line)
     return 0
+
+
+def sample_lines(cfg: RunConfig, built, states: Any, seed: int = 0, num: int = 5) -> list[str]:
+    """The algorithm's own sample printout (``eval_samples`` hook, e.g. GRPO's prompts with
+    greedy completions and rewards) for the first seed; empty if it has none."""
+    hook = config_lib.algo_hook(config_lib.algo_entry(cfg.algo), "eval_samples")
+    if hook is None:
+        return []
+    first = jax.tree_util.tree_map(lambda x: x[0], states)
+    lines = hook(built.env, built.env_params, cfg.algo_config, first, jax.random.PRNGKey(seed + EVAL_SEED_OFFSET), num)
+    return ["samples (held-out prompt -> greedy completion):", *("  " + line for line in lines)] if lines else []
 
 
 # ------------------------------------------------------------------------------------------

@@ -102,3 +102,15 @@ def test_bad_grpo_config_names_the_key(tmp_path):
         config_lib.load_config(path, ["grpo.num_minibatches=7"])
     with pytest.raises(config_lib.ConfigError, match="grpo.loss_type"):
         config_lib.load_config(path, ["grpo.loss_type=ppo"])
+
+
+def test_eval_samples_show_held_out_prompts_with_greedy_completions(trained):
+    setup = trained["setup"]
+    lines = grpo.eval_samples(setup.env, setup.env_params, setup.cfg, trained["state"], jax.random.PRNGKey(7), num=5)
+    assert len(lines) == 5
+    rewards = [float(line.rsplit("reward ", 1)[1]) for line in lines]
+    assert all(0.0 <= r <= 1.0 for r in rewards)
+    assert sum(r == 1.0 for r in rewards) >= 3, lines  # the trained model (>= 0.9 exact) mostly solves them
+    for line in lines:
+        prompt, completion = line.split(" -> ")[0], line.split(" -> ")[1].rsplit("  reward", 1)[0]
+        assert prompt.startswith("'") and completion.startswith("'"), line

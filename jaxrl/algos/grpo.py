@@ -775,6 +775,16 @@ def sample_completions(setup: Setup, params, key: Array, num: int = 5) -> list[t
     return [(decode(ro.obs[i, 0, :lp]), decode(ro.actions[i]), float(ro.returns[i])) for i in range(min(num, ro.returns.shape[0]))]
 
 
+
+def eval_samples(env: Environment, env_params, cfg: GRPOConfig, state: GRPOState, key: Array, num: int = 5) -> list[str]:
+    """Lines for ``jaxrl eval``: ``num`` greedy held-out prompts with their completions and
+    rewards (token tasks only; an empty list for control envs)."""
+    if not hasattr(env, "prompt_len"):
+        return []
+    setup = make_setup(env, env_params, cfg)
+    return [f"{prompt!r} -> {completion!r}  reward {reward:.3f}" for prompt, completion, reward in sample_completions(setup, state.params, key, num)]
+
+
 # =======================================================================================
 # Building an Algorithm
 # =======================================================================================
