@@ -45,6 +45,7 @@ import numpy as np
 from flax import struct
 
 from jaxrl import spaces
+from jaxrl.adapters.params import PhysicsParams
 from jaxrl.env import Environment, first_timestep, transition
 
 #: Brax 0.14's ``brax.envs`` registry, minus ``fast`` (see the module docstring).
@@ -67,21 +68,7 @@ BACKENDS = ("generalized", "positional", "spring", "mjx")
 DEFAULT_BACKEND = "generalized"
 
 
-@struct.dataclass
-class BraxParams:
-    """Dynamic params of every Brax env (all may be traced or vmapped).
-
-    Attributes:
-      max_steps_in_episode: int, steps after which ``truncated`` is set (Brax's 1000).
-      mass_scale: float, multiplies every body's mass and rotational inertia.
-      friction_scale: float, multiplies every geom's friction coefficients.
-      gravity_scale: float, multiplies the gravity vector.
-    """
-
-    max_steps_in_episode: int = 1000
-    mass_scale: float = 1.0
-    friction_scale: float = 1.0
-    gravity_scale: float = 1.0
+BraxParams = PhysicsParams  # max_steps_in_episode (default 1000), mass/friction/gravity scales
 
 
 @struct.dataclass

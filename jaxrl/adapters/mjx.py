@@ -42,26 +42,13 @@ import numpy as np
 from flax import struct
 
 from jaxrl import spaces
+from jaxrl.adapters.params import PhysicsParams
 from jaxrl.env import Environment, first_timestep, transition
 
 PHYSICS_FIELDS = ("max_steps_in_episode", "mass_scale", "friction_scale", "gravity_scale")
 
 
-@struct.dataclass
-class MjxParams:
-    """Dynamic params of an MJX env (all may be traced or vmapped).
-
-    Attributes:
-      max_steps_in_episode: int, steps after which ``truncated`` is set.
-      mass_scale: float, multiplies every body's mass and rotational inertia.
-      friction_scale: float, multiplies every geom's friction coefficients.
-      gravity_scale: float, multiplies the gravity vector.
-    """
-
-    max_steps_in_episode: int = 1000
-    mass_scale: float = 1.0
-    friction_scale: float = 1.0
-    gravity_scale: float = 1.0
+MjxParams = PhysicsParams  # max_steps_in_episode (default 1000), mass/friction/gravity scales
 
 
 @struct.dataclass
