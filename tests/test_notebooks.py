@@ -31,7 +31,11 @@ def kernel_dir(tmp_path_factory):
     spec_dir = root / "kernels" / KERNEL_NAME
     spec_dir.mkdir(parents=True)
     spec = {
-        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        # capture_fd_output=False: ipykernel's default routes the kernel's native fd 1/2
+        # through a pipe drained by a Python thread; an XLA worker thread logging to stderr
+        # while the main thread waits for its result (np.asarray holds the GIL) can then
+        # block forever. Seen twice in CI: 01_quickstart's 8-seed cell hung with 0 CPU.
+        "argv": [sys.executable, "-m", "ipykernel_launcher", "--IPKernelApp.capture_fd_output=False", "-f", "{connection_file}"],
         "display_name": "jaxrl test venv",
         "language": "python",
     }
