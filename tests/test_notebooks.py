@@ -20,7 +20,12 @@ nbclient = pytest.importorskip("nbclient")
 NOTEBOOK_DIR = Path(__file__).resolve().parent.parent / "notebooks"
 NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("*.ipynb"))
 #: Wall-clock budget per notebook (seconds); a notebook not listed gets the default.
-TIMEOUT_S = {"default": 300, "02_write_an_env.ipynb": 120}
+TIMEOUT_S = {"default": 150, "02_write_an_env.ipynb": 120}
+#: Attempts per notebook, retried ONLY when a cell times out. jaxlib 0.10.2's CPU runtime
+#: intermittently deadlocks (every XLA thread idle, the caller waiting for a result forever)
+#: on vmapped-seed PPO programs when the machine is otherwise idle; reproduced outside
+#: Jupyter too (docs/results.md, "Known issue"). An error in a cell is never retried.
+ATTEMPTS = 3
 KERNEL_NAME = "jaxrl-test-venv"
 
 
@@ -56,14 +61,20 @@ class _Deadline:
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
 def test_notebook_runs(path, kernel_dir, monkeypatch):
     monkeypatch.setenv("JUPYTER_PATH", str(kernel_dir))
-    nb = nbformat.read(path, as_version=4)
     budget = TIMEOUT_S.get(path.name, TIMEOUT_S["default"])
-    client = nbclient.NotebookClient(
-        nb,
-        kernel_name=KERNEL_NAME,
-        timeout_func=_Deadline(budget),
-        resources={"metadata": {"path": str(NOTEBOOK_DIR)}},
-    )
-    client.execute()  # raises CellExecutionError (with the traceback) on the first failing cell
+    for attempt in range(ATTEMPTS):
+        nb = nbformat.read(path, as_version=4)
+        client = nbclient.NotebookClient(
+            nb,
+            kernel_name=KERNEL_NAME,
+            timeout_func=_Deadline(budget),
+            resources={"metadata": {"path": str(NOTEBOOK_DIR)}},
+        )
+        try:
+            client.execute()  # raises CellExecutionError (with the traceback) on the first failing cell
+            break
+        except nbclient.exceptions.CellTimeoutError:
+            if attempt == ATTEMPTS - 1:
+                raise
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if o.get("output_type") == "error"]
     assert not errors
