@@ -36,10 +36,11 @@ def kernel_dir(tmp_path_factory):
     spec_dir = root / "kernels" / KERNEL_NAME
     spec_dir.mkdir(parents=True)
     spec = {
-        # capture_fd_output=False: ipykernel's default routes the kernel's native fd 1/2
-        # through a pipe drained by a Python thread; an XLA worker thread logging to stderr
-        # while the main thread waits for its result (np.asarray holds the GIL) can then
-        # block forever. Seen twice in CI: 01_quickstart's 8-seed cell hung with 0 CPU.
+        # capture_fd_output=False: native fd 1/2 of the kernel go straight to the test's
+        # output instead of through ipykernel's pipe-draining thread (one fewer thread that
+        # must run for XLA's C++ logging to proceed). It was first suspected for a hang of
+        # 01_quickstart's 8-seed cell; that hang turned out to be a jaxlib CPU deadlock that
+        # also happens outside Jupyter (see ATTEMPTS below and docs/results.md).
         "argv": [sys.executable, "-m", "ipykernel_launcher", "--IPKernelApp.capture_fd_output=False", "-f", "{connection_file}"],
         "display_name": "jaxrl test venv",
         "language": "python",
