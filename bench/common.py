@@ -16,6 +16,7 @@ Typical use::
 from __future__ import annotations
 
 import csv
+import dataclasses
 import importlib.metadata
 import json
 import os
@@ -121,6 +122,40 @@ def time_repeats(fn: Callable, *args, repeats: int = 5, warmup: int = 1) -> list
         block(fn(*args))
         times.append(time.perf_counter() - start)
     return times
+
+
+@dataclasses.dataclass(frozen=True)
+class Interleaved:
+    """Timings of :func:`time_interleaved`, one list per side, in call order.
+
+    Attributes:
+      wall: wall seconds per timed call.
+      cpu: CPU seconds of this process per timed call (every thread; less sensitive than
+        wall time to other processes sharing the cores).
+    """
+
+    wall: dict[str, list[float]]
+    cpu: dict[str, list[float]]
+
+
+def time_interleaved(sides: dict[str, Callable[[], Any]], repeats: int, warmup: int = 1) -> Interleaved:
+    """Interleaved timing of zero-argument callables (each call blocked until ready):
+    ``warmup`` untimed calls of each side, then ``repeats`` rounds of one call per side,
+    so that load from other processes hits every side alike."""
+    if repeats <= 0:
+        raise ValueError(f"repeats must be > 0, got {repeats}")
+    for _ in range(warmup):
+        for fn in sides.values():
+            block(fn())
+    wall: dict[str, list[float]] = {k: [] for k in sides}
+    cpu: dict[str, list[float]] = {k: [] for k in sides}
+    for _ in range(repeats):
+        for k, fn in sides.items():
+            start, start_cpu = time.perf_counter(), time.process_time()
+            block(fn())
+            wall[k].append(time.perf_counter() - start)
+            cpu[k].append(time.process_time() - start_cpu)
+    return Interleaved(wall, cpu)
 
 
 def summarize(times: Sequence[float], work: float) -> dict[str, float]:

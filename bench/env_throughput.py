@@ -233,20 +233,6 @@ def _has(module: str) -> bool:
     return True
 
 
-def time_sides(sides: dict[str, Any], repeats: int) -> dict[str, list[float]]:
-    """Interleaved timing: one warm-up call each, then ``repeats`` rounds of one call per
-    side, so that load from other processes hits every side alike."""
-    for fn in sides.values():
-        common.block(fn())
-    times: dict[str, list[float]] = {k: [] for k in sides}
-    for _ in range(repeats):
-        for k, fn in sides.items():
-            start = time.perf_counter()
-            common.block(fn())
-            times[k].append(time.perf_counter() - start)
-    return times
-
-
 def steps_for(num_envs: int, target_env_steps: int, min_steps: int, max_steps: int) -> int:
     """Scan length so that one timed call covers about ``target_env_steps`` env steps."""
     return int(min(max_steps, max(min_steps, target_env_steps // num_envs)))
@@ -282,7 +268,7 @@ def run_benchmark(args: argparse.Namespace) -> list[dict[str, Any]]:
         for n in args.sizes:
             t = args.steps or steps_for(n, args.env_steps_per_call, 50, 2000)
             sides = build_sides(args, env_id, space, n, t)
-            times = time_sides(sides, args.repeats)
+            times = common.time_interleaved(sides, args.repeats).wall
             rates = {}
             for label, fn in sides.items():
                 res = {"compile_s": fn.setup_s, "checksum": fn.checksum, **common.summarize(times[label], n * t)}
