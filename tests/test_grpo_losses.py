@@ -219,3 +219,58 @@ def test_unknown_loss_type_is_rejected():
         grpo.validate(grpo.GRPOConfig(num_prompts=3, group_size=3, num_minibatches=2))
     with pytest.raises(ValueError, match="group_size"):
         grpo.validate(grpo.GRPOConfig(group_size=1))
+
+
+# ---------------------------------------------------------------------------------------
+# Per-token credit (token_credit): group-centred reward-to-go
+# ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["std", "mean", "loo"])
+def test_token_advantages_equal_sequence_advantages_for_final_rewards(kind):
+    # rewards only on the last step, every member ends at T: each token gets the sequence advantage
+    returns = jnp.array([[1.0, 0.0, 0.5, 0.25], [0.3, 0.3, 0.9, 0.1]], jnp.float32)  # [P=2, G=4]
+    step = jnp.zeros((2, 4, 3), jnp.float32).at[..., -1].set(returns)
+    valid = jnp.array([[True] * 4, [True, True, True, False]])
+    tok = grpo.token_advantages(step, valid, kind)
+    seq = grpo.group_advantages(returns, valid, kind)
+    np.testing.assert_allclose(tok, jnp.broadcast_to(seq[..., None], tok.shape), rtol=1e-6, atol=1e-6)
+
+
+def test_token_advantages_hand_example():
+    # one group, G = 2, T = 3.  member 0: rewards [0.25, 0, 0.75] (R = 1);
+    # member 1 ends after two steps: [0.5, 0.25, 0] (R = 0.75).
+    # reward-to-go Q: m0 [1, 0.75, 0.75], m1 [0.75, 0.25, 0]; step means [0.875, 0.5, 0.375]
+    # centred: m0 [0.125, 0.25, 0.375], m1 [-0.125, -0.25, -0.375]
+    step = jnp.array([[[0.25, 0.0, 0.75], [0.5, 0.25, 0.0]]], jnp.float32)
+    valid = jnp.ones((1, 2), jnp.bool_)
+    centred = np.array([[[0.125, 0.25, 0.375], [-0.125, -0.25, -0.375]]])
+    np.testing.assert_allclose(grpo.token_advantages(step, valid, "mean"), centred, atol=1e-6)
+    std = np.std([1.0, 0.75], ddof=1)  # the group's return std scales every step ("std" kind)
+    np.testing.assert_allclose(grpo.token_advantages(step, valid, "std"), centred / (std + grpo.ADV_EPS), rtol=1e-5)
+    np.testing.assert_allclose(grpo.token_advantages(step, valid, "loo"), 2.0 * centred, atol=1e-6)  # G/(G-1)
+    # discount 0: each token only with its own step reward (step means [0.375, 0.125, 0.375]);
+    # 0.5: Q m0 [0.4375, 0.375, 0.75], m1 [0.625, 0.25, 0] (step means [0.53125, 0.3125, 0.375])
+    np.testing.assert_allclose(grpo.token_advantages(step, valid, "mean", 0.0), [[[-0.125, -0.125, 0.375], [0.125, 0.125, -0.375]]], atol=1e-6)
+    np.testing.assert_allclose(grpo.token_advantages(step, valid, "mean", 0.5), [[[-0.09375, 0.0625, 0.375], [0.09375, -0.0625, -0.375]]], atol=1e-6)
+    # the token that earned a reward is credited with it; the later tokens are not
+    adv = np.asarray(grpo.token_advantages(step, valid, "mean"))
+    assert adv[0, 0, 0] < adv[0, 0, 2]
+
+
+def test_per_token_advantages_in_the_loss():
+    # [N, T] advantages constant over T give the [N] loss; a per-token one changes only its token
+    tok = jnp.broadcast_to(ADV[:, None], (2, 2))
+    for lt in ("grpo", "dapo", "cispo", "rloo", "dr_grpo"):
+        np.testing.assert_allclose(loss(lt, adv=tok)[0], loss(lt)[0], rtol=1e-6)
+    g_seq = grad("dapo", adv=tok)
+    g_tok = grad("dapo", adv=tok.at[1, 0].set(0.0))
+    np.testing.assert_allclose(g_tok[1, 0], 0.0, atol=1e-7)
+    np.testing.assert_allclose(np.delete(np.asarray(g_tok).ravel(), 2), np.delete(np.asarray(g_seq).ravel(), 2), rtol=1e-6)
+
+
+def test_token_credit_is_rejected_with_gspo_and_a_bad_discount():
+    with pytest.raises(ValueError, match="token_credit"):
+        grpo.validate(grpo.GRPOConfig(loss_type="gspo", token_credit=True))
+    with pytest.raises(ValueError, match="credit_discount"):
+        grpo.validate(grpo.GRPOConfig(token_credit=True, credit_discount=1.5))

@@ -201,3 +201,60 @@ def test_alphabet_sort_shaping_mixes_in_token_accuracy(episode_fns):
     assert rewards[0.0] == pytest.approx(sim4, abs=1e-5)
     assert rewards[1.0] == pytest.approx(acc, abs=1e-5)
     assert rewards[0.5] == pytest.approx(0.5 * sim4 + 0.5 * acc, abs=1e-5)
+    # shaping_sim mixes in the un-powered similarity; the weights are clipped to sum to <= 1
+    sim = 7 / 8
+    for (w_a, w_s), expected in [((0.25, 0.5), 0.25 * sim4 + 0.25 * acc + 0.5 * sim), ((0.0, 1.0), sim),
+                                 ((0.8, 0.5), 0.8 * acc + 0.2 * sim)]:
+        params = env.default_params.replace(shaping=w_a, shaping_sim=w_s)
+        _, (_, (reward, _, _, _)) = episode_fns(env, params, key, tokens)
+        assert float(reward[int(task.answer_len)]) == pytest.approx(expected, abs=1e-5), (w_a, w_s)
+
+
+# ---------------------------------------------------------------------------------------
+# Step rewards: the partial credit paid token by token, the return unchanged
+# ---------------------------------------------------------------------------------------
+
+
+def _play_tokens(env, params, key, text, episode_fns):
+    tokens = jnp.asarray(np.pad(encode(text), (0, env.max_completion_len - len(text))), jnp.int32)
+    _, (_, (reward, term, trunc, _)) = episode_fns(env, params, key, tokens)
+    return np.asarray(reward), np.asarray(term), np.asarray(trunc)
+
+
+def test_step_rewards_hand_table_reverse(episode_fns):
+    env = Reverse(max_digits=3)
+    key = jax.random.PRNGKey(0)
+    answer = decode(env.generate(key, env.default_params).answer)
+    wrong = str((int(answer[2]) + 1) % 10)
+    on, off = env.default_params.replace(step_rewards=1), env.default_params
+    # answer + EOS = 4 positions; dense = 0.5 token_accuracy + 0.5 exact_match; phi = 0.5 token_accuracy
+    table = [
+        (answer + "$", [0.125, 0.125, 0.125, 0.625]),  # every token earns 0.5 / 4; the last adds the exact half
+        (answer[:2] + wrong + "$", [0.125, 0.125, 0.0, 0.125]),  # the wrong digit earns nothing, EOS still does
+        (answer + wrong, [0.125, 0.125, 0.125, 0.0]),  # no EOS: truncated at 4 tokens, 3 hits of 4
+        (answer[:1] + "$", [0.125, 0.0, 0.0, 0.0]),  # EOS too early: 1 hit of max(4, 2) -> 0.125 in all
+    ]
+    for text, expected in table:
+        r_on, term_on, _ = _play_tokens(env, on, key, text, episode_fns)
+        r_off, term_off, _ = _play_tokens(env, off, key, text, episode_fns)
+        end = len(text) - 1  # the episode's last step
+        np.testing.assert_array_equal(term_on, term_off)
+        assert np.sum(r_on[: end + 1]) == pytest.approx(float(r_off[end]), abs=1e-6), text  # same return
+        np.testing.assert_array_equal(r_off[:end], 0.0)  # off: everything at the end
+        np.testing.assert_allclose(r_on[end:], r_on[end], atol=0)  # a finished episode repeats its last reward
+        np.testing.assert_allclose(r_on[: end + 1], expected[: end + 1], atol=1e-6, err_msg=text)
+
+
+def test_step_rewards_alphabet_sort_pay_the_shaping_term_only(episode_fns):
+    env = AlphabetSort()
+    key = jax.random.PRNGKey(4)
+    answer = decode(env.generate(key, env.default_params).answer)  # 'xx,xx,xx' (8 tokens) + EOS: 9 positions
+    params = env.default_params.replace(shaping=0.5, step_rewards=1)
+    r, _, _ = _play_tokens(env, params, key, answer + "$", episode_fns)
+    # each of the first 8 tokens earns 0.5 / 9; the last: 0.5 * sim ** 4 (= 0.5) + 0.5 / 9
+    np.testing.assert_allclose(r[:8], 0.5 / 9, atol=1e-6)
+    assert r[8] == pytest.approx(0.5 + 0.5 / 9, abs=1e-6)
+    # shaping 0 (what evaluation uses): no step rewards even when switched on
+    r0, _, _ = _play_tokens(env, params.replace(shaping=0.0), key, answer + "$", episode_fns)
+    np.testing.assert_array_equal(r0[:8], 0.0)
+    assert r0[8] == pytest.approx(1.0)

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 from flax import struct
 
 from jaxrl.verifiers import PAD, Task
-from jaxrl_envs.text.base import TokenEnv, digit_rubric, set_free_token
+from jaxrl_envs.text.base import TokenEnv, digit_potential, digit_rubric, set_free_token
 from jaxrl_envs.text.vocab import DIGIT0, PLUS, SEP
 
 
@@ -26,6 +26,7 @@ class AdditionParams:
     num_digits: int = 2  # most digits per operand (a curriculum raises it)
     min_digits: int = 1  # fewest digits per operand
     held_out: bool = False  # draw prompts from the held-out split (evaluation only)
+    step_rewards: int = 0  # 1: pay the rubric's partial credit token by token (same return)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,6 +58,9 @@ class Addition(TokenEnv):
     @property
     def verifier(self):
         return digit_rubric(self.rubric)
+
+    def potential(self, metrics, params):
+        return digit_potential(self.rubric, metrics)
 
     def generate(self, key, params) -> Task:
         k_nd, k_digits, k_free = jax.random.split(key, 3)

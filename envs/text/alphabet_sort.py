@@ -8,10 +8,13 @@ library: the sequence similarity of completion and answer raised to the 4th powe
 ``gate(has_eos, similarity ** 4)`` (:func:`jaxrl.verifiers.lcs_ratio`), range ``[0, 1]``;
 ``exact_match`` and ``token_accuracy`` are logged alongside (weight 0).
 
-Training from scratch on the sparse ``similarity ** 4`` is slow, so ``params.shaping = w``
-mixes in the dense, still verifiable token accuracy: the episode reward is
-``(1 - w) * gate(has_eos, similarity ** 4) + w * token_accuracy``. ``w = 0`` (the default,
-and what evaluation should use) is the verifiers library's reward exactly.
+Training from scratch on the sparse ``similarity ** 4`` is slow, so two dense, still
+verifiable terms can be mixed in: ``params.shaping = w_a`` (token accuracy: the right token at
+the right position) and ``params.shaping_sim = w_s`` (the similarity itself, not raised to the
+4th power: it pays for copying names even in the wrong order). The episode reward is
+``(1 - w_a - w_s) * gate(has_eos, similarity ** 4) + w_a * token_accuracy + w_s * similarity``.
+``w_a = w_s = 0`` (the defaults, and what evaluation should use) is the verifiers library's
+reward exactly.
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ from flax import struct
 
 from jaxrl import verifiers as V
 from jaxrl.verifiers import PAD, Task
+
+Array = jax.Array
 from jaxrl_envs.text.base import TokenEnv, right_align, set_free_token
 from jaxrl_envs.text.vocab import COMMA, LETTER_A, SEP
 
@@ -32,7 +37,9 @@ from jaxrl_envs.text.vocab import COMMA, LETTER_A, SEP
 class AlphabetSortParams:
     num_names: int = 3  # names per prompt, 2 .. max_names
     shaping: float = 0.0  # weight of token accuracy mixed into the reward (0 = pure sim ** 4)
+    shaping_sim: float = 0.0  # weight of the un-powered similarity mixed into the reward
     held_out: bool = False  # draw prompts from the held-out split (evaluation only)
+    step_rewards: int = 0  # 1: pay the shaping term (shaping * token_accuracy) token by token
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,9 +82,19 @@ class AlphabetSort(TokenEnv):
         )
         return V.gate(V.has_eos, scored)
 
+    def _weights(self, params) -> tuple[Array, Array]:
+        """(w_a, w_s): the shaping weights, clipped so that ``w_a + w_s <= 1``."""
+        w_a = jnp.clip(jnp.asarray(params.shaping, jnp.float32), 0.0, 1.0)
+        w_s = jnp.clip(jnp.asarray(params.shaping_sim, jnp.float32), 0.0, 1.0 - w_a)
+        return w_a, w_s
+
+    def potential(self, metrics, params):
+        w_a, w_s = self._weights(params)
+        return w_a * metrics["token_accuracy"] + w_s * metrics["similarity_pow4/similarity"]
+
     def shape_reward(self, reward, metrics, params):
-        w = jnp.clip(jnp.asarray(params.shaping, jnp.float32), 0.0, 1.0)
-        return (1.0 - w) * reward + w * metrics["token_accuracy"]
+        w_a, w_s = self._weights(params)
+        return (1.0 - w_a - w_s) * reward + self.potential(metrics, params)
 
     def _join(self, names: jax.Array) -> jax.Array:
         """int32 ``[max_names * (name_len + 1)]``: every name followed by a comma."""

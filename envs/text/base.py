@@ -12,6 +12,14 @@ A token task is an :class:`~jaxrl.env.Environment` whose episode is one completi
 * ``terminated`` when the token is EOS; ``truncated`` when ``max_completion_len`` tokens were
   written without one. The reward is 0 before the last step and the verifier's score of the
   completion on it; ``info`` carries the verifier's metrics on the last step (0 before).
+* **Step rewards** (``params.step_rewards``: 0 = off, the default; 1 = on): the partial-credit part of the
+  reward is paid as it is earned instead of all at the end. With ``phi(c)`` the task's
+  :meth:`TokenEnv.potential` of the completion written so far (e.g. ``w * token_accuracy``),
+  step ``t`` pays ``phi(c_<=t) - phi(c_<t)`` and the last step pays ``R - phi(c_<last)``
+  with ``R`` the episode's (shaped) reward. The sum over the episode is ``R`` exactly (the
+  return is unchanged, only its timing is), so a learner that credits each token with the
+  rewards from that token on (``grpo.token_credit``) sees which tokens earned the partial
+  credit.
 * Stepping a finished episode is harmless: the completion no longer changes and the reward
   and flags repeat the final step's (callers mask finished episodes, as the GRPO rollout does).
 
@@ -44,6 +52,7 @@ class TokenState:
     completion: Array  # int32 [max_completion_len], tokens written so far, PAD after
     time: Array  # int32 [], tokens written in this episode
     done: Array  # bool [], the episode has ended (EOS or truncation)
+    potential: Array  # float32 [], phi of the completion before the last token (step rewards)
 
 
 # ---------------------------------------------------------------------------------------
@@ -126,6 +135,17 @@ class TokenEnv(Environment):
         del metrics, params
         return reward
 
+    def potential(self, metrics: dict, params) -> Array:
+        """float32 ``[]``: the partial credit ``phi`` a completion-so-far has earned, from the
+        verifier's ``metrics`` on it (0 here: no step rewards). Paid step by step when
+        ``params.step_rewards`` is true; its final value is part of the episode's reward."""
+        del metrics, params
+        return jnp.zeros((), jnp.float32)
+
+    def _step_potential(self, metrics: dict, params) -> Array:
+        on = jnp.asarray(getattr(params, "step_rewards", 0)) != 0  # 0/1 (a number, as configs need)
+        return jnp.where(on, self.potential(metrics, params), 0.0).astype(jnp.float32)
+
     def _obs(self, state: TokenState) -> Array:
         return jnp.concatenate([state.task.prompt, state.completion]).astype(jnp.int32)
 
@@ -136,7 +156,7 @@ class TokenEnv(Environment):
     def reset(self, key, params):
         task = self.generate(key, params)
         completion = jnp.full((self.max_completion_len,), PAD, jnp.int32)
-        state = TokenState(task, completion, jnp.zeros((), jnp.int32), jnp.zeros((), jnp.bool_))
+        state = TokenState(task, completion, jnp.zeros((), jnp.int32), jnp.zeros((), jnp.bool_), jnp.zeros((), jnp.float32))
         return state, first_timestep(self._obs(state), self._zero_metrics(task))
 
     def step(self, key, state, action, params):
@@ -151,9 +171,13 @@ class TokenEnv(Environment):
         truncated = (time >= self.max_completion_len) & ~ended_eos
         done = terminated | truncated
         reward, metrics = self.verifier(state.task, completion)
-        reward = jnp.where(done, self.shape_reward(reward, metrics, params), 0.0)
+        phi = self._step_potential(metrics, params)
+        # Before the end: the partial credit earned by this token. At the end: the rest of the
+        # episode's reward. (A finished episode keeps its last potential: repeats are equal.)
+        final = self.shape_reward(reward, metrics, params)
+        reward = jnp.where(done, final - state.potential, phi - state.potential).astype(jnp.float32)
         info = {k: jnp.where(done, v, 0.0).astype(jnp.float32) for k, v in metrics.items()}
-        new = TokenState(state.task, completion, time, done)
+        new = TokenState(state.task, completion, time, done, jnp.where(done, state.potential, phi))
         return new, transition(self._obs(new), reward, terminated, truncated, info)
 
     def observation_space(self, params):
@@ -183,6 +207,14 @@ def digit_prompt(key: Array, num_digits: Array, max_digits: int, held_out: Array
     body = right_align(digits, nd, max_digits)
     prompt = jnp.concatenate([body, jnp.full((1,), SEP, jnp.int32)])
     return set_free_token(k_free, prompt, held_out)
+
+
+def digit_potential(rubric: str, metrics: dict) -> Array:
+    """The partial credit of a digit rubric: ``0.5 * token_accuracy`` for ``"dense"``, 0 for
+    ``"exact"`` (which has none)."""
+    if rubric == "dense":
+        return 0.5 * metrics["token_accuracy"]
+    return jnp.zeros((), jnp.float32)
 
 
 def digit_rubric(rubric: str) -> Verifier:

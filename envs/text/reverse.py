@@ -13,13 +13,14 @@ import jax.numpy as jnp
 from flax import struct
 
 from jaxrl.verifiers import PAD, Task
-from jaxrl_envs.text.base import TokenEnv, digit_prompt, digit_rubric
+from jaxrl_envs.text.base import TokenEnv, digit_potential, digit_prompt, digit_rubric
 
 
 @struct.dataclass
 class DigitParams:
     num_digits: int = 8  # digits per prompt, 1 .. max_digits (a curriculum may raise it)
     held_out: bool = False  # draw prompts from the held-out split (evaluation only)
+    step_rewards: int = 0  # 1: pay the rubric's partial credit token by token (same return)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,6 +52,9 @@ class Reverse(TokenEnv):
     @property
     def verifier(self):
         return digit_rubric(self.rubric)
+
+    def potential(self, metrics, params):
+        return digit_potential(self.rubric, metrics)
 
     def generate(self, key, params) -> Task:
         prompt = digit_prompt(key, params.num_digits, self.max_digits, params.held_out)

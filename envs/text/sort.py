@@ -12,7 +12,7 @@ import dataclasses
 import jax.numpy as jnp
 
 from jaxrl.verifiers import PAD, Task
-from jaxrl_envs.text.base import TokenEnv, digit_prompt, digit_rubric
+from jaxrl_envs.text.base import TokenEnv, digit_potential, digit_prompt, digit_rubric
 from jaxrl_envs.text.reverse import DigitParams
 
 
@@ -45,6 +45,9 @@ class Sort(TokenEnv):
     @property
     def verifier(self):
         return digit_rubric(self.rubric)
+
+    def potential(self, metrics, params):
+        return digit_potential(self.rubric, metrics)
 
     def generate(self, key, params) -> Task:
         prompt = digit_prompt(key, params.num_digits, self.max_digits, params.held_out)

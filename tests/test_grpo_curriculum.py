@@ -1,0 +1,70 @@
+"""The GRPO curriculum: one integer env param raised by one level whenever a batch's mean of
+the curriculum metric reaches the threshold, capped at ``curriculum_stop``, and applied to
+the env params the next rollout uses."""
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxrl.algos import grpo
+from jaxrl_envs.text import Addition
+
+
+def _setup(**kw):
+    env = Addition(max_digits=3)
+    cfg = grpo.GRPOConfig(num_prompts=2, group_size=2, curriculum_param="num_digits", curriculum_start=1,
+                          curriculum_stop=3, curriculum_metric="exact_match", curriculum_threshold=0.5, **kw)
+    return grpo.make_setup(env, env.default_params.replace(min_digits=1), cfg)
+
+
+def _rollout(exact, returns=None):
+    n = len(exact if exact is not None else returns)
+    z = jnp.zeros((n, 1))
+    info = {"exact_match": jnp.asarray(exact, jnp.float32)} if exact is not None else {}
+    returns = jnp.asarray(returns if returns is not None else np.zeros(n), jnp.float32)
+    return grpo.Rollout(z, z.astype(jnp.int32), z, z.astype(bool), z, z, returns, jnp.ones((n,), jnp.int32),
+                        jnp.zeros((n,), bool), info)
+
+
+@pytest.mark.parametrize("exact, level, expected", [
+    ([1, 0, 0, 0], 1, 1),  # batch success 0.25 < 0.5: stay
+    ([1, 1, 0, 0], 1, 2),  # 0.5 reaches the threshold: one level up
+    ([1, 1, 1, 1], 1, 2),  # one level per update, never a jump
+    ([1, 1, 1, 1], 3, 3),  # capped at curriculum_stop
+])
+def test_curriculum_advances_on_the_measured_success_rate(exact, level, expected):
+    setup = _setup()
+    new = grpo._next_level(setup, jnp.int32(level), _rollout(exact))
+    assert int(new) == expected and new.dtype == jnp.int32
+
+
+def test_curriculum_uses_the_return_without_the_metric_and_sets_the_env_param():
+    setup = _setup()
+    assert int(grpo._next_level(setup, jnp.int32(1), _rollout(None, [0.2, 0.9]))) == 2  # mean return 0.55
+    assert int(grpo._next_level(setup, jnp.int32(1), _rollout(None, [0.2, 0.3]))) == 1
+    params = grpo._env_params_at(setup, jnp.int32(2))
+    assert int(params.num_digits) == 2 and int(params.min_digits) == 1  # only the curriculum field changes
+
+
+def test_no_curriculum_keeps_the_params():
+    env = Addition(max_digits=2)
+    setup = grpo.make_setup(env, env.default_params, grpo.GRPOConfig(num_prompts=2, group_size=2))
+    assert int(grpo._next_level(setup, jnp.int32(0), _rollout([1, 1]))) == 0
+    assert grpo._env_params_at(setup, jnp.int32(5)) is setup.env_params
+
+
+@pytest.mark.parametrize("warmup, end_frac, step, expected", [
+    (0, 1.0, 500, 1.0),  # constant (the default)
+    (0, 0.0, 0, 1.0),  # linear decay to 0 at num_updates = 1000
+    (0, 0.0, 250, 0.75),
+    (0, 0.2, 500, 0.6),  # 1 - 0.8 * 0.5
+    (0, 0.0, 1500, 0.0),  # past num_updates: stays at the end value
+    (10, 1.0, 4, 0.5),  # warm-up (step + 1) / 10
+    (10, 0.0, 4, 0.5 * 0.996),  # both
+])
+def test_learning_rate_warmup_and_linear_decay(warmup, end_frac, step, expected):
+    env = Addition(max_digits=2)
+    cfg = grpo.GRPOConfig(num_prompts=2, group_size=2, num_updates=1000, lr=1.0, warmup_updates=warmup, lr_end_frac=end_frac)
+    setup = grpo.make_setup(env, env.default_params, cfg)
+    state = grpo.GRPOState(None, None, None, grpo.hyperparams(cfg), None, jnp.int32(step), jnp.int32(0))
+    assert float(grpo.current_lr(setup, state)) == pytest.approx(expected, rel=1e-6)
