@@ -8,6 +8,13 @@ Initialisation follows the PPO implementation-details consensus (Andrychowicz et
 2021; Huang et al. 2022): orthogonal weights with gain ``sqrt(2)`` in hidden layers,
 ``0.01`` in the policy head (near-uniform initial policy) and ``1.0`` in the value head,
 zero biases.
+
+The orthogonal initialiser is our own (:func:`orthogonal`), not flax's: flax/JAX draw it
+with ``jnp.linalg.qr``, which on CPU is a LAPACK custom call that, batched (e.g. under
+``jax.vmap(train)`` over seeds), splits the batch over XLA's intra-op thread pool from
+*inside* a task of that same pool and can deadlock it (seen on 2-core machines with
+jaxlib 0.10: both pool threads blocked in ``jax::ParallelBatchMap``). Ours is plain XLA
+arithmetic and gives the same matrix up to float rounding.
 """
 
 from __future__ import annotations
@@ -25,10 +32,53 @@ DISTRIBUTIONS = ("categorical", "gaussian", "tanh_gaussian")
 LOG_STD_MODES = ("state_independent", "learned")
 
 
+def _orthonormal_columns(a: jax.Array) -> jax.Array:
+    """``Q`` of the thin QR ``a = Q R`` with ``diag(R) > 0``, for ``a [m, n]``, ``m >= n``.
+
+    Classical Gram-Schmidt applied twice per column ("twice is enough", Giraud et al.
+    2005), which keeps ``Q^T Q = I`` to float32 rounding for any well-conditioned ``a``.
+    Columns not yet visited are zero, so ``Q @ (Q^T v)`` projects out exactly the ones
+    done so far. Only matmuls, a ``fori_loop`` and a norm: no LAPACK custom call.
+    """
+    hi = jax.lax.Precision.HIGHEST
+
+    def column(j, q):
+        v = a[:, j]
+        for _ in range(2):
+            v = v - jnp.dot(q, jnp.dot(v, q, precision=hi), precision=hi)
+        return q.at[:, j].set(v / jnp.linalg.norm(v))
+
+    return jax.lax.fori_loop(0, a.shape[1], column, jnp.zeros_like(a))
+
+
+def orthogonal(scale: float = 1.0):
+    """Initializer of (semi-)orthogonal ``[..., in, out]`` kernels times ``scale``.
+
+    The same distribution and, for the same key, the same matrix (up to rounding) as
+    ``jax.nn.initializers.orthogonal(scale)``: a Gaussian ``[max, min]`` draw, its ``Q``
+    with the signs fixed by ``diag(R) > 0``, transposed when there are fewer rows than
+    columns. See the module docstring for why it avoids ``jnp.linalg.qr``.
+    """
+
+    def init(key: jax.Array, shape, dtype=jnp.float32) -> jax.Array:
+        if len(shape) < 2:
+            raise ValueError(f"orthogonal init needs a shape of rank >= 2, got {tuple(shape)}")
+        n_cols = shape[-1]
+        n_rows = math.prod(shape) // n_cols
+        big, small = max(n_rows, n_cols), min(n_rows, n_cols)
+        a = jax.random.normal(key, (big, small), jnp.float32)
+        q = _orthonormal_columns(a)
+        if n_rows < n_cols:
+            q = q.T
+        return (scale * q).reshape(shape).astype(dtype)
+
+    return init
+
+
 def _dense(features: int, gain: float, name: str) -> nn.Dense:
     return nn.Dense(
         features,
-        kernel_init=nn.initializers.orthogonal(gain),
+        kernel_init=orthogonal(gain),
         bias_init=nn.initializers.zeros,
         name=name,
     )

@@ -21,11 +21,6 @@ NOTEBOOK_DIR = Path(__file__).resolve().parent.parent / "notebooks"
 NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("*.ipynb"))
 #: Wall-clock budget per notebook (seconds); a notebook not listed gets the default.
 TIMEOUT_S = {"default": 150, "02_write_an_env.ipynb": 120}
-#: Attempts per notebook, retried ONLY when a cell times out. jaxlib 0.10.2's CPU runtime
-#: intermittently deadlocks (every XLA thread idle, the caller waiting for a result forever)
-#: on vmapped-seed PPO programs when the machine is otherwise idle; reproduced outside
-#: Jupyter too (docs/results.md, "Known issue"). An error in a cell is never retried.
-ATTEMPTS = 3
 KERNEL_NAME = "jaxrl-test-venv"
 
 
@@ -37,10 +32,7 @@ def kernel_dir(tmp_path_factory):
     spec_dir.mkdir(parents=True)
     spec = {
         # capture_fd_output=False: native fd 1/2 of the kernel go straight to the test's
-        # output instead of through ipykernel's pipe-draining thread (one fewer thread that
-        # must run for XLA's C++ logging to proceed). It was first suspected for a hang of
-        # 01_quickstart's 8-seed cell; that hang turned out to be a jaxlib CPU deadlock that
-        # also happens outside Jupyter (see ATTEMPTS below and docs/results.md).
+        # output instead of through ipykernel's pipe-draining thread.
         "argv": [sys.executable, "-m", "ipykernel_launcher", "--IPKernelApp.capture_fd_output=False", "-f", "{connection_file}"],
         "display_name": "jaxrl test venv",
         "language": "python",
@@ -63,19 +55,13 @@ class _Deadline:
 def test_notebook_runs(path, kernel_dir, monkeypatch):
     monkeypatch.setenv("JUPYTER_PATH", str(kernel_dir))
     budget = TIMEOUT_S.get(path.name, TIMEOUT_S["default"])
-    for attempt in range(ATTEMPTS):
-        nb = nbformat.read(path, as_version=4)
-        client = nbclient.NotebookClient(
-            nb,
-            kernel_name=KERNEL_NAME,
-            timeout_func=_Deadline(budget),
-            resources={"metadata": {"path": str(NOTEBOOK_DIR)}},
-        )
-        try:
-            client.execute()  # raises CellExecutionError (with the traceback) on the first failing cell
-            break
-        except nbclient.exceptions.CellTimeoutError:
-            if attempt == ATTEMPTS - 1:
-                raise
+    nb = nbformat.read(path, as_version=4)
+    client = nbclient.NotebookClient(
+        nb,
+        kernel_name=KERNEL_NAME,
+        timeout_func=_Deadline(budget),
+        resources={"metadata": {"path": str(NOTEBOOK_DIR)}},
+    )
+    client.execute()  # raises CellExecutionError (with the traceback) on the first failing cell
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if o.get("output_type") == "error"]
     assert not errors

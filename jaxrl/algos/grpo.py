@@ -459,11 +459,11 @@ class MLPPolicy(nn.Module):
 
     @nn.compact
     def __call__(self, obs: Array) -> Array:
-        from jaxrl.networks import MLP
+        from jaxrl.networks import MLP, orthogonal
 
         x = jnp.asarray(obs, jnp.float32)
         h = MLP(self.hidden, "tanh", name="torso")(x)
-        return nn.Dense(self.num_actions, kernel_init=nn.initializers.orthogonal(0.01), name="head")(h)
+        return nn.Dense(self.num_actions, kernel_init=orthogonal(0.01), name="head")(h)
 
 
 def _mlp_init(model, key, obs):
