@@ -9,17 +9,23 @@ actions in ``[-1, 1]`` (the same distribution on every side), inside one ``jit``
   episode_length=1000, batch_size=B)`` (``EpisodeWrapper`` + ``VmapWrapper`` +
   ``AutoResetWrapper``: the time limit folded into ``done``, episodes restarted from a
   cached first state);
-* ``jaxrl_vector``: ``jaxrl.vector.VectorEnv(BraxEnv(name), B)``: terminated and truncated
-  apart, the final observation kept, every new episode a fresh ``reset`` draw (batch-level
-  exact auto-reset);
+* ``jaxrl_pool``: ``jaxrl.adapters.reset_pool.ResetPoolVectorEnv(BraxEnv(name), B)``:
+  terminated and truncated apart, the final observation kept, every new episode started
+  from a fresh, independent ``reset`` draw taken from a pool of ``2B`` draws computed in bulk
+  and refilled when it runs short (the scheme the adapter recommends for physics envs);
+* ``jaxrl_vector``: ``jaxrl.vector.VectorEnv(BraxEnv(name), B)``: the same semantics, fresh
+  states drawn for the finished envs in chunks inside a ``while`` loop;
 * ``jaxrl_vmap_autoreset``: ``VmapEnv(AutoReset(BraxEnv(name)))``: the same semantics with a
-  full per-env ``reset`` computed at every step (the naive scheme, for reference).
+  full per-env ``reset`` computed at every step (the naive scheme, what PPO uses today).
 
 Every output feeds a checksum in the scan carry (observations, rewards and every flag;
 for ours also the final observation), so XLA cannot drop any work. Compile time (trace +
-lower + compile) is recorded apart from steady state; steady state is the best (headline)
-and the median of ``repeats`` timed calls, with the sides interleaved per repetition so
-that load drift hits them alike. Results: ``bench/results/physics_throughput.{json,csv,png}``.
+lower + compile) is recorded apart from steady state. Steady state: ``repeats`` timed calls
+per side, interleaved (one call of each side per round, a new key per call) so that load
+drift hits them alike; the best wall time is the headline, the median wall time and the
+median CPU time of the process (all threads; steadier than wall time when other jobs share
+the cores) are recorded too, each with its ratio to raw Brax. Load averages at the start and
+end go into the metadata. Results: ``bench/results/physics_throughput.{json,csv,png}``.
 
     python bench/physics_throughput.py                       # defaults above
     python bench/physics_throughput.py --envs inverted_pendulum --batch 128 --steps 100
@@ -28,8 +34,9 @@ that load drift hits them alike. Results: ``bench/results/physics_throughput.{js
 from __future__ import annotations
 
 import argparse
+import functools
+import os
 import sys
-import time
 import warnings
 from pathlib import Path
 
@@ -42,7 +49,7 @@ from bench import common  # noqa: E402
 warnings.filterwarnings("ignore", message="Brax System, piplines")
 
 EPISODE_LENGTH = 1000
-SIDES = ("raw_brax", "jaxrl_vector", "jaxrl_vmap_autoreset")
+SIDES = ("raw_brax", "jaxrl_pool", "jaxrl_vector", "jaxrl_vmap_autoreset")
 
 
 def raw_brax_program(name: str, batch: int, steps: int):
@@ -68,16 +75,27 @@ def raw_brax_program(name: str, batch: int, steps: int):
     return run
 
 
-def jaxrl_program(name: str, batch: int, steps: int, vector: bool):
-    """``run(key) -> checksum`` over ``steps`` steps of our batched, auto-reset adapter."""
+def batched_env(side: str, name: str, batch: int):
+    """Our adapter for Brax env ``name``, batched ``batch`` ways with exact auto-reset as
+    ``side`` says: ``jaxrl_pool``, ``jaxrl_vector`` or ``jaxrl_vmap_autoreset``."""
     from jaxrl.adapters.brax import BraxEnv
+    from jaxrl.adapters.reset_pool import ResetPoolVectorEnv
     from jaxrl.vector import VectorEnv
     from jaxrl.wrappers import AutoReset, VmapEnv
 
     env = BraxEnv(name)
+    if side == "jaxrl_pool":
+        return env, ResetPoolVectorEnv(env, batch)
+    if side == "jaxrl_vector":
+        return env, VectorEnv(env, batch, episode_stats=False)
+    return env, VmapEnv(AutoReset(env), batch)
+
+
+def jaxrl_program(side: str, name: str, batch: int, steps: int):
+    """``run(key) -> checksum`` over ``steps`` steps of our batched, auto-reset adapter."""
+    env, venv = batched_env(side, name, batch)
     params = env.default_params
     act_size = env.action_space(params).shape[0]
-    venv = VectorEnv(env, batch, episode_stats=False) if vector else VmapEnv(AutoReset(env), batch)
 
     def body(carry, key):
         state, acc = carry
@@ -99,7 +117,7 @@ def jaxrl_program(name: str, batch: int, steps: int, vector: bool):
 def build(side: str, name: str, batch: int, steps: int):
     if side == "raw_brax":
         return raw_brax_program(name, batch, steps)
-    return jaxrl_program(name, batch, steps, vector=(side == "jaxrl_vector"))
+    return jaxrl_program(side, name, batch, steps)
 
 
 def bench_one(name: str, batch: int, steps: int, repeats: int, sides) -> list[dict]:
@@ -108,31 +126,40 @@ def bench_one(name: str, batch: int, steps: int, repeats: int, sides) -> list[di
     compiled, compile_s = {}, {}
     for side in sides:
         compiled[side], compile_s[side] = common.compile_fn(jax.jit(build(side, name, batch, steps)), key)
-        common.block(compiled[side](key))  # warm-up
-    times = {side: [] for side in sides}
-    for r in range(repeats):
-        for side in sides:
-            start = time.perf_counter()
-            common.block(compiled[side](jax.random.PRNGKey(r + 1)))
-            times[side].append(time.perf_counter() - start)
+    keys = iter(range(1, 10**6))  # a new key per call: no call repeats another's work
+    calls = {side: functools.partial(_call, compiled[side], keys) for side in sides}
+    timed = common.time_interleaved(calls, repeats)
     records = []
     for side in sides:
         rec = {"env": name, "side": side, "num_envs": batch, "steps": steps, "compile_s": compile_s[side]}
-        rec.update(common.summarize(times[side], batch * steps))
+        rec.update(common.summarize(timed.wall[side], batch * steps))
+        cpu = common.summarize(timed.cpu[side], batch * steps)
+        rec.update(cpu_best_s=cpu["best_s"], cpu_median_s=cpu["median_s"])
         records.append(rec)
     base = next(r for r in records if r["side"] == "raw_brax") if "raw_brax" in sides else None
     for rec in records:
         if base is not None:
             rec["ratio_vs_raw_best"] = rec["rate_best"] / base["rate_best"]
             rec["ratio_vs_raw_median"] = rec["rate_median"] / base["rate_median"]
+            rec["ratio_vs_raw_cpu_median"] = base["cpu_median_s"] / rec["cpu_median_s"]
         print(
             f"{name:<26} B={batch:<5} {rec['side']:<22} {common.format_rate(rec['rate_best']):>7} steps/s best"
             f" ({common.format_rate(rec['rate_median'])} median)"
-            + (f"  x{rec['ratio_vs_raw_best']:.2f} of raw" if base is not None else "")
+            + (
+                f"  x{rec['ratio_vs_raw_best']:.2f} of raw (median x{rec['ratio_vs_raw_median']:.2f},"
+                f" CPU-time median x{rec['ratio_vs_raw_cpu_median']:.2f})"
+                if base is not None
+                else ""
+            )
             + f"  compile {rec['compile_s']:.1f} s",
             flush=True,
         )
     return records
+
+
+def _call(compiled, keys):
+    """One timed call of ``compiled`` with the next key of ``keys``."""
+    return compiled(jax.random.PRNGKey(next(keys)))
 
 
 def main(argv=None) -> int:
@@ -144,6 +171,7 @@ def main(argv=None) -> int:
     parser.add_argument("--sides", nargs="+", default=list(SIDES), choices=SIDES)
     parser.add_argument("--name", default="physics_throughput", help="results file stem in bench/results/")
     args = parser.parse_args(argv)
+    load_start = os.getloadavg()
     records = []
     for name in args.envs:
         for batch in args.batch:
@@ -153,6 +181,8 @@ def main(argv=None) -> int:
             "benchmark": "Brax env-only throughput: jaxrl adapter vs raw Brax (random actions, auto-reset)",
             "headline": "rate_best = num_envs * steps / best of `repeats` interleaved timed calls",
             "episode_length": EPISODE_LENGTH,
+            "load_average_start": load_start,
+            "load_average_end": os.getloadavg(),
         }
     )
     paths = common.write_results(args.name, records, meta)

@@ -17,11 +17,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from flax import struct
 
 pytest.importorskip("brax")
 
 import jaxrl  # noqa: E402
 from jaxrl.adapters import brax as jb  # noqa: E402
+from jaxrl.env import first_timestep, transition  # noqa: E402
 from jaxrl.wrappers import AutoReset, VmapEnv  # noqa: E402
 
 pytestmark = [
@@ -268,6 +270,173 @@ def test_render_draws_the_pendulum(env, rollout):
     tilted = ps.replace(x=ps.x.replace(pos=ps.x.pos.at[1, 0].add(0.3)))
     moved = state.replace(brax_state=state.brax_state.replace(pipeline_state=tilted))
     assert not np.array_equal(frame, env.render(moved, env.default_params))
+
+
+# --------------------------------------------------------------------------- LAPACK-free reset
+
+
+def test_spd_inverse_matches_numpy():
+    rng = np.random.default_rng(0)
+    for n in (1, 2, 3, 8, 23):  # 23: humanoid's dofs
+        a = rng.normal(size=(n, n))
+        m = (a @ a.T + 0.1 * np.eye(n)).astype(np.float32)
+        got = np.asarray(jax.jit(jb.spd_inverse)(m))
+        want = np.linalg.inv(m.astype(np.float64))
+        np.testing.assert_allclose(got, want, rtol=0, atol=2e-5 * np.abs(want).max())
+        np.testing.assert_allclose(got, got.T, atol=1e-6 * np.abs(want).max())
+
+
+def test_generalized_reset_matches_brax_and_has_no_lapack_call(env):
+    """Brax's own reset inverts the mass matrix with LAPACK (a batched custom call under
+    vmap: see docs/results.md on the CPU deadlock); ours is the same state in plain XLA."""
+    params = env.default_params
+    keys = jax.random.split(jax.random.PRNGKey(3), 2)
+    ours_lowered = jax.jit(jax.vmap(env.reset, in_axes=(0, None))).lower(keys, params)
+    ref_lowered = jax.jit(jax.vmap(env.raw.reset)).lower(keys)
+    assert "lapack" in ref_lowered.as_text().lower()  # the control: the check below can fail
+    assert "lapack" not in ours_lowered.as_text().lower() and "custom_call" not in ours_lowered.as_text()
+    ours = ours_lowered.compile()(keys, params)[0].brax_state.pipeline_state
+    ref = ref_lowered.compile()(keys).pipeline_state
+    np.testing.assert_allclose(ours.mass_mx_inv, ref.mass_mx_inv, rtol=1e-5, atol=1e-6)
+    jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6), ours, ref)
+
+
+# --------------------------------------------------------------------------- reset pool
+# ResetPoolVectorEnv is generic; CartPole (cheap to compile) exercises it. With a 3-step
+# limit every env ends an episode every 3rd step or sooner, so the pool of 12 for 8 envs
+# is refilled many times.
+
+POOL_N, POOL_P, POOL_T = 8, 12, 60
+
+
+def _pool_rollout(venv, env, params, key):
+    """``POOL_T`` random-action steps of ``venv``; per step the pool's outputs and the
+    reference: ``env.step`` applied to the same pre-step states and actions."""
+    reset_key, key = jax.random.split(key)
+    state, ts = venv.reset(reset_key, params)
+
+    def body(state, k):
+        act_key, step_key = jax.random.split(k)
+        action = jax.random.randint(act_key, (POOL_N,), 0, 2)
+        ref_state, ref_ts = jax.vmap(env.step, in_axes=(0, 0, 0, None))(
+            jax.random.split(step_key, POOL_N), state.env_state, action, params
+        )
+        new, ts = venv.step(step_key, state, action, params)
+        out = dict(ts=ts, ref_ts=ref_ts, ref_state=ref_state, env_state=new.env_state, cursor=state.cursor,
+                   new_cursor=new.cursor, pool_obs=new.pool_obs, refills=new.refills)
+        return new, out
+
+    return ts.obs, jax.lax.scan(body, state, jax.random.split(key, POOL_T))[1]
+
+
+@pytest.fixture(scope="module")
+def pool_run():
+    from jaxrl.adapters.reset_pool import ResetPoolVectorEnv
+
+    env, params = jaxrl.make("CartPole-v1", max_steps_in_episode=3)
+    venv = ResetPoolVectorEnv(env, POOL_N, pool_size=POOL_P)
+    first_obs, out = jax.jit(_pool_rollout, static_argnums=(0, 1))(venv, env, params, jax.random.PRNGKey(0))
+    return np.asarray(first_obs), jax.tree_util.tree_map(np.asarray, out)
+
+
+def test_reset_pool_keeps_the_step_and_final_observation_exact(pool_run):
+    _, out = pool_run
+    ts, ref = out["ts"], out["ref_ts"]
+    for field in ("reward", "terminated", "truncated"):
+        np.testing.assert_array_equal(getattr(ts, field), getattr(ref, field))
+    np.testing.assert_array_equal(ts.info["final_obs"], ref.obs)
+    done = ref.terminated | ref.truncated
+    assert done.any() and (~done).any()
+    np.testing.assert_array_equal(ts.obs[~done], ref.obs[~done])  # running envs: the step itself
+    np.testing.assert_array_equal(out["env_state"].x[~done], out["ref_state"].x[~done])
+    # Finished env i starts from pool entry cursor + rank_i - 1 (cursor 0 after a refill).
+    refilled = np.diff(np.concatenate([[0], out["refills"]])) > 0
+    for t in range(POOL_T):
+        cursor = 0 if refilled[t] else out["cursor"][t]
+        rank = np.cumsum(done[t])
+        for i in np.flatnonzero(done[t]):
+            np.testing.assert_array_equal(ts.obs[t, i], out["pool_obs"][t, cursor + rank[i] - 1])
+        assert out["new_cursor"][t] == cursor + done[t].sum()
+
+
+def test_reset_pool_starts_every_episode_from_a_fresh_draw(pool_run):
+    first_obs, out = pool_run
+    ts, ref = out["ts"], out["ref_ts"]
+    done = ref.terminated | ref.truncated
+    starts = np.concatenate([first_obs, ts.obs[done]])  # every episode's first observation
+    assert len(starts) > 4 * POOL_P and out["refills"][-1] >= 10  # many refills happened
+    assert len({tuple(o) for o in starts}) == len(starts), "a start state was reused"
+    # CartPole's reset distribution: each coordinate uniform in [-0.05, 0.05].
+    assert np.all(np.abs(starts) <= 0.05)
+    np.testing.assert_allclose(starts.mean(axis=0), 0.0, atol=0.01)
+    np.testing.assert_allclose(starts.std(axis=0), 0.1 / np.sqrt(12), rtol=0.15)
+    # A refill happens only when the pool runs short: cursor + count > P.
+    count = done.sum(axis=1)
+    need = out["cursor"] + count > POOL_P
+    np.testing.assert_array_equal(np.diff(np.concatenate([[0], out["refills"]])) > 0, need)
+
+
+@struct.dataclass
+class _ScaledParams:
+    scale: float = 1.0
+    max_steps_in_episode: int = 2
+
+
+class _ScaledStart(jaxrl.Environment):
+    """Start observation ``scale * u``, ``u`` uniform in ``[1, 2)^2``; truncated after
+    ``max_steps_in_episode`` steps. Its reset depends on params, unlike CartPole's."""
+
+    default_params = _ScaledParams()
+
+    def reset(self, key, params):
+        obs = params.scale * jax.random.uniform(key, (2,), jnp.float32, 1.0, 2.0)
+        return (obs, jnp.zeros((), jnp.int32)), first_timestep(obs)
+
+    def step(self, key, state, action, params):
+        obs, time = state[0], state[1] + 1
+        return (obs, time), transition(obs, 0.0, False, time >= params.max_steps_in_episode)
+
+    def __hash__(self):
+        return hash(type(self))
+
+    def __eq__(self, other):
+        return type(other) is type(self)
+
+
+def test_reset_pool_redraws_when_params_change():
+    from jaxrl.adapters.reset_pool import ResetPoolVectorEnv
+
+    env = _ScaledStart()
+    venv = ResetPoolVectorEnv(env, 4, pool_size=64)  # room for 16 steps of 4 resets
+
+    def run(key):
+        state, _ = venv.reset(key, _ScaledParams(1.0))
+
+        def body(state, xs):
+            k, scale = xs
+            state, ts = venv.step(k, state, jnp.zeros((4,)), _ScaledParams(scale))
+            return state, (ts.obs, ts.done, state.refills)
+
+        scales = jnp.asarray([1.0] * 6 + [100.0] * 6, jnp.float32)
+        return jax.lax.scan(body, state, (jax.random.split(key, 12), scales))[1]
+
+    obs, done, refills = (np.asarray(x) for x in jax.jit(run)(jax.random.PRNGKey(0)))
+    np.testing.assert_array_equal(refills, [0] * 6 + [1] * 6)  # the pool had room: only the change refills
+    new_starts = [obs[t][done[t]] for t in range(12)]
+    assert all(np.all((s >= 1.0) & (s < 2.0)) for s in new_starts[:6])
+    assert all(np.all((s >= 100.0) & (s < 200.0)) for s in new_starts[6:])
+    assert sum(len(s) for s in new_starts[6:]) == 12
+
+
+def test_reset_pool_rejects_bad_sizes():
+    from jaxrl.adapters.reset_pool import ResetPoolVectorEnv
+
+    env, _ = jaxrl.make("CartPole-v1")
+    with pytest.raises(ValueError, match="positive int num_envs"):
+        ResetPoolVectorEnv(env, 0)
+    with pytest.raises(ValueError, match="pool_size must be an int >= num_envs \\(8\\)"):
+        ResetPoolVectorEnv(env, 8, pool_size=4)
+    assert ResetPoolVectorEnv(env, 8).pool_size == 16
 
 
 # --------------------------------------------------------------------------- full sweep

@@ -31,6 +31,8 @@ def test_ppo_balances_brax_inverted_pendulum():
     state, metrics = train(jax.random.key(0))
     evaluation = jax.jit(algo.evaluate)(state, jax.random.key(1))
     assert float(evaluation["return_mean"]) >= 400, evaluation
-    # Training episodes got longer too (the metric is the mean over the update's episodes).
+    # Training episodes got longer too. The metric is the mean over the episodes that ended
+    # in an update, 0 where none did: once the pole stays up for 1000 steps (16 updates of
+    # 64 steps) a run of updates can end no episode at all, so look at the whole second half.
     returns = metrics["episode_return"]
-    assert float(returns[-10:].max()) > 10 * float(returns[:5].mean() + 1)
+    assert float(returns[len(returns) // 2 :].max()) > 10 * float(returns[:5].mean() + 1), returns

@@ -140,10 +140,78 @@ def scale_physics(sys, params: BraxParams):
     )
 
 
+def spd_inverse(m: jax.Array) -> jax.Array:
+    """Inverse ``[n, n]`` of a symmetric positive-definite matrix ``m`` ``[n, n]``.
+
+    Cholesky factor ``m = L L^T`` column by column, ``L^-1`` row by row (forward
+    substitution), then ``m^-1 = L^-T L^-1``: two ``fori_loop``-s of ``n`` small
+    matrix-vector steps in plain XLA arithmetic (Brax mass matrices: 1-27 dofs). Same
+    result as ``jax.scipy.linalg.solve(m, I, assume_a="pos")`` to float32 rounding, without
+    its LAPACK custom calls, which run batched under ``vmap`` on XLA's CPU thread pool (see
+    ``docs/results.md`` on the LAPACK deadlock) and cost more than the arithmetic on these
+    tiny matrices. (Unrolling the loops instead took seconds of compile per matrix size.)
+    """
+    n = m.shape[-1]
+    chol = jax.lax.fori_loop(0, n, functools.partial(_cholesky_column, m), jnp.zeros_like(m))
+    chol_inv = jax.lax.fori_loop(0, n, functools.partial(_inverse_row, chol), jnp.zeros_like(m))
+    return chol_inv.T @ chol_inv
+
+
+def _cholesky_column(m: jax.Array, j, chol: jax.Array) -> jax.Array:
+    """``chol`` ``[n, n]`` with column ``j`` of ``m``'s Cholesky factor filled in (columns
+    ``< j`` are done, columns ``>= j`` still zero)."""
+    v = m[:, j] - chol @ chol[j]  # [n]
+    return chol.at[:, j].set(jnp.where(jnp.arange(m.shape[0]) >= j, v / jnp.sqrt(v[j]), 0.0))
+
+
+def _inverse_row(chol: jax.Array, i, chol_inv: jax.Array) -> jax.Array:
+    """``chol_inv`` ``[n, n]`` with row ``i`` of ``chol^-1`` filled in (rows ``< i`` done,
+    rows ``>= i`` still zero, so ``chol[i] @ chol_inv`` sums over ``k < i`` only)."""
+    e_i = (jnp.arange(chol.shape[0]) == i).astype(chol.dtype)
+    return chol_inv.at[i].set((e_i - chol[i] @ chol_inv) / chol[i, i])
+
+
+def generalized_init(sys, q, qd, unused_act=None, unused_ctrl=None, debug: bool = False):
+    """Brax's ``generalized`` pipeline ``init`` (the physics state of a reset) with the mass
+    matrix inverted by :func:`spd_inverse` instead of LAPACK; otherwise step for step
+    ``brax.generalized.pipeline.init`` of brax 0.14.2 (``tests/test_brax.py`` compares
+    them). ``q`` ``[q_size]``, ``qd`` ``[qd_size]``."""
+    from brax import contact, kinematics
+    from brax.generalized import constraint, dynamics, mass
+    from brax.generalized.base import State
+    from brax.io import mjcf
+
+    if sys.mj_model is not None:
+        mjcf.validate_model(sys.mj_model)
+    x, xd = kinematics.forward(sys, q, qd)
+    state = dynamics.transform_com(sys, State.init(q, qd, x, xd))
+    mass_mx = mass.matrix(sys, state)
+    state = state.replace(mass_mx=mass_mx, mass_mx_inv=spd_inverse(mass_mx))
+    state = constraint.jacobian(sys, state)
+    if debug:
+        state = state.replace(contact=contact.get(sys, state.x))
+    return state
+
+
+class _GeneralizedPipeline:
+    """Brax's ``generalized`` pipeline module with :func:`generalized_init` as ``init``."""
+
+    init = staticmethod(generalized_init)
+
+    @staticmethod
+    def step(*args, **kwargs):
+        from brax.generalized import pipeline
+
+        return pipeline.step(*args, **kwargs)
+
+
 def _with_sys(raw_env, sys):
-    """A shallow copy of a Brax env whose ``sys`` is ``sys`` (Brax reads ``self.sys``)."""
+    """A shallow copy of a Brax env whose ``sys`` is ``sys`` (Brax reads ``self.sys``); a
+    ``generalized`` env also gets the LAPACK-free :func:`generalized_init`."""
     env = copy.copy(raw_env)
     env.sys = sys
+    if getattr(raw_env, "_backend", None) == "generalized":
+        env._pipeline = _GeneralizedPipeline
     return env
 
 
