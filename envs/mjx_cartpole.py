@@ -93,31 +93,30 @@ def swingup_terminated(data, params):
 # --------------------------------------------------------------------------- envs
 
 
-def cartpole() -> MjxEnv:
-    """``mjx/CartPole-v0``: balance the pole (see the module docstring)."""
+def _cartpole_task(name: str, init, observation, reward, terminated) -> MjxEnv:
+    """An env named ``name`` on the shared cart-pole model (``XML_PATH``, ``FRAME_SKIP``
+    physics steps per env step, 1000-step limit) with the task's four pure functions."""
     return MjxEnv.from_xml(
         XML_PATH,
-        init=balance_init,
-        observation=balance_observation,
-        reward=balance_reward,
-        terminated=balance_terminated,
+        init=init,
+        observation=observation,
+        reward=reward,
+        terminated=terminated,
         frame_skip=FRAME_SKIP,
-        name="mjx/CartPole-v0",
+        name=name,
         params=MjxParams(max_steps_in_episode=1000),
     )
 
 
+def cartpole() -> MjxEnv:
+    """``mjx/CartPole-v0``: balance the pole (see the module docstring)."""
+    return _cartpole_task("mjx/CartPole-v0", balance_init, balance_observation, balance_reward, balance_terminated)
+
+
 def cartpole_swingup() -> MjxEnv:
     """``mjx/CartPoleSwingup-v0``: swing the pole up and keep it there."""
-    return MjxEnv.from_xml(
-        XML_PATH,
-        init=swingup_init,
-        observation=swingup_observation,
-        reward=swingup_reward,
-        terminated=swingup_terminated,
-        frame_skip=FRAME_SKIP,
-        name="mjx/CartPoleSwingup-v0",
-        params=MjxParams(max_steps_in_episode=1000),
+    return _cartpole_task(
+        "mjx/CartPoleSwingup-v0", swingup_init, swingup_observation, swingup_reward, swingup_terminated
     )
 
 

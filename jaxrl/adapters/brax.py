@@ -49,7 +49,7 @@ import numpy as np
 from flax import struct
 
 from jaxrl import spaces
-from jaxrl.adapters.params import PhysicsParams
+from jaxrl.adapters.params import PhysicsParams, clip_action, observation_size
 from jaxrl.env import Environment, first_timestep, transition
 
 #: Brax 0.14's ``brax.envs`` registry, minus :data:`EXCLUDED_BRAX_ENVS`; each is registered
@@ -215,10 +215,6 @@ def _with_sys(raw_env, sys):
     return env
 
 
-def _clip_action(action: jax.Array) -> jax.Array:
-    return jnp.clip(jnp.nan_to_num(jnp.asarray(action, jnp.float32), nan=0.0), -1.0, 1.0)
-
-
 def _strong(tree):
     """``tree`` with every leaf a strongly typed array of its own dtype.
 
@@ -278,7 +274,7 @@ class BraxEnv(Environment):
 
     def step(self, key, state, action, params):
         del key  # Brax's dynamics are deterministic
-        brax_state = _strong(self._env(params).step(state.brax_state, _clip_action(action)))
+        brax_state = _strong(self._env(params).step(state.brax_state, clip_action(action)))
         time = state.time + 1
         ts = transition(
             jnp.asarray(brax_state.obs, jnp.float32),
@@ -290,7 +286,7 @@ class BraxEnv(Environment):
         return BraxState(brax_state, time), ts
 
     def observation_space(self, params):
-        return spaces.Box(-jnp.inf, jnp.inf, (_observation_size(self),), jnp.float32)
+        return spaces.Box(-jnp.inf, jnp.inf, (observation_size(self),), jnp.float32)
 
     def action_space(self, params):
         return spaces.Box(-1.0, 1.0, (self.raw.action_size,), jnp.float32)
@@ -332,14 +328,6 @@ def geom_poses(mj_model, body_pos: np.ndarray, body_rot: np.ndarray) -> tuple[np
     local = quat_to_mat(mj_model.geom_quat)
     xpos = pos + np.einsum("gij,gj->gi", rot, mj_model.geom_pos)
     return xpos, rot @ local
-
-
-@functools.lru_cache(maxsize=None)
-def _observation_size(env: BraxEnv) -> int:
-    shape = jax.eval_shape(env.reset, jax.random.PRNGKey(0), env.default_params)[1].obs.shape
-    if len(shape) != 1:
-        raise ValueError(f"{env.name}: expected a flat observation vector, got shape {shape}")
-    return int(shape[0])
 
 
 # --------------------------------------------------------------------------- registration

@@ -42,7 +42,7 @@ import numpy as np
 from flax import struct
 
 from jaxrl import spaces
-from jaxrl.adapters.params import PhysicsParams
+from jaxrl.adapters.params import PhysicsParams, clip_action, observation_size
 from jaxrl.env import Environment, first_timestep, transition
 
 PHYSICS_FIELDS = ("max_steps_in_episode", "mass_scale", "friction_scale", "gravity_scale")
@@ -104,11 +104,6 @@ def scale_physics(model, params):
         geom_friction=model.geom_friction * params.friction_scale,
         opt=model.opt.replace(gravity=model.opt.gravity * params.gravity_scale),
     )
-
-
-def clip_action(action: jax.Array) -> jax.Array:
-    """``action`` as float32 clipped into ``[-1, 1]`` (NaN -> 0): the invalid-action rule."""
-    return jnp.clip(jnp.nan_to_num(jnp.asarray(action, jnp.float32), nan=0.0), -1.0, 1.0)
 
 
 def action_to_ctrl(action: jax.Array, ctrl_range: jax.Array) -> jax.Array:
@@ -226,7 +221,7 @@ class MjxEnv(Environment):
         return to_state(data, time), ts
 
     def observation_space(self, params):
-        return spaces.Box(-jnp.inf, jnp.inf, (_observation_size(self),), jnp.float32)
+        return spaces.Box(-jnp.inf, jnp.inf, (observation_size(self),), jnp.float32)
 
     def action_space(self, params):
         return spaces.Box(-1.0, 1.0, (self.mj_model.nu,), jnp.float32)
@@ -246,11 +241,3 @@ class MjxEnv(Environment):
 
     def __repr__(self) -> str:
         return f"MjxEnv({self.env_name!r}, xml={self.xml_path!r})"
-
-
-@functools.lru_cache(maxsize=None)
-def _observation_size(env: MjxEnv) -> int:
-    shape = jax.eval_shape(env.reset, jax.random.PRNGKey(0), env.default_params)[1].obs.shape
-    if len(shape) != 1:
-        raise ValueError(f"{env.name}: observation must be a flat vector, got shape {shape}")
-    return int(shape[0])

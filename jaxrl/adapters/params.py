@@ -1,7 +1,12 @@
-"""The dynamic params shared by every physics adapter (Brax and MJX)."""
+"""What every physics adapter (Brax and MJX) shares: the dynamic params, the
+invalid-action rule and the observation size."""
 
 from __future__ import annotations
 
+import functools
+
+import jax
+import jax.numpy as jnp
 from flax import struct
 
 
@@ -20,3 +25,18 @@ class PhysicsParams:
     mass_scale: float = 1.0
     friction_scale: float = 1.0
     gravity_scale: float = 1.0
+
+
+def clip_action(action: jax.Array) -> jax.Array:
+    """``action`` as float32 clipped into ``[-1, 1]`` (NaN -> 0): the invalid-action rule."""
+    return jnp.clip(jnp.nan_to_num(jnp.asarray(action, jnp.float32), nan=0.0), -1.0, 1.0)
+
+
+@functools.lru_cache(maxsize=None)
+def observation_size(env) -> int:
+    """Length of ``env``'s flat observation vector, from ``reset``'s abstract shape (traced
+    once per env: the env is hashable and carries no arrays)."""
+    shape = jax.eval_shape(env.reset, jax.random.PRNGKey(0), env.default_params)[1].obs.shape
+    if len(shape) != 1:
+        raise ValueError(f"{env.name}: observation must be a flat vector, got shape {shape}")
+    return int(shape[0])
