@@ -14,7 +14,10 @@ One update (:func:`update`):
    static shapes: ``oversample * P`` groups are generated and the ``P`` kept are those with
    non-zero reward spread first; kept groups whose rewards are all equal are masked out.
 3. **Advantages** (:func:`group_advantages`): std-normalised (``grpo``, ``dapo``, ``cispo``,
-   ``gspo``), mean-centred only (``dr_grpo``) or leave-one-out (``rloo``).
+   ``gspo``), mean-centred only (``dr_grpo``) or leave-one-out (``rloo``). With
+   ``token_credit`` every token gets its own (:func:`token_advantages`): the group-centred
+   reward-to-go, which differs from the sequence advantage when the env pays rewards before
+   the last step (a token task's ``params.step_rewards``).
 4. **Optimisation**: ``num_epochs`` passes x ``num_minibatches`` over the sequences; the
    loss (:func:`policy_loss`) uses importance ratios against the behaviour log-probs, and an
    optional k3 KL penalty to a frozen reference policy (the initial parameters).
