@@ -205,7 +205,8 @@ def derive(cfg: GRPOConfig) -> Plan:
 
 def _group_scale(rewards: Array, valid: Array, kind: str) -> tuple[Array, Array, Array]:
     """``(mean [P, 1], scale [P, 1], v [P, G])``: the group-relative advantage of ``kind`` is
-    ``scale * (R - mean) * v`` (see :func:`group_advantages`)."""
+    ``scale * (R - mean) * v``, equal to :func:`group_advantages` up to float rounding (the
+    per-token advantages of :func:`token_advantages` use it)."""
     v = valid.astype(jnp.float32)
     n = jnp.sum(v, axis=1, keepdims=True)
     mean = jnp.sum(rewards * v, axis=1, keepdims=True) / jnp.maximum(n, 1.0)
@@ -235,8 +236,23 @@ def group_advantages(rewards: Array, valid: Array, kind: str) -> Array:
       float32 ``[P, G]``. A group with a single valid member gets 0 (no baseline exists),
       never NaN.
     """
-    mean, scale, v = _group_scale(rewards, valid, kind)
-    return (scale * (rewards - mean) * v).astype(jnp.float32)
+    # Written out, not via _group_scale: this is session 1's exact float arithmetic (a division
+    # where _group_scale multiplies by the reciprocal), so recipes without token_credit
+    # reproduce their recorded curves bit for bit; the two agree to float rounding.
+    v = valid.astype(jnp.float32)
+    n = jnp.sum(v, axis=1, keepdims=True)
+    mean = jnp.sum(rewards * v, axis=1, keepdims=True) / jnp.maximum(n, 1.0)
+    centred = (rewards - mean) * v
+    if kind == "std":
+        std = jnp.sqrt(jnp.sum(centred**2, axis=1, keepdims=True) / jnp.maximum(n - 1.0, 1.0))
+        adv = centred / (std + ADV_EPS)
+    elif kind == "mean":
+        adv = centred
+    elif kind == "loo":
+        adv = jnp.where(n > 1, centred * n / jnp.maximum(n - 1.0, 1.0), 0.0)
+    else:
+        raise ValueError(f"unknown advantage kind {kind!r}: expected 'std', 'mean' or 'loo'")
+    return (adv * v).astype(jnp.float32)
 
 
 def token_advantages(step_rewards: Array, valid: Array, kind: str, discount: float = 1.0) -> Array:
