@@ -23,6 +23,8 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
+from jaxrl import prng
+
 _LOG_2PI = math.log(2.0 * math.pi)
 #: Squashed actions are pulled this far inside (-1, 1) before ``atanh`` in ``log_prob``,
 #: so an action stored after float32 rounding to exactly +-1 keeps a finite density.
@@ -41,7 +43,7 @@ class Categorical:
 
     def sample(self, key: jax.Array) -> jax.Array:
         """int32 ``[...]``, one class per batch element."""
-        return jax.random.categorical(key, self.logits, axis=-1).astype(jnp.int32)
+        return prng.categorical(key, self.logits)
 
     def log_prob(self, action: jax.Array) -> jax.Array:
         """float32 ``[...]``, ``log p(action)``; ``action`` is int ``[...]``."""
@@ -72,7 +74,7 @@ class Gaussian:
 
     def sample(self, key: jax.Array) -> jax.Array:
         """float32 ``[..., D]``, ``mean + std * eps`` with ``eps ~ N(0, I)``."""
-        noise = jax.random.normal(key, self.mean.shape, self.mean.dtype)
+        noise = prng.normal(key, self.mean.shape, self.mean.dtype)
         return self.mean + jnp.exp(self.log_std) * noise
 
     def log_prob(self, action: jax.Array) -> jax.Array:

@@ -83,3 +83,38 @@ def test_vmapped_grpo_program_has_no_lapack_call(name):
     text = _lowered_text(jax.vmap(trainer.make_train(cfg)), trainer.seed_keys(0, 2))
     assert "while" in text
     assert "lapack" not in text.lower()
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"shared_torso": True}, {"dist": "gaussian", "log_std": "learned", "init_log_std": -0.5}])
+def test_init_params_draws_gained_orthogonal_kernels(kwargs):
+    from flax import traverse_util
+
+    from jaxrl.networks import ActorCritic, init_params, kernel_gain
+
+    net = ActorCritic(action_dim=3, hidden=(32, 16), **kwargs)
+    x = jnp.zeros(5)
+    ours = traverse_util.flatten_dict(init_params(net, jax.random.key(0), x))
+    ref = traverse_util.flatten_dict(net.init(jax.random.key(0), x))
+    assert ours.keys() == ref.keys()
+    for path, leaf in ours.items():
+        assert leaf.shape == ref[path].shape and leaf.dtype == ref[path].dtype, path
+        w = np.asarray(leaf, np.float64)
+        if path[-1] == "kernel":
+            gram = w.T @ w if w.shape[0] >= w.shape[1] else w @ w.T
+            np.testing.assert_allclose(gram, kernel_gain(path[-2]) ** 2 * np.eye(len(gram)), atol=1e-5 * kernel_gain(path[-2]) ** 2 + 1e-7)
+        else:  # biases zero, log_std its constant: exactly what network.init gives
+            np.testing.assert_array_equal(w, np.asarray(ref[path]))
+    other = traverse_util.flatten_dict(init_params(net, jax.random.key(1), x))
+    assert not np.allclose(other[("params", "policy_head", "kernel")], ours[("params", "policy_head", "kernel")])
+
+
+def test_orthogonal_matrices_are_independent_of_padding():
+    """A layer's matrix is orthogonal whatever the other (larger) layers in the batch are."""
+    from jaxrl.networks import orthogonal_matrices
+
+    mats = orthogonal_matrices(jax.random.key(4), [(3, 1), (2, 50), (40, 30), (1, 1)])
+    for m in mats:
+        m = np.asarray(m, np.float64)
+        gram = m.T @ m if m.shape[0] >= m.shape[1] else m @ m.T
+        np.testing.assert_allclose(gram, np.eye(len(gram)), atol=1e-5)
+    assert [m.shape for m in mats] == [(3, 1), (2, 50), (40, 30), (1, 1)]

@@ -35,7 +35,7 @@ import optax
 from flax import struct
 from jax.flatten_util import ravel_pytree
 
-from jaxrl import normalize, rollout, sharding, spaces
+from jaxrl import networks, normalize, rollout, sharding, spaces
 from jaxrl.algos.base import Algorithm, Plan
 from jaxrl.env import Environment
 from jaxrl.networks import ACTIVATIONS, DISTRIBUTIONS, LOG_STD_MODES, ActorCritic
@@ -581,7 +581,7 @@ def init(setup: Setup, key: jax.Array, hyper: PPOHyperparams | None = None) -> P
     hyper = hyperparams(setup.cfg) if hyper is None else hyper
     key, net_key, env_key = jax.random.split(key, 3)
     env_carry = rollout.reset(setup.env, setup.env_params, env_key)
-    params = setup.network.init(net_key, jnp.asarray(env_carry.obs[0], jnp.float32))
+    params = networks.init_params(setup.network, net_key, jnp.asarray(env_carry.obs[0], jnp.float32))
     obs_shape = env_carry.obs.shape[1:]
     agent = AgentState(params, normalize.init_stats(obs_shape), normalize.init_stats(()))
     opt_state = make_optimizer(setup.cfg, setup.plan, hyper).init(ravel_pytree(params)[0])
