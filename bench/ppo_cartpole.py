@@ -43,10 +43,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 SEEDS = 16
-#: The time-to-solve recipe (configs/ppo_cartpole.yaml: 8 envs x 64 steps, 4 x 4, lr 4e-3, 100 updates).
+#: The time-to-solve recipe (configs/ppo_cartpole.yaml: 8 envs x 64 steps, 4 x 4, lr 6e-3, 80 updates, hidden (64,)).
 SOLVE = dict(
-    num_envs=8, num_steps=64, total_env_steps=512 * 100, update_epochs=4, num_minibatches=4,
-    lr=4e-3, eval_episodes=16,
+    num_envs=8, num_steps=64, total_env_steps=512 * 80, update_epochs=4, num_minibatches=4,
+    lr=6e-3, hidden=(64,), eval_episodes=16,
 )
 #: rejax's configs/gymnax/cartpole.yaml (ppo section).
 REJAX = dict(
@@ -67,6 +67,26 @@ def _cpu() -> float:
 # ----------------------------------------------------------------------------------------
 # Child processes (one measurement each, JSON on the last stdout line)
 # ----------------------------------------------------------------------------------------
+def _seed_program(fn, keys, compiler_options):
+    """``jit(vmap(fn))`` and ``keys``; with several devices the seed axis is split over them.
+
+    On a CPU the parent exposes one XLA host device per core
+    (``--xla_force_host_platform_device_count``), so each core runs its share of the seeds:
+    one SPMD program, no collectives (seeds are independent), the same numbers per seed
+    up to float rounding.
+    """
+    import jax
+    import numpy as np
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+    devices = jax.devices()
+    if len(devices) == 1:
+        return jax.jit(jax.vmap(fn), compiler_options=compiler_options), keys
+    sharding = NamedSharding(Mesh(np.asarray(devices), ("seeds",)), PartitionSpec("seeds"))
+    program = jax.jit(jax.vmap(fn), in_shardings=sharding, out_shardings=sharding, compiler_options=compiler_options)
+    return program, jax.device_put(keys, sharding)
+
+
 def child_solve() -> dict:
     t_import = _now()
     import jax
@@ -86,9 +106,8 @@ def child_solve() -> dict:
         state, metrics = train(train_key)
         return algo.evaluate(state, eval_key), metrics["episode_return"]
 
-    keys = jax.random.split(jax.random.key(0), SEEDS)
+    program, keys = _seed_program(train_and_eval, jax.random.split(jax.random.key(0), SEEDS), ppo.COMPILER_OPTIONS)
     t0, c0 = _now(), _cpu()
-    program = jax.jit(jax.vmap(train_and_eval), compiler_options=ppo.COMPILER_OPTIONS)
     lowered = program.lower(keys)
     t1, c1 = _now(), _cpu()
     compiled = lowered.compile()
@@ -119,6 +138,7 @@ def child_solve() -> dict:
         "curve_min": np.asarray(curve).min(0).tolist(),
         "curve_max": np.asarray(curve).max(0).tolist(),
         "compilation_cache_dir": jax.config.jax_compilation_cache_dir,
+        "devices": len(jax.devices()),
     }
 
 
@@ -136,9 +156,9 @@ def child_throughput(repeats: int) -> dict:
         _, metrics = train(key)
         return metrics["episode_return"]
 
-    keys = jax.random.split(jax.random.key(0), SEEDS)
+    program, keys = _seed_program(final_return, jax.random.split(jax.random.key(0), SEEDS), ppo.COMPILER_OPTIONS)
     t0 = _now()
-    compiled = jax.jit(jax.vmap(final_return), compiler_options=ppo.COMPILER_OPTIONS).lower(keys).compile()
+    compiled = program.lower(keys).compile()
     compile_s = _now() - t0
     times, cpus = [], []
     for _ in range(repeats):
@@ -146,7 +166,9 @@ def child_throughput(repeats: int) -> dict:
         jax.device_get(compiled(keys))
         times.append(_now() - t)
         cpus.append(_cpu() - c)
-    return _rates("jaxrl", compile_s, times, cpus, SEEDS * cfg.total_env_steps)
+    out = _rates("jaxrl", compile_s, times, cpus, SEEDS * cfg.total_env_steps)
+    out["devices"] = len(jax.devices())
+    return out
 
 
 def child_rejax(repeats: int) -> dict:
@@ -207,9 +229,11 @@ def _rates(name: str, compile_s: float, times: list[float], cpus: list[float], s
 # ----------------------------------------------------------------------------------------
 # Parent: run the children, write results
 # ----------------------------------------------------------------------------------------
-def _spawn(python: str, mode: str, repeats: int) -> dict:
+def _spawn(python: str, mode: str, repeats: int, devices: int = 1) -> dict:
     env = {k: v for k, v in os.environ.items() if k != "JAX_COMPILATION_CACHE_DIR"}
     env.setdefault("JAX_PLATFORMS", "cpu")
+    if devices > 1:
+        env["XLA_FLAGS"] = f"{env.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={devices}".strip()
     out = subprocess.run(
         [python, __file__, "--child", mode, "--repeats", str(repeats)],
         capture_output=True, text=True, env=env, cwd=str(ROOT),
@@ -244,6 +268,8 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=3, help="fresh processes for solve; timed calls for throughput")
     p.add_argument("--rejax-python", default=None, help="a Python with rejax 0.1.3 installed")
     p.add_argument("--parts", default="solve,throughput", help="comma list: solve, throughput")
+    p.add_argument("--devices", type=int, nargs="+", default=[1, os.cpu_count() or 1],
+                   help="XLA host devices per run (seeds split over them); each count is measured")
     p.add_argument("--child", choices=["solve", "throughput", "rejax"], help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child == "solve":
@@ -266,9 +292,9 @@ def main() -> None:
 
 
 def _main_solve(args, common) -> None:
-    solves = [_spawn(sys.executable, "solve", 1) for _ in range(args.repeats)]
+    solves = [_spawn(sys.executable, "solve", 1, d) for _ in range(args.repeats) for d in sorted(set(args.devices))]
     for s in solves:
-        print(f"solve: wall {s['wall_s']:.2f} s (trace {s['trace_s']:.2f} + compile {s['compile_s']:.2f} + run "
+        print(f"solve ({s['devices']} device(s)): wall {s['wall_s']:.2f} s (trace {s['trace_s']:.2f} + compile {s['compile_s']:.2f} + run "
               f"{s['run_s']:.2f}; steady run {s['steady_run_s']:.2f}), cpu compile {s['cpu_compile_s']:.2f} run "
               f"{s['cpu_run_s']:.2f}, solved {s['solved']}/16, mean {s['mean_return']:.1f}")
     walls = [s["wall_s"] for s in solves]
@@ -276,6 +302,12 @@ def _main_solve(args, common) -> None:
         {"measurement": "solve", "repeat": i, **{k: v for k, v in s.items() if not k.startswith("curve")}}
         for i, s in enumerate(solves)
     ]
+    by_devices = {
+        d: {"wall_median_s": statistics.median(s["wall_s"] for s in solves if s["devices"] == d),
+            "wall_best_s": min(s["wall_s"] for s in solves if s["devices"] == d),
+            "solved_min": min(s["solved"] for s in solves if s["devices"] == d)}
+        for d in sorted({s["devices"] for s in solves})
+    }
     meta = common.metadata(
         extra={
             "solve_config": SOLVE,
@@ -283,6 +315,7 @@ def _main_solve(args, common) -> None:
             "solve_wall_median_s": statistics.median(walls),
             "solve_wall_best_s": min(walls),
             "solved_min": min(s["solved"] for s in solves),
+            "by_devices": by_devices,
             "compiler_options": "xla_backend_optimization_level=1 (jaxrl.algos.ppo.COMPILER_OPTIONS)",
         }
     )
@@ -293,13 +326,13 @@ def _main_solve(args, common) -> None:
 
 def _main_throughput(args, common) -> None:
     repeats = max(args.repeats, 3)
-    runs = [_spawn(sys.executable, "throughput", repeats)]
+    runs = [_spawn(sys.executable, "throughput", repeats, d) for d in sorted(set(args.devices))]
     if args.rejax_python:
         runs.append(_spawn(args.rejax_python, "rejax", repeats))
     for r in runs:
-        print(f"throughput {r['impl']}: compile {r['compile_s']:.2f} s, run best {r['run_best_s']:.2f} s "
+        print(f"throughput {r['impl']} ({r.get('devices', 1)} device(s)): compile {r['compile_s']:.2f} s, run best {r['run_best_s']:.2f} s "
               f"({r['steps_per_s_best']:.0f} steps/s), run cpu {min(r['run_cpu_s']):.2f} s")
-    ours = runs[0]
+    ours = min(runs[: len(set(args.devices))], key=lambda r: r["run_best_s"])
     extra = {
         "throughput_config": REJAX,
         "seeds": SEEDS,
@@ -307,9 +340,14 @@ def _main_throughput(args, common) -> None:
         "ratio_vs_BENCHMARKS_md_rejax": 13.7 / ours["run_best_s"],
         "compiler_options": "jaxrl: xla_backend_optimization_level=1; rejax: defaults",
     }
-    if len(runs) > 1:
-        extra["ratio_vs_rejax_same_run_wall"] = ours["steps_per_s_best"] / runs[1]["steps_per_s_best"]
-        extra["ratio_vs_rejax_same_run_cpu"] = min(runs[1]["run_cpu_s"]) / min(ours["run_cpu_s"])
+    if args.rejax_python:
+        rejax = runs[-1]
+        for r in runs[:-1]:
+            d = r.get("devices", 1)
+            extra[f"ratio_vs_rejax_same_run_wall_{d}dev"] = r["steps_per_s_best"] / rejax["steps_per_s_best"]
+            extra[f"ratio_vs_rejax_same_run_cpu_{d}dev"] = min(rejax["run_cpu_s"]) / min(r["run_cpu_s"])
+        extra["ratio_vs_rejax_same_run_wall"] = ours["steps_per_s_best"] / rejax["steps_per_s_best"]
+        extra["ratio_vs_rejax_same_run_cpu"] = min(rejax["run_cpu_s"]) / min(ours["run_cpu_s"])
         print(f"ratio (wall) {extra['ratio_vs_rejax_same_run_wall']:.2f}x, (cpu) {extra['ratio_vs_rejax_same_run_cpu']:.2f}x")
     common.write_results("ppo_throughput", [{"measurement": "throughput", **r} for r in runs], common.metadata(extra=extra))
 

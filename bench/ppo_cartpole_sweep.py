@@ -1,12 +1,12 @@
 """How robust is the CartPole recipe? Solved seeds per (budget, learning rate, seed set).
 
-Each invocation is one compiled program: ``16 seeds x len(lrs)`` runs vmapped together,
+Each (budget, network, seed set) is one compiled program: ``16 seeds x len(lrs)`` runs vmapped together,
 the learning rate traced (``PPOHyperparams.lr``), each followed by the deterministic
 evaluation (16 episodes). A seed is solved at a mean evaluation return >= 475. Static
 settings (budget) take one program each.
 
-Run: ``python bench/ppo_cartpole_sweep.py [--budgets 40960 51200 61440] [--lrs 2e-3 3e-3 4e-3 5e-3]
-[--seed-sets 0 1 2]``. Results: ``bench/results/ppo_cartpole_sweep.{json,md}``.
+Run: ``python bench/ppo_cartpole_sweep.py [--budgets 40960 51200] [--hidden 64,64 64]
+[--lrs 2e-3 4e-3 6e-3] [--seed-sets 0 1 2]``. Results: ``bench/results/ppo_cartpole_sweep.{json,md}``.
 """
 
 from __future__ import annotations
@@ -31,10 +31,10 @@ SEEDS = 16
 BASE = dict(num_envs=8, num_steps=64, update_epochs=4, num_minibatches=4, eval_episodes=16)
 
 
-def solved_grid(budget: int, lrs: list[float], seed_set: int) -> np.ndarray:
-    """Deterministic eval returns ``[len(lrs), 16]`` for one budget and seed set."""
+def solved_grid(budget: int, hidden: tuple[int, ...], lrs: list[float], seed_set: int) -> np.ndarray:
+    """Deterministic eval returns ``[len(lrs), 16]`` for one budget, network and seed set."""
     env, params = jaxrl.make("CartPole-v1")
-    cfg = ppo.PPOConfig(**BASE, total_env_steps=budget)
+    cfg = ppo.PPOConfig(**BASE, total_env_steps=budget, hidden=hidden)
     algo = ppo.make_ppo(env, params, cfg)
     train = ppo.make_train(env, params, cfg)
 
@@ -51,18 +51,21 @@ def solved_grid(budget: int, lrs: list[float], seed_set: int) -> np.ndarray:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--budgets", type=int, nargs="+", default=[40960, 51200, 61440])
-    ap.add_argument("--lrs", type=float, nargs="+", default=[2e-3, 3e-3, 4e-3, 5e-3])
+    ap.add_argument("--budgets", type=int, nargs="+", default=[40960, 51200])
+    ap.add_argument("--hidden", nargs="+", default=["64,64", "64"], help="hidden widths, comma-separated")
+    ap.add_argument("--lrs", type=float, nargs="+", default=[2e-3, 4e-3, 6e-3])
     ap.add_argument("--seed-sets", type=int, nargs="+", default=[0, 1, 2])
     args = ap.parse_args()
     rows = []
-    for budget in args.budgets:
+    nets = [tuple(int(w) for w in h.split(",")) for h in args.hidden]
+    grid = [(b, h) for b in args.budgets for h in nets]
+    for budget, hidden in grid:
         for seed_set in args.seed_sets:
             t0 = time.perf_counter()
-            returns = solved_grid(budget, args.lrs, seed_set)
-            print(f"budget {budget} seed set {seed_set}: {time.perf_counter() - t0:.1f} s", flush=True)
+            returns = solved_grid(budget, hidden, args.lrs, seed_set)
+            print(f"budget {budget} hidden {hidden} seed set {seed_set}: {time.perf_counter() - t0:.1f} s", flush=True)
             for lr, row in zip(args.lrs, returns):
-                rows.append(dict(budget=budget, lr=lr, seed_set=seed_set, solved=int((row >= 475).sum()),
+                rows.append(dict(budget=budget, hidden=list(hidden), lr=lr, seed_set=seed_set, solved=int((row >= 475).sum()),
                                  mean=float(row.mean()), min=float(row.min()), returns=row.tolist()))
     write_results("ppo_cartpole_sweep", rows, metadata())
     lines = [
@@ -71,18 +74,18 @@ def main() -> None:
         f"Command: `{command_line()}`; 8 envs x 64 steps, 4 epochs x 4 minibatches, "
         "lr annealed to 0. One column per (learning rate); one row per (budget, seed set).",
         "",
-        "| budget | seed set | " + " | ".join(f"lr {lr:g}" for lr in args.lrs) + " |",
-        "|---|---|" + "---|" * len(args.lrs),
+        "| budget | hidden | seed set | " + " | ".join(f"lr {lr:g}" for lr in args.lrs) + " |",
+        "|---|---|---|" + "---|" * len(args.lrs),
     ]
-    for budget in args.budgets:
+    for budget, hidden in grid:
         for seed_set in args.seed_sets:
-            cells = [r for r in rows if r["budget"] == budget and r["seed_set"] == seed_set]
-            lines.append(f"| {budget} | {seed_set} | " + " | ".join(f"{r['solved']}/16 (min {r['min']:.0f})" for r in cells) + " |")
+            cells = [r for r in rows if r["budget"] == budget and tuple(r["hidden"]) == hidden and r["seed_set"] == seed_set]
+            lines.append(f"| {budget} | {hidden} | {seed_set} | " + " | ".join(f"{r['solved']}/16 (min {r['min']:.0f})" for r in cells) + " |")
     lines += ["", "Totals over seed sets:", ""]
-    for budget in args.budgets:
+    for budget, hidden in grid:
         for lr in args.lrs:
-            cells = [r for r in rows if r["budget"] == budget and r["lr"] == lr]
-            lines.append(f"- budget {budget}, lr {lr:g}: {sum(r['solved'] for r in cells)}/{16 * len(cells)}")
+            cells = [r for r in rows if r["budget"] == budget and tuple(r["hidden"]) == hidden and r["lr"] == lr]
+            lines.append(f"- budget {budget}, hidden {hidden}, lr {lr:g}: {sum(r['solved'] for r in cells)}/{16 * len(cells)}")
     (RESULTS_DIR / "ppo_cartpole_sweep.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 

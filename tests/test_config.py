@@ -51,6 +51,7 @@ BAD = [
     (_with(ppo__vf_clip_eps="none"), [], "ppo.vf_clip_eps: expected float, got 'none'"),
     (_with(devices="some"), [], "devices: expected one of 'all' or int, got 'some'"),
     (_with(devices=0), [], "devices: must be 'all' or >= 1, got 0"),
+    (_with(shard="devices"), [], "shard: expected one of 'auto', 'envs', 'seeds', got 'devices'"),
     (_with(train__seeds=0), [], "train.seeds: must be >= 1, got 0"),
     (_with(train__updates_per_chunk=-1), [], "train.updates_per_chunk: must be >= 1, got -1"),
     (_with(ppo__num_minibatches=3), [], "ppo.num_minibatches: 3 does not divide the batch num_envs * num_steps = 512"),
@@ -129,7 +130,7 @@ def test_missing_file_and_missing_config(tmp_path, capsys):
 def test_recipe_roundtrip_equal(tmp_path):
     cfg = C.load_config(CARTPOLE)
     assert isinstance(cfg.algo_config, PPOConfig)
-    assert cfg.algo_config.hidden == (64, 64) and isinstance(cfg.algo_config.hidden, tuple)
+    assert cfg.algo_config.hidden == (64,) and isinstance(cfg.algo_config.hidden, tuple)
     path = tmp_path / "resolved.yaml"
     C.save_config(cfg, path)
     again = C.load_config(path)

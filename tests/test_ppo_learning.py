@@ -69,8 +69,8 @@ def test_gaussian_policy_moves_its_mean_to_the_best_action():
 
 
 CARTPOLE_CFG = ppo.PPOConfig(
-    num_envs=8, num_steps=64, total_env_steps=512 * 100, update_epochs=4, num_minibatches=4,
-    lr=4e-3, eval_episodes=8,
+    num_envs=8, num_steps=64, total_env_steps=512 * 80, update_epochs=4, num_minibatches=4,
+    lr=6e-3, hidden=(64,), eval_episodes=8,
 )
 
 
