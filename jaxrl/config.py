@@ -11,6 +11,7 @@ A run config file looks like::
     train:                    # the trainer's section (TrainConfig)
       seed: 0
     devices: 1                # "all" or a device count
+    shard: auto               # what the devices split: auto | envs | seeds
 
 :func:`load_config` reads it with ``yaml.safe_load`` (never executes code), applies
 ``--set a.b=value`` overrides (each value parsed as a YAML scalar) to a *copy* of the raw
@@ -81,9 +82,13 @@ class RunConfig:
     algo_config: Any  # an instance of the algorithm's own config class
     train: TrainConfig = dataclasses.field(default_factory=TrainConfig)
     devices: Union[Literal["all"], int] = 1  # devices to shard over: "all" or a count
+    # What the devices split: "envs" (each seed's env batch / prompt groups; gradients are
+    # all-reduced), "seeds" (whole seeds per device, no collectives; needs train.seeds
+    # divisible by the devices) or "auto" (seeds when they divide, else envs).
+    shard: Literal["auto", "envs", "seeds"] = "auto"
 
 
-_RUN_KEYS = ("algo", "env", "train", "devices")  # plus the algorithm's section
+_RUN_KEYS = ("algo", "env", "train", "devices", "shard")  # plus the algorithm's section
 
 
 # ------------------------------------------------------------------------------------------
@@ -353,6 +358,7 @@ def config_from_dict(raw) -> RunConfig:
         algo_config=from_dict(entry.config_cls, raw.get(name), name),
         train=convert(raw.get("train") or {}, TrainConfig, "train"),
         devices=convert(raw.get("devices", 1), hints["devices"], "devices"),
+        shard=convert(raw.get("shard", "auto"), hints["shard"], "shard"),
     )
     _check_env(cfg.env)
     _check_train(cfg.train)
@@ -369,6 +375,7 @@ def config_to_dict(cfg: RunConfig) -> dict:
         cfg.algo: to_dict(cfg.algo_config),
         "train": to_dict(cfg.train),
         "devices": cfg.devices,
+        "shard": cfg.shard,
     }
 
 

@@ -123,7 +123,7 @@ def _describe(devs: Sequence[jax.Device]) -> str:
 
 
 def summary(mesh: Mesh, num_envs: int | None = None, unit: str = "envs") -> str:
-    """One start-up line: devices, processes, envs (or ``unit``) per device."""
+    """One start-up line: devices, processes, envs (or ``unit``, e.g. seeds) per device."""
     devs = list(mesh.devices.flat)
     line = (
         f"devices: {_describe(devs)} (mesh axis '{DATA}'), "
@@ -167,6 +167,7 @@ class Layout:
     mesh: Mesh
     state: Any
     replicated: NamedSharding
+    mode: str = "envs"  # "envs": each seed's batch is split; "seeds": whole seeds per device
 
     def batch(self, axis: int = 0) -> NamedSharding:
         """Sharding of a leaf split along ``axis``."""
@@ -249,6 +250,22 @@ def make_layout(mesh: Mesh, state_shapes: Any, batch_axes: Any) -> Layout:
 
 
 # ----------------------------------------------------------------------------- programs
+
+
+def seed_layout(mesh: Mesh, state_shapes: Any) -> Layout:
+    """Whole seeds per device: every leaf of a ``[S, ...]`` state split along axis 0.
+
+    Seeds never interact, so the chunk needs no collective at all (the only cross-device
+    traffic is gathering the metrics at the end of a chunk). ``S`` must divide over the
+    mesh.
+    """
+
+    def pick(path, leaf):
+        check_divisible(int(np.shape(leaf)[0]), mesh, "train.seeds", unit="seeds")
+        return NamedSharding(mesh, batch_spec(0))
+
+    shardings = jax.tree_util.tree_map_with_path(pick, state_shapes)
+    return Layout(mesh=mesh, state=shardings, replicated=NamedSharding(mesh, PartitionSpec()), mode="seeds")
 
 
 def init_sharded(init: Callable[[jax.Array], Any], layout: Layout) -> Callable[[jax.Array], Any]:

@@ -153,20 +153,31 @@ def make_chunk(update: Callable, k: int, layout: sharding.Layout | None = None) 
 def make_layout(cfg: RunConfig, built: Built, keys: jax.Array) -> sharding.Layout:
     """Where the ``[S, ...]`` train state lives on the ``cfg.devices`` mesh.
 
-    The env batch (the state leaves whose size follows ``num_envs``, found by
-    :func:`jaxrl.sharding.probe_batch_axes` against a build with twice the envs) is split
-    over the devices; everything else is replicated. Raises :class:`ConfigError` when
-    ``devices`` is not available or ``num_envs`` does not divide over them.
+    ``shard: seeds`` (or ``auto`` when ``S`` divides over the devices, with more than one
+    device): whole seeds per device (:func:`jaxrl.sharding.seed_layout`), no collectives.
+    ``shard: envs`` (or ``auto`` otherwise): the env batch (the state leaves whose size
+    follows ``num_envs``, found by :func:`jaxrl.sharding.probe_batch_axes` against a build
+    with twice the envs) is split over the devices; everything else is replicated. Raises
+    :class:`ConfigError` when ``devices`` is not available or the split does not divide.
     """
     try:
         mesh = sharding.make_mesh(cfg.devices)
+    except ValueError as exc:
+        raise ConfigError(f"devices: {exc}") from None
+    init = jax.vmap(built.algo.init)
+    shapes = jax.eval_shape(init, keys)
+    n_dev, n_seeds = sharding.mesh_size(mesh), int(keys.shape[0])
+    if cfg.shard == "seeds" or (cfg.shard == "auto" and n_dev > 1 and n_seeds % n_dev == 0):
+        try:
+            return sharding.seed_layout(mesh, shapes)
+        except ValueError as exc:
+            raise ConfigError(f"shard: seeds: {exc}") from None
+    try:
         field = sharding.batch_field(cfg.algo_config)
         if field is not None:
             sharding.check_divisible(field[1], mesh, f"{cfg.algo}.{field[0]}", unit=field[2])
     except ValueError as exc:
         raise ConfigError(f"devices: {exc}") from None
-    init = jax.vmap(built.algo.init)
-    shapes = jax.eval_shape(init, keys)
     probe = sharding.probe_config(cfg.algo_config)
     if probe is None:  # no env batch in the state (e.g. GRPO): it shards inside update
         axes = jax.tree_util.tree_map(lambda _: -1, shapes)
@@ -310,7 +321,8 @@ def run(
     out = out if primary else io.StringIO()
     print(f"jaxrl: {cfg.algo} on {cfg.env.id}: {d.describe()}", file=out)
     field = sharding.batch_field(cfg.algo_config)
-    print(f"jaxrl: {sharding.summary(layout.mesh, *(field[1:] if field else ()))}", file=out)
+    per_device = (cfg.train.seeds, "seeds") if layout.mode == "seeds" else (field[1:] if field else ())
+    print(f"jaxrl: {sharding.summary(layout.mesh, *per_device)}", file=out)
     print(f"jaxrl: run directory {run_dir}", file=out)
     if primary:
         os.makedirs(run_dir, exist_ok=True)
@@ -373,8 +385,9 @@ def _loop(
     try:
         while done < d.num_updates:
             n = min(k, d.num_updates - done)
-            with jax.transfer_guard("disallow"), sharding.use_mesh(layout.mesh if layout else None):
-                state, metrics, finite = chunk(state, n_dev[n])  # traced under the mesh: constrain_batch
+            env_split = layout is not None and layout.mode == "envs"
+            with jax.transfer_guard("disallow"), sharding.use_mesh(layout.mesh if env_split else None):
+                state, metrics, finite = chunk(state, n_dev[n])  # env split: traced under the mesh (constrain_batch)
             metrics, finite = jax.device_get((metrics, finite))
             check_finite(metrics, finite, done, n, ckpts)
             wall = wall_offset + time.perf_counter() - start

@@ -160,7 +160,51 @@ def main() -> dict:
         out["indivisible_layout_error"] = str(exc)
     out["summary"] = sharding.summary(mesh4, PPO_CFG.num_envs)
     out.update(grpo_checks(env, env_params, mesh4))
+    out["env_split_all_reduce"] = "all-reduce" in chunk4.lower(state4).compile().as_text()
+    out.update(seed_split_checks())
     return out
+
+
+def seed_split_checks() -> dict:
+    """The trainer's ``shard: auto`` with 4 seeds on 4 devices: whole seeds per device."""
+    from jaxrl import config as config_lib
+    from jaxrl import trainer
+
+    raw = {
+        "algo": "ppo", "env": {"id": "CartPole-v1"},
+        "ppo": {"num_envs": 4, "num_steps": 8, "total_env_steps": 4 * 8 * K, "update_epochs": 2,
+                "num_minibatches": 2, "hidden": [16]},
+        "train": {"seeds": 4, "updates_per_chunk": K}, "devices": 4,
+    }
+    cfg = config_lib.config_from_dict(raw)
+    built = trainer.build(cfg)
+    keys = trainer.seed_keys(0, 4)
+    layout = trainer.make_layout(cfg, built, keys)
+    state = sharding.init_sharded(jax.vmap(built.algo.init), layout)(keys)
+    chunk = trainer.make_chunk(built.algo.update, K, layout)
+    n = jax.device_put(np.int32(K), layout.replicated)
+    hlo = chunk.lower(state, n).compile().as_text()
+    state, metrics, _ = chunk(state, n)
+
+    ref_state = jax.jit(jax.vmap(built.algo.init))(keys)
+    ref_state, ref_metrics, _ = trainer.make_chunk(built.algo.update, K)(ref_state, np.int32(K))
+    env_cfg = config_lib.config_from_dict({**raw, "shard": "envs"})
+    try:
+        trainer.make_layout(config_lib.config_from_dict({**raw, "shard": "seeds", "train": {"seeds": 6}}), built,
+                            trainer.seed_keys(0, 6))
+        bad_seeds_error = None
+    except config_lib.ConfigError as exc:
+        bad_seeds_error = str(exc)
+    return {
+        "seed_split_mode": layout.mode,
+        "seed_split_env_mode": trainer.make_layout(env_cfg, built, keys).mode,
+        "seed_split_obs_spec": str(state.env.obs.sharding.spec),
+        "seed_split_params_spec": str(jax.tree_util.tree_leaves(state.agent.params)[0].sharding.spec),
+        "seed_split_metrics_diff": max_rel_diff(jax.device_get(metrics), jax.device_get(ref_metrics)),
+        "seed_split_state_diff": max_rel_diff(sharding.fetch(state), jax.device_get(ref_state)),
+        "seed_split_all_reduce": "all-reduce" in hlo,
+        "seed_split_bad_seeds_error": bad_seeds_error,
+    }
 
 
 def grpo_checks(env, env_params, mesh) -> dict:

@@ -53,6 +53,19 @@ def test_env_batch_is_split_and_params_replicated(report):
     assert report["params_replicated"]
 
 
+def test_whole_seeds_per_device_without_collectives(report):
+    # shard: auto with 4 seeds on 4 devices puts one whole seed on each device: every state
+    # leaf split on the seed axis (params too), no gradient all-reduce (the env split has
+    # one), and the same numbers as one device
+    assert report["seed_split_mode"] == "seeds" and report["seed_split_env_mode"] == "envs"
+    assert report["seed_split_obs_spec"] == "P('data',)"
+    assert report["seed_split_params_spec"] == "P('data',)"
+    assert report["env_split_all_reduce"] and not report["seed_split_all_reduce"]
+    assert report["seed_split_metrics_diff"] < F32_TOL
+    assert report["seed_split_state_diff"] < F32_TOL
+    assert report["seed_split_bad_seeds_error"].startswith("shard: seeds: train.seeds=6 is not divisible by the number of devices (4)")
+
+
 def test_sharded_ppo_matches_single_device(report):
     # same global batch (8 envs), 2 chunks x 3 updates: metrics, params and the whole
     # state equal the plain single-device jit up to float32 summation order
