@@ -6,7 +6,10 @@ trainer does it (env batch split, params replicated), timed at several device co
 
 * ``env``: CartPole-v1 with auto-reset, random actions, ``T`` steps in a ``scan``
   (the result depends on every observation, reward and flag);
-* ``ppo``: full PPO updates (rollout + GAE + epochs x minibatches), ``K`` per call.
+* ``ppo``: full PPO updates (rollout + GAE + epochs x minibatches), ``K`` per call, the
+  env batch split over the devices (gradients all-reduced every SGD step);
+* ``ppo_seeds``: ``S`` independent PPO runs vmapped (the trainer's ``--seeds``), split as
+  whole seeds per device (``shard: seeds``): no collectives.
 
 One process holds ``max(--devices)`` devices and a mesh over the first ``n`` of them is the
 ``n``-device program; the timed calls of all device counts are interleaved, so that every
@@ -96,16 +99,35 @@ def _ppo_program(num_envs: int):
     return algo.init, run, PPO_UPDATES * 32 * num_envs
 
 
+SEED_ENVS = 16  # envs per seed of the ``ppo_seeds`` workload
+
+
+def _ppo_seeds_program(num_seeds: int):
+    """``num_seeds`` independent PPO runs of ``SEED_ENVS`` envs each, vmapped (the trainer's
+    ``--seeds``); sharded as whole seeds per device (``shard: seeds``)."""
+    import jax
+
+    init, run, work = _ppo_program(SEED_ENVS)
+    return (lambda key: jax.vmap(init)(jax.random.split(key, num_seeds))), jax.vmap(run), work * num_seeds
+
+
 def _compile(kind: str, num_envs: int, n_devices: int):
     """The sharded program on the first ``n_devices`` devices: ``(compiled, state, work, compile_s)``."""
     import jax
 
     from jaxrl import sharding
 
-    init, run, work = (_env_program if kind == "env" else _ppo_program)(num_envs)
+    program = {"env": _env_program, "ppo": _ppo_program, "ppo_seeds": _ppo_seeds_program}[kind]
+    init, run, work = program(num_envs)
     mesh = sharding.make_mesh(n_devices)
     key = jax.random.PRNGKey(0)
     shapes = jax.eval_shape(init, key)
+    if kind == "ppo_seeds":  # whole seeds per device: no collectives, nothing traced under the mesh
+        layout = sharding.seed_layout(mesh, shapes)
+        state = sharding.init_sharded(init, layout)(key)
+        compiled, compile_s = common.compile_fn(sharding.jit_chunk(run, layout, donate=False), state)
+        common.block(compiled(state))
+        return compiled, state, work, compile_s
     if kind == "ppo":  # as the trainer does it: probe against twice the envs
         axes = sharding.probe_batch_axes(shapes, jax.eval_shape(_ppo_program(2 * num_envs)[0], key))
     else:  # this small state's env batch: every leaf with a leading num_envs axis
@@ -138,7 +160,9 @@ def _measure(kind: str, num_envs: int, device_counts: list[int], repeats: int) -
     for n, (_, _, work, compile_s) in programs.items():
         best, median = min(times[n]), statistics.median(times[n])
         records.append({
-            "workload": kind, "devices": n, "total_envs": num_envs, "envs_per_device": num_envs // n,
+            "workload": kind, "devices": n,
+            "total_envs": num_envs * (SEED_ENVS if kind == "ppo_seeds" else 1),
+            "envs_per_device": num_envs * (SEED_ENVS if kind == "ppo_seeds" else 1) // n,
             "steps_per_call": work, "compile_s": round(compile_s, 3),
             "steps_per_s_best": work / best, "steps_per_s_median": work / median,
             "best_s": best, "median_s": median, "repeats": repeats,
@@ -153,7 +177,7 @@ def worker(args) -> None:
     import jax
 
     records = []
-    for kind, totals in (("env", args.env_totals), ("ppo", args.ppo_totals)):
+    for kind, totals in (("env", args.env_totals), ("ppo", args.ppo_totals), ("ppo_seeds", args.seed_totals)):
         for total in totals:
             records += _measure(kind, total, args.devices, args.repeats)
             print(f"# {kind} {total}: done", file=sys.stderr, flush=True)
@@ -172,7 +196,8 @@ def _run_worker(args) -> dict:
         env["XLA_FLAGS"] = f"{env.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={n}".strip()
         env["JAX_PLATFORMS"] = "cpu"
     cmd = [sys.executable, __file__, "--worker", "--repeats", str(args.repeats), "--devices", *map(str, args.devices),
-           "--env-totals", *map(str, args.env_totals), "--ppo-totals", *map(str, args.ppo_totals)]
+           "--env-totals", *map(str, args.env_totals), "--ppo-totals", *map(str, args.ppo_totals),
+           "--seed-totals", *map(str, args.seed_totals)]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if proc.returncode:
         raise RuntimeError(f"worker failed:\n{proc.stderr[-3000:]}")
@@ -232,6 +257,8 @@ def main(argv=None) -> int:
     p.add_argument("--devices", type=int, nargs="+", default=[1, 2, 4])
     p.add_argument("--env-totals", type=int, nargs="+", default=[256, 4096, 32768])
     p.add_argument("--ppo-totals", type=int, nargs="+", default=[64, 512])
+    p.add_argument("--seed-totals", type=int, nargs="*", default=[8],
+                   help=f"seed counts of the ppo_seeds workload ({SEED_ENVS} envs per seed)")
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--real", action="store_true", help="use the machine's real devices (no forced CPU devices)")
     p.add_argument("--name", default="scaling", help="results file stem in bench/results/")
