@@ -439,6 +439,33 @@ def test_reset_pool_rejects_bad_sizes():
     assert ResetPoolVectorEnv(env, 8).pool_size == 16
 
 
+@pytest.mark.skipif(os.environ.get("JAXRL_FULL_PHYSICS") != "1", reason="set JAXRL_FULL_PHYSICS=1 (a Brax compile)")
+def test_reset_pool_on_brax_starts_fresh_episodes(env):
+    """The pool over Brax inverted_pendulum (what bench/physics_throughput.py times): a
+    3-step limit, 8 envs, 40 steps; every episode's first observation is a distinct draw
+    from Brax's reset distribution (q, qd uniform in +-0.01)."""
+    from jaxrl.adapters.reset_pool import ResetPoolVectorEnv
+
+    params = env.default_params.replace(max_steps_in_episode=3)
+    venv = ResetPoolVectorEnv(env, 8)
+
+    def run(key):
+        state, ts = venv.reset(key, params)
+
+        def body(state, k):
+            state, ts = venv.step(k, state, jnp.zeros((8, 1)), params)
+            return state, (ts.obs, ts.done)
+
+        state, (obs, done) = jax.lax.scan(body, state, jax.random.split(key, 40))
+        return ts.obs, obs, done, state.refills
+
+    first, obs, done, refills = (np.asarray(x) for x in jax.jit(run)(jax.random.PRNGKey(0)))
+    starts = np.concatenate([first, obs[done]])
+    assert len(starts) >= 8 * 40 // 3 and refills >= 5
+    assert len({tuple(o) for o in starts}) == len(starts)
+    assert np.all(np.abs(starts) <= 0.01 + 1e-6) and starts.std(axis=0).min() > 0.004
+
+
 # --------------------------------------------------------------------------- full sweep
 
 
