@@ -272,9 +272,13 @@ class Batch:
 
 @struct.dataclass
 class LearnerState:
-    """The part of the state an SGD step changes (the ``scan`` carry of an epoch)."""
+    """The part of the state an SGD step changes (the ``scan`` carry of an epoch).
 
-    params: Any
+    ``params`` is the network's params as one flat float32 vector (``ravel_pytree``) for
+    the whole update: unravelled once per step for the loss, never re-flattened.
+    """
+
+    params: jax.Array  # float32 [P]
     opt_state: Any
 
 
@@ -476,29 +480,33 @@ def current_lr(cfg: PPOConfig, plan: Plan, hyper: PPOHyperparams, update_step: j
     return hyper.lr * jnp.clip(frac, 0.0, 1.0)
 
 
+def _flat_loss(flat_params: jax.Array, unravel, setup: Setup, obs_stats, hyper: PPOHyperparams, mb: Batch):
+    return ppo_loss(unravel(flat_params), setup.network, obs_stats, setup.cfg, hyper, mb)
+
+
 def _sgd_step(
-    setup: Setup, hyper: PPOHyperparams, obs_stats: normalize.RunningStats, learner: LearnerState, mb: Batch
+    setup: Setup, hyper: PPOHyperparams, obs_stats: normalize.RunningStats, unravel, learner: LearnerState, mb: Batch
 ) -> tuple[LearnerState, dict]:
     """One optimiser step on a minibatch.
 
-    The optimiser sees the gradient and the params as one flat vector (``ravel_pytree``):
-    the same arithmetic as per-leaf Adam, but one fused kernel instead of one per leaf,
-    which keeps the compiled program (and its compile time) small.
+    The optimiser sees the gradient and the params as one flat vector: the same arithmetic
+    as per-leaf Adam, but one fused kernel instead of one per leaf (a smaller program,
+    faster to compile). The params stay flat across the update's steps and the gradient
+    is taken with respect to the flat vector, so no step re-flattens anything (that cost
+    0.34 ms of a 2 ms step for 16 vmapped seeds on the 2-core CPU).
     """
-    grad_fn = jax.grad(ppo_loss, has_aux=True)
-    grads, metrics = grad_fn(learner.params, setup.network, obs_stats, setup.cfg, hyper, mb)
-    flat_grads, unravel = ravel_pytree(grads)
-    flat_params, _ = ravel_pytree(learner.params)
+    grad_fn = jax.grad(_flat_loss, has_aux=True)
+    flat_grads, metrics = grad_fn(learner.params, unravel, setup, obs_stats, hyper, mb)
     optimizer = make_optimizer(setup.cfg, setup.plan, hyper)
-    updates, opt_state = optimizer.update(flat_grads, learner.opt_state, flat_params)
-    params = unravel(flat_params + updates)
-    return LearnerState(params, opt_state), {**metrics, "grad_norm": jnp.linalg.norm(flat_grads)}
+    updates, opt_state = optimizer.update(flat_grads, learner.opt_state, learner.params)
+    return LearnerState(learner.params + updates, opt_state), {**metrics, "grad_norm": jnp.linalg.norm(flat_grads)}
 
 
 def _epoch(
     setup: Setup,
     hyper: PPOHyperparams,
     obs_stats: normalize.RunningStats,
+    unravel,
     batch: Batch,
     learner: LearnerState,
     key: jax.Array,
@@ -508,7 +516,7 @@ def _epoch(
     perm = jax.random.permutation(key, batch.advantage.shape[0])
     shuffled = jax.tree_util.tree_map(lambda x: jnp.reshape(x[perm], (m, -1) + x.shape[1:]), batch)
     shuffled = sharding.constrain_batch(shuffled, axis=1)  # data mesh: each device steps on its slice
-    step = functools.partial(_sgd_step, setup, hyper, obs_stats)
+    step = functools.partial(_sgd_step, setup, hyper, obs_stats, unravel)
     learner, metrics = jax.lax.scan(step, learner, shuffled)
     return learner, metrics
 
@@ -554,13 +562,14 @@ def update(setup: Setup, state: PPOTrainState) -> tuple[PPOTrainState, dict]:
     adv, targets = gae(rewards, traj.value, next_values, traj.terminated, traj.truncated, hyper.gamma, hyper.gae_lambda)
     flat = lambda x: jnp.reshape(x, (-1,) + x.shape[2:])  # noqa: E731  [T, B, ...] -> [T*B, ...]
     batch = Batch(flat(traj.obs), flat(traj.action), flat(traj.log_prob), flat(traj.value), flat(adv), flat(targets))
-    epoch = functools.partial(_epoch, setup, hyper, agent.obs_stats, batch)
+    flat_params, unravel = ravel_pytree(agent.params)
+    epoch = functools.partial(_epoch, setup, hyper, agent.obs_stats, unravel, batch)
     learner, sgd_metrics = jax.lax.scan(
-        epoch, LearnerState(agent.params, state.opt_state), jax.random.split(epoch_key, cfg.update_epochs)
+        epoch, LearnerState(flat_params, state.opt_state), jax.random.split(epoch_key, cfg.update_epochs)
     )
     obs_stats = normalize.update(agent.obs_stats, traj.obs) if cfg.normalize_obs else agent.obs_stats
     new_state = PPOTrainState(
-        agent=AgentState(learner.params, obs_stats, reward_stats),
+        agent=AgentState(unravel(learner.params), obs_stats, reward_stats),
         opt_state=learner.opt_state,
         env=env_carry,
         return_acc=return_acc,
