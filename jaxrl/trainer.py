@@ -39,7 +39,7 @@ from jaxrl import config as config_lib
 from jaxrl import distributed, sharding
 from jaxrl import logging as log_lib
 from jaxrl import registry
-from jaxrl.algos.base import Algorithm
+from jaxrl.algos.base import COMPILER_OPTIONS, Algorithm
 from jaxrl.checkpoint import Checkpoints, to_storable
 from jaxrl.config import ConfigError, Derived, RunConfig
 
@@ -97,6 +97,10 @@ def make_train(cfg: RunConfig) -> Callable[[jax.Array], tuple[Any, dict]]:
 
     >>> train = make_train(load_config("configs/ppo_cartpole.yaml"))
     >>> state, metrics = jax.jit(jax.vmap(train))(jax.random.split(jax.random.PRNGKey(0), 8))
+
+    ``jaxrl train`` compiles its chunks with :data:`jaxrl.algos.base.COMPILER_OPTIONS`;
+    jit with the same ``compiler_options`` to get its results bit for bit (other options
+    round differently, as any change of compiler settings may).
     """
     built = build(cfg)
     return functools.partial(train_fn, built.algo.init, built.algo.update, built.derived.num_updates)
@@ -145,9 +149,12 @@ def make_chunk(update: Callable, k: int, layout: sharding.Layout | None = None) 
     """
     per_seed = jax.vmap(functools.partial(chunk_fn, update, k), in_axes=(0, None))
     if layout is None:
-        return jax.jit(per_seed, donate_argnums=0)
+        return jax.jit(per_seed, donate_argnums=0, compiler_options=COMPILER_OPTIONS)
     rep = layout.replicated
-    return jax.jit(per_seed, in_shardings=(layout.state, rep), out_shardings=(layout.state, rep, rep), donate_argnums=0)
+    return jax.jit(
+        per_seed, in_shardings=(layout.state, rep), out_shardings=(layout.state, rep, rep), donate_argnums=0,
+        compiler_options=COMPILER_OPTIONS,
+    )
 
 
 def make_layout(cfg: RunConfig, built: Built, keys: jax.Array) -> sharding.Layout:

@@ -185,7 +185,7 @@ def test_seeds_vmapped_equal_make_train(fake_table, tmp_path):
     assert all(r["loss/min"] <= r["loss"] <= r["loss/max"] for r in records)
     # Seed i of a run is exactly make_train's train(fold_in(PRNGKey(seed), i)), vmapped or not.
     train = trainer.make_train(cfg)
-    state, metrics = jax.jit(jax.vmap(train))(trainer.seed_keys(0, 3))
+    state, metrics = jax.jit(jax.vmap(train), compiler_options=trainer.COMPILER_OPTIONS)(trainer.seed_keys(0, 3))
     assert leaves_equal(state, result.state)
     assert metrics["loss"].shape == (3, 4)
     np.testing.assert_allclose(np.asarray(metrics["loss"], np.float64).mean(axis=0), [r["loss"] for r in records], rtol=1e-12)

@@ -73,6 +73,7 @@ import optax
 from flax import struct
 
 from jaxrl import sharding
+from jaxrl.algos import base
 from jaxrl.algos.base import Algorithm, Plan
 from jaxrl.env import Environment, replace_params
 from jaxrl.transformer import TransformerLM
@@ -81,12 +82,9 @@ Array = jax.Array
 LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "rloo", "cispo", "gspo")
 ADV_EPS = 1e-4  # TRL's epsilon in (R - mean) / (std + eps)
 
-#: XLA options for jitting GRPO programs on CPU (as :data:`jaxrl.algos.ppo.COMPILER_OPTIONS`):
-#: LLVM optimisation level 1. The GRPO chunk is many small launch-bound kernels (decode
-#: steps of a tiny transformer, per-token env steps), so level 1 cuts its compile time by
-#: ~20% with no slower run (bench/results/grpo_summary.md). Use as
-#: ``jax.jit(chunk, compiler_options=COMPILER_OPTIONS)``.
-COMPILER_OPTIONS = {"xla_backend_optimization_level": 1}
+#: :data:`jaxrl.algos.base.COMPILER_OPTIONS` (the GRPO chunk is many small launch-bound
+#: kernels: decode steps of a tiny transformer, per-token env steps).
+COMPILER_OPTIONS = base.COMPILER_OPTIONS
 
 
 # =======================================================================================

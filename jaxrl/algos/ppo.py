@@ -36,16 +36,14 @@ from flax import struct
 from jax.flatten_util import ravel_pytree
 
 from jaxrl import networks, normalize, rollout, sharding, spaces
+from jaxrl.algos import base
 from jaxrl.algos.base import Algorithm, Plan
 from jaxrl.env import Environment
 from jaxrl.networks import ACTIVATIONS, DISTRIBUTIONS, LOG_STD_MODES, ActorCritic
 from jaxrl.wrappers import AutoReset, EpisodeStatistics, RescaleAction, VmapEnv
 
-#: XLA options for jitting PPO programs on CPU: LLVM optimisation level 1 instead of the
-#: default. On the 2-core CI machine this cuts the compile time of a 16-seed CartPole
-#: training program by ~40% with no measurable change in its run time (the kernels are
-#: tiny and launch-bound). Use as ``jax.jit(train, compiler_options=COMPILER_OPTIONS)``.
-COMPILER_OPTIONS = {"xla_backend_optimization_level": 1}
+#: :data:`jaxrl.algos.base.COMPILER_OPTIONS`, for ``jax.jit(train, compiler_options=...)``.
+COMPILER_OPTIONS = base.COMPILER_OPTIONS
 
 # =====================================================================================
 # Configuration
