@@ -439,7 +439,6 @@ def test_reset_pool_rejects_bad_sizes():
     assert ResetPoolVectorEnv(env, 8).pool_size == 16
 
 
-@pytest.mark.skipif(os.environ.get("JAXRL_FULL_PHYSICS") != "1", reason="set JAXRL_FULL_PHYSICS=1 (a Brax compile)")
 def test_reset_pool_on_brax_starts_fresh_episodes(env):
     """The pool over Brax inverted_pendulum (what bench/physics_throughput.py times): a
     3-step limit, 8 envs, 40 steps; every episode's first observation is a distinct draw
