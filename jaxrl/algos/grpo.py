@@ -201,23 +201,36 @@ def derive(cfg: GRPOConfig) -> Plan:
 # =======================================================================================
 
 
+def _group_stats(rewards: Array, valid: Array) -> tuple[Array, Array, Array, Array]:
+    """``(v [P, G], n [P, 1], mean [P, 1], centred [P, G])`` over each group's valid members."""
+    v = valid.astype(jnp.float32)
+    n = jnp.sum(v, axis=1, keepdims=True)
+    mean = jnp.sum(rewards * v, axis=1, keepdims=True) / jnp.maximum(n, 1.0)
+    return v, n, mean, (rewards - mean) * v
+
+
+def _group_std(centred: Array, n: Array) -> Array:
+    """The unbiased std ``[P, 1]`` of each group (0 for a single member)."""
+    return jnp.sqrt(jnp.sum(centred**2, axis=1, keepdims=True) / jnp.maximum(n - 1.0, 1.0))
+
+
+def _check_kind(kind: str) -> None:
+    if kind not in ("std", "mean", "loo"):
+        raise ValueError(f"unknown advantage kind {kind!r}: expected 'std', 'mean' or 'loo'")
+
+
 def _group_scale(rewards: Array, valid: Array, kind: str) -> tuple[Array, Array, Array]:
     """``(mean [P, 1], scale [P, 1], v [P, G])``: the group-relative advantage of ``kind`` is
     ``scale * (R - mean) * v``, equal to :func:`group_advantages` up to float rounding (the
     per-token advantages of :func:`token_advantages` use it)."""
-    v = valid.astype(jnp.float32)
-    n = jnp.sum(v, axis=1, keepdims=True)
-    mean = jnp.sum(rewards * v, axis=1, keepdims=True) / jnp.maximum(n, 1.0)
-    centred = (rewards - mean) * v
+    _check_kind(kind)
+    v, n, mean, centred = _group_stats(rewards, valid)
     if kind == "std":
-        std = jnp.sqrt(jnp.sum(centred**2, axis=1, keepdims=True) / jnp.maximum(n - 1.0, 1.0))
-        scale = 1.0 / (std + ADV_EPS)
+        scale = 1.0 / (_group_std(centred, n) + ADV_EPS)
     elif kind == "mean":
         scale = jnp.ones_like(n)
-    elif kind == "loo":
-        scale = jnp.where(n > 1, n / jnp.maximum(n - 1.0, 1.0), 0.0)
     else:
-        raise ValueError(f"unknown advantage kind {kind!r}: expected 'std', 'mean' or 'loo'")
+        scale = jnp.where(n > 1, n / jnp.maximum(n - 1.0, 1.0), 0.0)
     return mean, scale, v
 
 
@@ -234,22 +247,16 @@ def group_advantages(rewards: Array, valid: Array, kind: str) -> Array:
       float32 ``[P, G]``. A group with a single valid member gets 0 (no baseline exists),
       never NaN.
     """
-    # Written out, not via _group_scale: this is session 1's exact float arithmetic (a division
-    # where _group_scale multiplies by the reciprocal), so recipes without token_credit
-    # reproduce their recorded curves bit for bit; the two agree to float rounding.
-    v = valid.astype(jnp.float32)
-    n = jnp.sum(v, axis=1, keepdims=True)
-    mean = jnp.sum(rewards * v, axis=1, keepdims=True) / jnp.maximum(n, 1.0)
-    centred = (rewards - mean) * v
+    # Divides where _group_scale multiplies by a reciprocal: the recorded curves of recipes
+    # without token_credit reproduce bit for bit; the two agree to float rounding.
+    _check_kind(kind)
+    v, n, mean, centred = _group_stats(rewards, valid)
     if kind == "std":
-        std = jnp.sqrt(jnp.sum(centred**2, axis=1, keepdims=True) / jnp.maximum(n - 1.0, 1.0))
-        adv = centred / (std + ADV_EPS)
+        adv = centred / (_group_std(centred, n) + ADV_EPS)
     elif kind == "mean":
         adv = centred
-    elif kind == "loo":
-        adv = jnp.where(n > 1, centred * n / jnp.maximum(n - 1.0, 1.0), 0.0)
     else:
-        raise ValueError(f"unknown advantage kind {kind!r}: expected 'std', 'mean' or 'loo'")
+        adv = jnp.where(n > 1, centred * n / jnp.maximum(n - 1.0, 1.0), 0.0)
     return (adv * v).astype(jnp.float32)
 
 
