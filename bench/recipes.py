@@ -44,6 +44,7 @@ TARGETS = {
     "ppo_acrobot": (-100.0, 300.0),
     "ppo_mountaincar_continuous": (90.0, 300.0),
     "ppo_pendulum": (-250.0, 300.0),
+    "ppo_brax_inverted_pendulum": (950.0, 120.0),  # issue 5
 }
 
 _CHILD = """

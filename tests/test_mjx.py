@@ -47,8 +47,7 @@ def env():
     return env
 
 
-@pytest.fixture(scope="module")
-def runs(env):
+def _batched_inputs():
     """Rows: 0 nominal; 1 half the mass, same actions; 2 half the mass, half the actions."""
     actions = jnp.asarray(np.stack([ACTIONS, ACTIONS, 0.5 * ACTIONS]))
     params = MjxParams(
@@ -57,9 +56,23 @@ def runs(env):
         friction_scale=jnp.ones((3,)),
         gravity_scale=jnp.ones((3,)),
     )
-    run = jax.jit(jax.vmap(_scan_steps, in_axes=(None, None, 0, 0)), static_argnums=0)
-    out = run(env, jax.random.PRNGKey(3), actions, params)
-    return jax.tree_util.tree_map(np.asarray, out)
+    return jax.random.PRNGKey(3), actions, params
+
+
+BATCHED_RUN = jax.jit(jax.vmap(_scan_steps, in_axes=(None, None, 0, 0)), static_argnums=0)
+
+
+@pytest.fixture(scope="module")
+def runs(env):
+    return jax.tree_util.tree_map(np.asarray, BATCHED_RUN(env, *_batched_inputs()))
+
+
+def test_batched_mjx_program_has_no_lapack_call(env):
+    """The XML asks for jacobian="sparse", so MJX factors and solves with the mass matrix in
+    plain XLA; the dense default lowers to batched LAPACK calls (cho_factor / cho_solve),
+    which can deadlock XLA's CPU thread pool under vmap (see tests/test_networks.py)."""
+    text = BATCHED_RUN.lower(env, *_batched_inputs()).as_text()
+    assert "while" in text and "lapack" not in text.lower()
 
 
 def test_mjx_env_matches_cpu_mujoco(env, runs):
