@@ -76,15 +76,15 @@ def _seed_program(fn, keys, compiler_options):
     up to float rounding.
     """
     import jax
-    import numpy as np
-    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+    from jax.sharding import NamedSharding
 
-    devices = jax.devices()
-    if len(devices) == 1:
+    from jaxrl import sharding
+
+    if len(jax.devices()) == 1:
         return jax.jit(jax.vmap(fn), compiler_options=compiler_options), keys
-    sharding = NamedSharding(Mesh(np.asarray(devices), ("seeds",)), PartitionSpec("seeds"))
-    program = jax.jit(jax.vmap(fn), in_shardings=sharding, out_shardings=sharding, compiler_options=compiler_options)
-    return program, jax.device_put(keys, sharding)
+    split = NamedSharding(sharding.make_mesh("all"), sharding.batch_spec(0))
+    program = jax.jit(jax.vmap(fn), in_shardings=split, out_shardings=split, compiler_options=compiler_options)
+    return program, jax.device_put(keys, split)
 
 
 def child_solve() -> dict:

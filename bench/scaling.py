@@ -122,20 +122,18 @@ def _compile(kind: str, num_envs: int, n_devices: int):
     mesh = sharding.make_mesh(n_devices)
     key = jax.random.PRNGKey(0)
     shapes = jax.eval_shape(init, key)
-    if kind == "ppo_seeds":  # whole seeds per device: no collectives, nothing traced under the mesh
+    if kind == "ppo_seeds":  # whole seeds per device: no collectives
         layout = sharding.seed_layout(mesh, shapes)
-        state = sharding.init_sharded(init, layout)(key)
-        compiled, compile_s = common.compile_fn(sharding.jit_chunk(run, layout, donate=False), state)
-        common.block(compiled(state))
-        return compiled, state, work, compile_s
-    if kind == "ppo":  # as the trainer does it: probe against twice the envs
+    elif kind == "ppo":  # as the trainer does it: probe against twice the envs
         axes = sharding.probe_batch_axes(shapes, jax.eval_shape(_ppo_program(2 * num_envs)[0], key))
+        layout = sharding.make_layout(mesh, shapes, axes)
     else:  # this small state's env batch: every leaf with a leading num_envs axis
         axes = jax.tree_util.tree_map(lambda s: 0 if s.shape[:1] == (num_envs,) else -1, shapes)
-    layout = sharding.make_layout(mesh, shapes, axes)
+        layout = sharding.make_layout(mesh, shapes, axes)
     state = sharding.init_sharded(init, layout)(key)
     chunk = sharding.jit_chunk(run, layout, donate=False)
-    with sharding.use_mesh(mesh):  # as the trainer: traced under the mesh (constrain_batch)
+    # as the trainer: an env split is traced under the mesh (constrain_batch), a seed split not
+    with sharding.use_mesh(mesh if layout.mode == "envs" else None):
         compiled, compile_s = common.compile_fn(chunk, state)
     common.block(compiled(state))  # warm-up call
     return compiled, state, work, compile_s

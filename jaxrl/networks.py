@@ -101,12 +101,7 @@ def orthogonal(scale: float = 1.0):
         if len(shape) < 2:
             raise ValueError(f"orthogonal init needs a shape of rank >= 2, got {tuple(shape)}")
         n_cols = shape[-1]
-        n_rows = math.prod(shape) // n_cols
-        big, small = max(n_rows, n_cols), min(n_rows, n_cols)
-        a = prng.normal(key, (1, big, small))
-        q = _orthonormal_columns(a, jnp.asarray([small]))[0]
-        if n_rows < n_cols:
-            q = q.T
+        (q,) = orthogonal_matrices(key, [(math.prod(shape) // n_cols, n_cols)])
         return (scale * q).reshape(shape).astype(dtype)
 
     return init

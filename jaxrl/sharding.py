@@ -260,11 +260,9 @@ def seed_layout(mesh: Mesh, state_shapes: Any) -> Layout:
     mesh.
     """
 
-    def pick(path, leaf):
-        check_divisible(int(np.shape(leaf)[0]), mesh, "train.seeds", unit="seeds")
-        return NamedSharding(mesh, batch_spec(0))
-
-    shardings = jax.tree_util.tree_map_with_path(pick, state_shapes)
+    check_divisible(int(np.shape(jax.tree_util.tree_leaves(state_shapes)[0])[0]), mesh, "train.seeds", unit="seeds")
+    split = NamedSharding(mesh, batch_spec(0))
+    shardings = jax.tree_util.tree_map(lambda _: split, state_shapes)
     return Layout(mesh=mesh, state=shardings, replicated=NamedSharding(mesh, PartitionSpec()), mode="seeds")
 
 

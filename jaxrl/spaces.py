@@ -10,6 +10,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxrl import prng
+
 
 class Space:
     """A set of valid values with a static ``shape`` and ``dtype``."""
@@ -88,8 +90,8 @@ class Box(Space):
         finite_low, finite_high = jnp.isfinite(low), jnp.isfinite(high)
         lo = jnp.where(finite_low, low, 0.0)
         hi = jnp.where(finite_high, high, 0.0)
-        uniform = jax.random.uniform(k_uniform, self.shape, self.dtype, 0.0, 1.0) * (hi - lo) + lo
-        normal = jax.random.normal(k_normal, self.shape, self.dtype)
+        uniform = prng.uniform(k_uniform, self.shape, self.dtype) * (hi - lo) + lo
+        normal = prng.normal(k_normal, self.shape, self.dtype)
         # Half-bounded dimensions: the bound plus an exponential-ish offset keeps inside.
         below = lo + jnp.abs(normal)
         above = hi - jnp.abs(normal)
