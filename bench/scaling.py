@@ -253,8 +253,8 @@ def _markdown(records, rows, meta, real: bool) -> str:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--devices", type=int, nargs="+", default=[1, 2, 4])
-    p.add_argument("--env-totals", type=int, nargs="+", default=[256, 4096, 32768])
-    p.add_argument("--ppo-totals", type=int, nargs="+", default=[64, 512])
+    p.add_argument("--env-totals", type=int, nargs="*", default=[256, 4096, 32768])
+    p.add_argument("--ppo-totals", type=int, nargs="*", default=[64, 512])
     p.add_argument("--seed-totals", type=int, nargs="*", default=[8],
                    help=f"seed counts of the ppo_seeds workload ({SEED_ENVS} envs per seed)")
     p.add_argument("--repeats", type=int, default=5)

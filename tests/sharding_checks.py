@@ -17,6 +17,7 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import functools  # noqa: E402
 import json  # noqa: E402
+import re  # noqa: E402
 import sys  # noqa: E402
 
 import jax  # noqa: E402
@@ -160,9 +161,56 @@ def main() -> dict:
         out["indivisible_layout_error"] = str(exc)
     out["summary"] = sharding.summary(mesh4, PPO_CFG.num_envs)
     out.update(grpo_checks(env, env_params, mesh4))
-    out["env_split_all_reduce"] = "all-reduce" in chunk4.lower(state4).compile().as_text()
+    with sharding.use_mesh(mesh4):  # the program the run used (traced under the mesh)
+        compiled_text = chunk4.lower(state4).compile().as_text()
+    out["env_split_all_reduce"] = "all-reduce" in compiled_text
+    # (result shape, op) of every collective in the compiled PPO chunk
+    out["ppo_collectives"] = re.findall(
+        r"= (\(?[a-z0-9]+\[[^=]*?) (all-reduce|all-gather|all-to-all|collective-permute|reduce-scatter)(?:-start)?\(",
+        compiled_text,
+    )
+    out.update(packing_checks(mesh4))
     out.update(seed_split_checks())
     return out
+
+
+def packing_checks(mesh) -> dict:
+    """``sharding.replicate`` (bit-exact packing) and ``sharding.batch_mean`` on 4 devices."""
+    tree = {
+        "big_int": jnp.arange(8 * 6, dtype=jnp.int32).reshape(8, 6) * 1_000_003 + (1 << 30),  # > 2**24: bitcast
+        "flag": (jnp.arange(8 * 6) % 3 == 0).reshape(8, 6),
+        "small": (jnp.arange(8 * 6 * 2) % 251).astype(jnp.uint8).reshape(8, 6, 2),
+        "x": jnp.linspace(-3.0, 3.0, 8 * 6 * 4, dtype=jnp.float32).reshape(8, 6, 4),
+    }
+    split = jax.device_put(tree, jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(sharding.DATA)))
+
+    def whole(t):
+        return sharding.replicate(t, ndim=1)
+
+    with sharding.use_mesh(mesh):
+        got = jax.jit(whole)(split)
+        gathers = jax.jit(whole).lower(split).compile().as_text().count(" all-gather(")
+
+    def fn(w, b):  # means over the batch axis: a gradient and a metric
+        loss = lambda w: jnp.mean((b["x"] @ w) ** 2)  # noqa: E731
+        return jax.grad(loss)(w), {"m": jnp.mean(b["x"][..., 0])}
+
+    w = jnp.arange(4 * 3, dtype=jnp.float32).reshape(4, 3) / 10
+    batch = {"x": jax.random.normal(jax.random.PRNGKey(0), (16, 4))}
+    ref = fn(w, batch)
+    with sharding.use_mesh(mesh):
+        par = jax.jit(lambda w, b: sharding.batch_mean(fn, w, b))(
+            w, jax.device_put(batch, jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(sharding.DATA)))
+        )
+    return {
+        "replicate_exact": all(
+            np.array_equal(np.asarray(a), np.asarray(b)) and a.dtype == b.dtype
+            for a, b in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(tree))
+        ),
+        "replicate_is_replicated": all(x.sharding.is_fully_replicated for x in jax.tree_util.tree_leaves(got)),
+        "replicate_all_gathers": gathers,
+        "batch_mean_diff": max_rel_diff(jax.device_get(par), jax.device_get(ref)),
+    }
 
 
 def seed_split_checks() -> dict:

@@ -388,9 +388,10 @@ def entropy_loss(entropy: jax.Array) -> tuple[jax.Array, dict]:
     return -mean, {"entropy": mean}
 
 
-def normalize_advantages(advantages: jax.Array) -> jax.Array:
-    """Zero mean, unit standard deviation (``+1e-8`` in the denominator)."""
-    return (advantages - jnp.mean(advantages)) / (jnp.std(advantages) + 1e-8)
+def normalize_advantages(advantages: jax.Array, axis: int = -1) -> jax.Array:
+    """Zero mean, unit standard deviation along ``axis`` (``+1e-8`` in the denominator)."""
+    mean = jnp.mean(advantages, axis=axis, keepdims=True)
+    return (advantages - mean) / (jnp.std(advantages, axis=axis, keepdims=True) + 1e-8)
 
 
 def ppo_loss(
@@ -403,11 +404,12 @@ def ppo_loss(
 ) -> tuple[jax.Array, dict]:
     """``policy + vf_coef * value + ent_coef * entropy_loss`` on a minibatch ``[N]``.
 
+    The advantages are used as given: :func:`_epoch` normalises them per minibatch
+    (``cfg.normalize_advantages``) before the minibatch is split over devices.
     Returns ``(loss [], metrics)`` with each term's metrics and ``"loss"``.
     """
     dist, values = network.apply(params, _prepare_obs(cfg, obs_stats, batch.obs))
-    adv = normalize_advantages(batch.advantage) if cfg.normalize_advantages else batch.advantage
-    pi_loss, pi_m = policy_loss(dist.log_prob(batch.action), batch.log_prob, adv, hyper.clip_eps)
+    pi_loss, pi_m = policy_loss(dist.log_prob(batch.action), batch.log_prob, batch.advantage, hyper.clip_eps)
     vf_eps = None if cfg.vf_clip_eps is None else hyper.vf_clip_eps
     v_loss, v_m = value_loss(values, batch.value, batch.target, vf_eps)
     ent_loss, ent_m = entropy_loss(dist.entropy())
@@ -494,7 +496,13 @@ def _sgd_step(
     0.34 ms of a 2 ms step for 16 vmapped seeds on the 2-core CPU).
     """
     grad_fn = jax.grad(_flat_loss, has_aux=True)
-    flat_grads, metrics = grad_fn(learner.params, unravel, setup, obs_stats, hyper, mb)
+
+    def grads(replicated, batch):
+        params, stats, hyp = replicated
+        return grad_fn(params, unravel, setup, stats, hyp, batch)
+
+    # on a data mesh: each device's slice, then one all-reduce of gradient and metrics
+    flat_grads, metrics = sharding.batch_mean(grads, (learner.params, obs_stats, hyper), mb)
     optimizer = make_optimizer(setup.cfg, setup.plan, hyper)
     updates, opt_state = optimizer.update(flat_grads, learner.opt_state, learner.params)
     return LearnerState(learner.params + updates, opt_state), {**metrics, "grad_norm": jnp.linalg.norm(flat_grads)}
@@ -509,11 +517,19 @@ def _epoch(
     learner: LearnerState,
     key: jax.Array,
 ) -> tuple[LearnerState, dict]:
-    """Shuffle the flat batch ``[N]`` into ``[M, N / M]`` minibatches and step on each."""
+    """Shuffle the flat batch ``[N]`` into ``[M, N / M]`` minibatches and step on each.
+
+    The advantages are normalised per minibatch here, for all ``M`` at once: on a data mesh
+    the batch is whole on every device at this point (:func:`update` replicated it), so
+    the statistics cost no collective, and each SGD step needs only one all-reduce
+    (gradients and metrics together, :func:`jaxrl.sharding.batch_mean`).
+    """
     m = setup.cfg.num_minibatches
     perm = jax.random.permutation(key, batch.advantage.shape[0])
-    shuffled = jax.tree_util.tree_map(lambda x: jnp.reshape(x[perm], (m, -1) + x.shape[1:]), batch)
-    shuffled = sharding.constrain_batch(shuffled, axis=1)  # data mesh: each device steps on its slice
+    shuffled = sharding.minibatches(batch, perm, m)  # data mesh: each device gathers its slice
+    if setup.cfg.normalize_advantages:  # statistics of whole minibatches, computed on every device
+        adv = sharding.replicate(normalize_advantages(jnp.reshape(batch.advantage[perm], (m, -1)), axis=1), ndim=2)
+        shuffled = shuffled.replace(advantage=sharding.constrain_batch(adv, axis=1))
     step = functools.partial(_sgd_step, setup, hyper, obs_stats, unravel)
     learner, metrics = jax.lax.scan(step, learner, shuffled)
     return learner, metrics
@@ -531,10 +547,11 @@ def _scale_rewards(
     return normalize.scale(stats, traj.reward), stats, acc
 
 
-def _episode_metrics(traj: rollout.Trajectory) -> dict:
-    count = jnp.sum(traj.episode_done.astype(jnp.float32))
-    ret_sum = jnp.sum(jnp.where(traj.episode_done, traj.episode_return, 0.0))
-    len_sum = jnp.sum(jnp.where(traj.episode_done, traj.episode_length, 0).astype(jnp.float32))
+def _episode_metrics(done: jax.Array, ret: jax.Array, length: jax.Array) -> dict:
+    """Mean return and length of the episodes that ended (``traj.episode_*`` ``[T, B]``)."""
+    count = jnp.sum(done.astype(jnp.float32))
+    ret_sum = jnp.sum(jnp.where(done, ret, 0.0))
+    len_sum = jnp.sum(jnp.where(done, length, 0).astype(jnp.float32))
     denom = jnp.maximum(count, 1.0)
     return {
         "episode_count": count,
@@ -558,14 +575,21 @@ def update(setup: Setup, state: PPOTrainState) -> tuple[PPOTrainState, dict]:
     next_values = value(setup.network, cfg, agent, traj.next_obs)
     rewards, reward_stats, return_acc = _scale_rewards(cfg, state, traj)
     adv, targets = gae(rewards, traj.value, next_values, traj.terminated, traj.truncated, hyper.gamma, hyper.gae_lambda)
+    # On a data mesh the learner needs the whole batch on every device (the minibatches are
+    # a global shuffle): one all-gather of everything the rest of the update reads.
+    whole = sharding.replicate(
+        (Batch(traj.obs, traj.action, traj.log_prob, traj.value, adv, targets),
+         traj.episode_done, traj.episode_return, traj.episode_length),
+        ndim=2,
+    )
     flat = lambda x: jnp.reshape(x, (-1,) + x.shape[2:])  # noqa: E731  [T, B, ...] -> [T*B, ...]
-    batch = Batch(flat(traj.obs), flat(traj.action), flat(traj.log_prob), flat(traj.value), flat(adv), flat(targets))
+    batch = jax.tree_util.tree_map(flat, whole[0])
     flat_params, unravel = ravel_pytree(agent.params)
     epoch = functools.partial(_epoch, setup, hyper, agent.obs_stats, unravel, batch)
     learner, sgd_metrics = jax.lax.scan(
         epoch, LearnerState(flat_params, state.opt_state), jax.random.split(epoch_key, cfg.update_epochs)
     )
-    obs_stats = normalize.update(agent.obs_stats, traj.obs) if cfg.normalize_obs else agent.obs_stats
+    obs_stats = normalize.update(agent.obs_stats, whole[0].obs) if cfg.normalize_obs else agent.obs_stats
     new_state = PPOTrainState(
         agent=AgentState(unravel(learner.params), obs_stats, reward_stats),
         opt_state=learner.opt_state,
@@ -576,10 +600,10 @@ def update(setup: Setup, state: PPOTrainState) -> tuple[PPOTrainState, dict]:
         hyper=hyper,
     )
     metrics = {k: jnp.mean(v) for k, v in sgd_metrics.items()}
-    metrics.update(_episode_metrics(traj))
+    metrics.update(_episode_metrics(*whole[1:]))
     metrics["lr"] = current_lr(cfg, setup.plan, hyper, state.update_step)
-    metrics["value_mean"] = jnp.mean(traj.value)
-    metrics["advantage_std"] = jnp.std(adv)
+    metrics["value_mean"] = jnp.mean(batch.value)
+    metrics["advantage_std"] = jnp.std(batch.advantage)
     return new_state, {k: jnp.asarray(v, jnp.float32) for k, v in metrics.items()}
 
 
