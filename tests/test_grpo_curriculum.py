@@ -38,6 +38,18 @@ def test_curriculum_advances_on_the_measured_success_rate(exact, level, expected
     assert int(new) == expected and new.dtype == jnp.int32
 
 
+@pytest.mark.parametrize("level, expected", [(1, 3), (2, 4), (4, 5), (5, 5)])
+def test_curriculum_step_raises_by_that_much_capped_at_the_stop(level, expected):
+    env = Addition(max_digits=3)
+    cfg = grpo.GRPOConfig(num_prompts=2, group_size=2, curriculum_param="num_digits", curriculum_start=1,
+                          curriculum_stop=5, curriculum_step=2, curriculum_threshold=0.5)
+    setup = grpo.make_setup(env, env.default_params, cfg)
+    assert int(grpo._next_level(setup, jnp.int32(level), _rollout([1, 1]))) == expected
+    assert int(grpo._next_level(setup, jnp.int32(level), _rollout([0, 0]))) == level  # below the threshold
+    with pytest.raises(ValueError, match="curriculum_step"):
+        grpo.validate(grpo.GRPOConfig(curriculum_param="num_digits", curriculum_step=0))
+
+
 def test_curriculum_uses_the_return_without_the_metric_and_sets_the_env_param():
     setup = _setup()
     assert int(grpo._next_level(setup, jnp.int32(1), _rollout(None, [0.2, 0.9]))) == 2  # mean return 0.55

@@ -258,3 +258,19 @@ def test_step_rewards_alphabet_sort_pay_the_shaping_term_only(episode_fns):
     r0, _, _ = _play_tokens(env, params.replace(shaping=0.0), key, answer + "$", episode_fns)
     np.testing.assert_array_equal(r0[:8], 0.0)
     assert r0[8] == pytest.approx(1.0)
+
+
+def test_alphabet_sort_num_letters_restricts_the_names():
+    # a difficulty knob for curricula: names drawn from the first num_letters letters (the
+    # free token, the last letter of the prompt, is redrawn over all 26 for the split);
+    # the answer is still the names sorted
+    env = AlphabetSort()
+    params = env.default_params.replace(num_letters=4)
+    tasks = jax.vmap(lambda k: env.generate(k, params))(jax.random.split(jax.random.PRNGKey(0), 256))
+    prompts = np.asarray(tasks.prompt)
+    body = prompts[:, :-2]  # names and commas, without the free token and '='
+    letters = body[body >= 15] - 15
+    assert letters.max() == 3 and letters.min() == 0
+    for prompt, answer in zip(prompts[:32], np.asarray(tasks.answer)[:32]):
+        names = decode(prompt[:-1]).split(",")
+        assert decode(answer) == ",".join(sorted(names))

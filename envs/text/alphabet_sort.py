@@ -15,6 +15,10 @@ the right position) and ``params.shaping_sim = w_s`` (the similarity itself, not
 ``(1 - w_a - w_s) * gate(has_eos, similarity ** 4) + w_a * token_accuracy + w_s * similarity``.
 ``w_a = w_s = 0`` (the defaults, and what evaluation should use) is the verifiers library's
 reward exactly.
+
+``params.num_letters`` (default 26) draws the names from the first ``num_letters`` letters
+only, a difficulty knob for a curriculum (``grpo.curriculum_param: num_letters``); the free
+token that decides the held-out split (the prompt's last letter) still ranges over all 26.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ class AlphabetSortParams:
     shaping_sim: float = 0.0  # weight of the un-powered similarity mixed into the reward
     held_out: bool = False  # draw prompts from the held-out split (evaluation only)
     step_rewards: int = 0  # 1: pay the shaping term (shaping * token_accuracy) token by token
+    num_letters: int = 26  # names are drawn from the first num_letters letters (a curriculum knob)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,7 +109,8 @@ class AlphabetSort(TokenEnv):
     def generate(self, key, params) -> Task:
         k_names, k_free = jax.random.split(key)
         n = jnp.clip(jnp.asarray(params.num_names, jnp.int32), 2, self.max_names)
-        letters = jax.random.randint(k_names, (self.max_names, self.name_len), 0, 26)
+        alphabet = jnp.clip(jnp.asarray(params.num_letters, jnp.int32), 1, 26)
+        letters = jax.random.randint(k_names, (self.max_names, self.name_len), 0, alphabet)
         length = n * (self.name_len + 1) - 1
         body = right_align(self._join(LETTER_A + letters), length, self._list_len)
         prompt = set_free_token(k_free, jnp.concatenate([body, jnp.full((1,), SEP, jnp.int32)]), params.held_out)

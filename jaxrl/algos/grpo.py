@@ -133,6 +133,7 @@ class GRPOConfig:
     curriculum_stop: int = 1  # its last value
     curriculum_metric: str = "exact_match"  # batch mean of this info key (else the return)
     curriculum_threshold: float = 0.9  # ... must reach this to advance one level
+    curriculum_step: int = 1  # a level raises the param by this much (capped at curriculum_stop)
 
 
 @struct.dataclass
@@ -181,6 +182,7 @@ def validate(cfg: GRPOConfig) -> None:
     _check(0.0 <= cfg.credit_discount <= 1.0, "credit_discount", f"must be in [0, 1], got {cfg.credit_discount}")
     if cfg.curriculum_param:
         _check(cfg.curriculum_start <= cfg.curriculum_stop, "curriculum_stop", f"must be >= curriculum_start ({cfg.curriculum_start})")
+        _check(cfg.curriculum_step >= 1, "curriculum_step", f"must be >= 1, got {cfg.curriculum_step}")
 
 
 def derive(cfg: GRPOConfig) -> Plan:
@@ -732,7 +734,7 @@ def _next_level(setup: Setup, level: Array, rollout: Rollout) -> Array:
         return level
     score = rollout.final_info.get(cfg.curriculum_metric, rollout.returns)
     up = jnp.mean(score) >= cfg.curriculum_threshold
-    return jnp.where(up, jnp.minimum(level + 1, cfg.curriculum_stop), level).astype(jnp.int32)
+    return jnp.where(up, jnp.minimum(level + cfg.curriculum_step, cfg.curriculum_stop), level).astype(jnp.int32)
 
 
 def collect(setup: Setup, state: GRPOState, key: Array) -> tuple[Rollout, Batch, dict]:
