@@ -39,6 +39,23 @@ class KVCache:
     v: Array  # float32 [n_layers, B, max_len, n_heads, head_dim]
 
 
+def rope(x: Array, pos: Array, base: float = 10_000.0) -> Array:
+    """Rotary position embedding (Su et al. 2021, RoFormer): rotate pairs of ``x``'s last axis
+    by angles ``pos * base ** (-2i / D)``.
+
+    ``x [B, L, H, D]`` (``D`` even), ``pos`` int ``[L]``. Attention scores of rotated queries
+    and keys depend on positions only through their difference, so a head that looks a
+    fixed distance back ("the previous token") is one pattern for every position, not one
+    to learn per absolute position pair.
+    """
+    half = x.shape[-1] // 2
+    freq = base ** (-jnp.arange(half, dtype=jnp.float32) / half)
+    angle = pos.astype(jnp.float32)[:, None] * freq[None, :]  # [L, D/2]
+    cos, sin = jnp.cos(angle)[None, :, None, :], jnp.sin(angle)[None, :, None, :]
+    x1, x2 = x[..., :half], x[..., half:]
+    return jnp.concatenate([x1 * cos - x2 * sin, x1 * sin + x2 * cos], axis=-1)
+
+
 def _attend(q: Array, k: Array, v: Array, mask: Array) -> Array:
     """Multi-head attention. ``q [B, Lq, H, D]``, ``k, v [B, Lk, H, D]``, ``mask`` bool
     broadcastable to ``[B, H, Lq, Lk]`` (True = may attend) -> ``[B, Lq, H, D]``."""
@@ -55,6 +72,7 @@ class Block(nn.Module):
     d_model: int
     n_heads: int
     mlp_ratio: int = 4
+    rotary: bool = False  # rotate queries and keys by their positions (rope)
 
     def setup(self):
         init = nn.initializers.normal(0.02)
@@ -65,11 +83,14 @@ class Block(nn.Module):
         self.fc1 = nn.Dense(self.mlp_ratio * self.d_model, kernel_init=init)
         self.fc2 = nn.Dense(self.d_model, kernel_init=init)
 
-    def _qkv(self, x: Array) -> tuple[Array, Array, Array]:
-        """``x [B, L, d]`` -> q, k, v ``[B, L, H, d / H]``."""
+    def _qkv(self, x: Array, pos: Array) -> tuple[Array, Array, Array]:
+        """``x [B, L, d]`` at positions ``pos [L]`` -> q, k, v ``[B, L, H, d / H]``."""
         head_dim = self.d_model // self.n_heads
         qkv = self.qkv(self.ln1(x)).reshape(x.shape[:2] + (3, self.n_heads, head_dim))
-        return qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
+        q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
+        if self.rotary:
+            q, k = rope(q, pos), rope(k, pos)
+        return q, k, v
 
     def _finish(self, x: Array, attended: Array) -> Array:
         x = x + self.out(attended.reshape(x.shape[:2] + (self.d_model,)))
@@ -77,14 +98,14 @@ class Block(nn.Module):
 
     def full(self, x: Array) -> tuple[Array, Array, Array]:
         """Causal pass over ``x [B, L, d]``: ``(y [B, L, d], k, v [B, L, H, D])``."""
-        q, k, v = self._qkv(x)
         length = x.shape[1]
+        q, k, v = self._qkv(x, jnp.arange(length))
         causal = jnp.tril(jnp.ones((length, length), jnp.bool_))
         return self._finish(x, _attend(q, k, v, causal[None, None])), k, v
 
     def step(self, x: Array, pos: Array, k_cache: Array, v_cache: Array) -> tuple[Array, Array, Array]:
         """One position: ``x [B, 1, d]`` at ``pos``; caches ``[B, M, H, D]`` -> updated caches."""
-        q, k, v = self._qkv(x)
+        q, k, v = self._qkv(x, jnp.reshape(pos, (1,)))
         k_cache = jax.lax.dynamic_update_slice_in_dim(k_cache, k, pos, axis=1)
         v_cache = jax.lax.dynamic_update_slice_in_dim(v_cache, v, pos, axis=1)
         visible = (jnp.arange(k_cache.shape[1]) <= pos)[None, None, None, :]
@@ -100,13 +121,20 @@ class TransformerLM(nn.Module):
     n_layers: int = 2
     n_heads: int = 4
     mlp_ratio: int = 4
+    positions: str = "learned"  # "learned": absolute embedding added to the input; "rope": rotary
 
     def setup(self):
         if self.d_model % self.n_heads:
             raise ValueError(f"d_model={self.d_model} must be divisible by n_heads={self.n_heads}")
+        if self.positions not in ("learned", "rope"):
+            raise ValueError(f"positions must be 'learned' or 'rope', got {self.positions!r}")
+        if self.positions == "rope" and (self.d_model // self.n_heads) % 2:
+            raise ValueError(f"positions='rope' needs an even head size, got {self.d_model // self.n_heads}")
         self.embed = nn.Embed(self.vocab_size, self.d_model, embedding_init=nn.initializers.normal(0.02))
-        self.pos_embed = self.param("pos_embed", nn.initializers.normal(0.02), (self.max_len, self.d_model))
-        self.blocks = [Block(self.d_model, self.n_heads, self.mlp_ratio) for _ in range(self.n_layers)]
+        if self.positions == "learned":
+            self.pos_embed = self.param("pos_embed", nn.initializers.normal(0.02), (self.max_len, self.d_model))
+        rotary = self.positions == "rope"
+        self.blocks = [Block(self.d_model, self.n_heads, self.mlp_ratio, rotary) for _ in range(self.n_layers)]
         self.ln_f = nn.LayerNorm()
         self.head = nn.Dense(self.vocab_size, kernel_init=nn.initializers.normal(0.02))
 
@@ -121,7 +149,9 @@ class TransformerLM(nn.Module):
     def prefill(self, tokens: Array) -> tuple[Array, KVCache]:
         """Logits of ``tokens [B, L]`` and the cache of their ``L`` positions (max_len slots)."""
         length = tokens.shape[1]
-        x = self._tokens(tokens) + self.pos_embed[:length]
+        x = self._tokens(tokens)
+        if self.positions == "learned":
+            x = x + self.pos_embed[:length]
         ks, vs = [], []
         for block in self.blocks:
             x, k, v = block.full(x)
@@ -133,7 +163,9 @@ class TransformerLM(nn.Module):
     def decode(self, token: Array, pos: Array, cache: KVCache) -> tuple[Array, KVCache]:
         """Feed ``token int32[B]`` at position ``pos``: logits ``[B, V]`` and the new cache."""
         pos = jnp.clip(jnp.asarray(pos, jnp.int32), 0, self.max_len - 1)
-        x = self._tokens(token[:, None]) + jax.lax.dynamic_slice_in_dim(self.pos_embed, pos, 1)[None]
+        x = self._tokens(token[:, None])
+        if self.positions == "learned":
+            x = x + jax.lax.dynamic_slice_in_dim(self.pos_embed, pos, 1)[None]
         ks, vs = [], []
         for i, block in enumerate(self.blocks):
             x, k, v = block.step(x, pos, cache.k[i], cache.v[i])

@@ -9,7 +9,14 @@ from jaxrl.algos import grpo
 from jaxrl.transformer import TransformerLM, num_params
 from jaxrl_envs.text import Reverse
 
-MODEL = TransformerLM(vocab_size=41, max_len=12)
+MODELS = {p: TransformerLM(vocab_size=41, max_len=12, positions=p) for p in ("learned", "rope")}
+MODEL = MODELS["learned"]
+
+
+@pytest.fixture(scope="module", params=["learned", "rope"])
+def model_params(request):
+    model = MODELS[request.param]
+    return model, model.init(jax.random.PRNGKey(0), jnp.zeros((1, 12), jnp.int32))
 
 
 @pytest.fixture(scope="module")
@@ -17,33 +24,35 @@ def params():
     return MODEL.init(jax.random.PRNGKey(0), jnp.zeros((1, 12), jnp.int32))
 
 
-def _decode_all(params, tokens, prompt_len):
+def _decode_all(model, params, tokens, prompt_len):
     """Logits for positions prompt_len-1 .. L-2 via prefill + one cached decode per token."""
-    logits, cache = MODEL.apply(params, tokens[:, :prompt_len], method=TransformerLM.prefill)
+    logits, cache = model.apply(params, tokens[:, :prompt_len], method=TransformerLM.prefill)
     out = [logits[:, -1]]
 
     def body(cache, t):
-        lg, cache = MODEL.apply(params, tokens[:, t], t, cache, method=TransformerLM.decode)
+        lg, cache = model.apply(params, tokens[:, t], t, cache, method=TransformerLM.decode)
         return cache, lg
 
     _, rest = jax.lax.scan(body, cache, jnp.arange(prompt_len, tokens.shape[1] - 1))
     return jnp.concatenate([out[0][:, None], jnp.swapaxes(rest, 0, 1)], axis=1)
 
 
-def test_kv_cache_decoding_equals_one_pass(params):
+def test_kv_cache_decoding_equals_one_pass(model_params):
+    model, params = model_params
     tokens = jax.random.randint(jax.random.PRNGKey(1), (4, 12), 0, 41)
-    full = jax.jit(MODEL.apply)(params, tokens)
-    cached = jax.jit(_decode_all, static_argnums=2)(params, tokens, 5)
+    full = jax.jit(model.apply)(params, tokens)
+    cached = jax.jit(_decode_all, static_argnums=(0, 3))(model, params, tokens, 5)
     np.testing.assert_allclose(cached, full[:, 4:11], atol=2e-5, rtol=1e-5)
     lp_full = jax.nn.log_softmax(full[:, 4:11])
     lp_cached = jax.nn.log_softmax(cached)
     np.testing.assert_allclose(lp_cached, lp_full, atol=2e-5)
 
 
-def test_causal_future_tokens_do_not_change_past_logits(params):
+def test_causal_future_tokens_do_not_change_past_logits(model_params):
+    model, params = model_params
     tokens = jax.random.randint(jax.random.PRNGKey(2), (2, 12), 0, 41)
     changed = tokens.at[:, 8:].set((tokens[:, 8:] + 7) % 41)
-    a, b = MODEL.apply(params, tokens), MODEL.apply(params, changed)
+    a, b = model.apply(params, tokens), model.apply(params, changed)
     np.testing.assert_allclose(a[:, :8], b[:, :8], atol=1e-6)
     assert float(jnp.max(jnp.abs(a[:, 8:] - b[:, 8:]))) > 1e-4
 
@@ -77,3 +86,22 @@ def test_rollout_log_probs_equal_one_pass_log_probs():
     # members of a group share the prompt, and sampled different completions somewhere
     np.testing.assert_array_equal(ro.obs[0, 0], ro.obs[1, 0])
     assert not np.array_equal(ro.actions, ro.actions[::-1])
+
+
+def test_rope_scores_depend_on_relative_position_only():
+    from jaxrl.transformer import rope
+
+    q = jax.random.normal(jax.random.PRNGKey(3), (1, 1, 1, 8))
+    k = jax.random.normal(jax.random.PRNGKey(4), (1, 1, 1, 8))
+    score = lambda i, j: float(jnp.sum(rope(q, jnp.array([i])) * rope(k, jnp.array([j]))))  # noqa: E731
+    assert score(5, 2) == pytest.approx(score(9, 6), abs=1e-5)  # same distance, same score
+    assert score(5, 2) != pytest.approx(score(5, 3), abs=1e-3)
+    assert score(0, 0) == pytest.approx(float(jnp.sum(q * k)), abs=1e-6)  # position 0: no rotation
+    # no position table: the rope model has fewer parameters and refuses odd head sizes
+    n_rope = num_params(MODELS["rope"].init(jax.random.PRNGKey(0), jnp.zeros((1, 12), jnp.int32)))
+    n_learned = num_params(MODEL.init(jax.random.PRNGKey(0), jnp.zeros((1, 12), jnp.int32)))
+    assert n_learned - n_rope == 12 * 64
+    with pytest.raises(ValueError, match="even head size"):
+        TransformerLM(41, 8, d_model=12, n_heads=4, positions="rope").init(jax.random.PRNGKey(0), jnp.zeros((1, 8), jnp.int32))
+    with pytest.raises(ValueError, match="positions"):
+        TransformerLM(41, 8, positions="alibi").init(jax.random.PRNGKey(0), jnp.zeros((1, 8), jnp.int32))

@@ -125,6 +125,7 @@ class GRPOConfig:
     d_model: int = 64  # transformer width
     n_layers: int = 2  # transformer blocks
     n_heads: int = 4  # attention heads
+    positions: Literal["learned", "rope"] = "learned"  # transformer position encoding
     hidden: tuple[int, ...] = (64, 64)  # MLP policy hidden widths
     eval_episodes: int = 512  # held-out prompts (token tasks) or episodes for evaluate
     eval_params: dict = dataclasses.field(default_factory=dict)  # env param overrides at eval
@@ -913,7 +914,8 @@ def build_policy(env: Environment, env_params, cfg: GRPOConfig) -> Policy:
     if kind == "transformer":
         if not is_token:
             raise ValueError(f"policy: 'transformer' needs a token task, {env.name} is not one")
-        model = TransformerLM(env.vocab_size, env.prompt_len + env.max_completion_len, cfg.d_model, cfg.n_layers, cfg.n_heads)
+        model = TransformerLM(env.vocab_size, env.prompt_len + env.max_completion_len, cfg.d_model, cfg.n_layers,
+                              cfg.n_heads, positions=cfg.positions)
         return transformer_policy(model, env.prompt_len)
     return mlp_policy(MLPPolicy(n_actions, tuple(cfg.hidden)))
 
