@@ -9,7 +9,10 @@ trainer does it (env batch split, params replicated), timed at several device co
 * ``ppo``: full PPO updates (rollout + GAE + epochs x minibatches), ``K`` per call, the
   env batch split over the devices (gradients all-reduced every SGD step);
 * ``ppo_seeds``: ``S`` independent PPO runs vmapped (the trainer's ``--seeds``), split as
-  whole seeds per device (``shard: seeds``): no collectives.
+  whole seeds per device (``shard: seeds``): no collectives;
+* ``grpo``: GRPO updates on ``text/Reverse-v0`` (8 digits, the recipe's transformer, DAPO,
+  KL reference, 8 generations per prompt), the prompt groups split over the devices
+  (whole groups per device); "envs" are prompt groups and a step is a generated token.
 
 One process holds ``max(--devices)`` devices and a mesh over the first ``n`` of them is the
 ``n``-device program; the timed calls of all device counts are interleaved, so that every
@@ -100,6 +103,28 @@ def _ppo_program(num_envs: int):
 
 
 SEED_ENVS = 16  # envs per seed of the ``ppo_seeds`` workload
+GRPO_GROUP = 8  # generations per prompt of the ``grpo`` workload
+
+
+def _grpo_program(num_prompts: int):
+    """``(init, run, work)``: ``PPO_UPDATES`` GRPO updates of ``num_prompts`` x 8 reverse-8
+    generations (work = generated tokens)."""
+    import jax
+    import jax.numpy as jnp
+
+    from jaxrl import registry
+    from jaxrl.algos import grpo
+
+    env, params = registry.make("text/Reverse-v0")
+    cfg = grpo.GRPOConfig(num_prompts=num_prompts, group_size=GRPO_GROUP, num_updates=100, num_minibatches=2,
+                          loss_type="dapo", beta=0.04, eps_high=0.28)
+    algo = grpo.make_grpo(env, params, cfg)
+
+    def run(state):
+        state, metrics = jax.lax.scan(lambda s, _: algo.update(s), state, None, length=PPO_UPDATES)
+        return state, jax.tree_util.tree_map(jnp.mean, metrics)
+
+    return algo.init, run, PPO_UPDATES * num_prompts * GRPO_GROUP * grpo.rollout_length(env, params, cfg)
 
 
 def _ppo_seeds_program(num_seeds: int):
@@ -117,7 +142,7 @@ def _compile(kind: str, num_envs: int, n_devices: int):
 
     from jaxrl import sharding
 
-    program = {"env": _env_program, "ppo": _ppo_program, "ppo_seeds": _ppo_seeds_program}[kind]
+    program = {"env": _env_program, "ppo": _ppo_program, "ppo_seeds": _ppo_seeds_program, "grpo": _grpo_program}[kind]
     init, run, work = program(num_envs)
     mesh = sharding.make_mesh(n_devices)
     key = jax.random.PRNGKey(0)
@@ -127,6 +152,8 @@ def _compile(kind: str, num_envs: int, n_devices: int):
     elif kind == "ppo":  # as the trainer does it: probe against twice the envs
         axes = sharding.probe_batch_axes(shapes, jax.eval_shape(_ppo_program(2 * num_envs)[0], key))
         layout = sharding.make_layout(mesh, shapes, axes)
+    elif kind == "grpo":  # no env batch in the state: the prompt groups are born inside update
+        layout = sharding.make_layout(mesh, shapes, jax.tree_util.tree_map(lambda _: -1, shapes))
     else:  # this small state's env batch: every leaf with a leading num_envs axis
         axes = jax.tree_util.tree_map(lambda s: 0 if s.shape[:1] == (num_envs,) else -1, shapes)
         layout = sharding.make_layout(mesh, shapes, axes)
@@ -175,7 +202,8 @@ def worker(args) -> None:
     import jax
 
     records = []
-    for kind, totals in (("env", args.env_totals), ("ppo", args.ppo_totals), ("ppo_seeds", args.seed_totals)):
+    for kind, totals in (("env", args.env_totals), ("ppo", args.ppo_totals), ("ppo_seeds", args.seed_totals),
+                         ("grpo", args.grpo_totals)):
         for total in totals:
             records += _measure(kind, total, args.devices, args.repeats)
             print(f"# {kind} {total}: done", file=sys.stderr, flush=True)
@@ -195,7 +223,7 @@ def _run_worker(args) -> dict:
         env["JAX_PLATFORMS"] = "cpu"
     cmd = [sys.executable, __file__, "--worker", "--repeats", str(args.repeats), "--devices", *map(str, args.devices),
            "--env-totals", *map(str, args.env_totals), "--ppo-totals", *map(str, args.ppo_totals),
-           "--seed-totals", *map(str, args.seed_totals)]
+           "--seed-totals", *map(str, args.seed_totals), "--grpo-totals", *map(str, args.grpo_totals)]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if proc.returncode:
         raise RuntimeError(f"worker failed:\n{proc.stderr[-3000:]}")
@@ -257,6 +285,8 @@ def main(argv=None) -> int:
     p.add_argument("--ppo-totals", type=int, nargs="*", default=[64, 512])
     p.add_argument("--seed-totals", type=int, nargs="*", default=[8],
                    help=f"seed counts of the ppo_seeds workload ({SEED_ENVS} envs per seed)")
+    p.add_argument("--grpo-totals", type=int, nargs="*", default=[32],
+                   help=f"prompt counts of the grpo workload ({GRPO_GROUP} generations each)")
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--real", action="store_true", help="use the machine's real devices (no forced CPU devices)")
     p.add_argument("--name", default="scaling", help="results file stem in bench/results/")
