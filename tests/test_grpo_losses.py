@@ -133,6 +133,28 @@ def test_grpo_and_dr_grpo_advantages():
     np.testing.assert_allclose(grpo.group_advantages(r, valid, "mean"), np.array(r) - mean, atol=1e-6)
 
 
+def test_batch_std_advantages_use_the_whole_batch_std():
+    # group means are per group; the scale is the unbiased std of every valid reward of the
+    # batch (TRL scale_rewards="batch"): a nearly solved group keeps small advantages
+    r = jnp.array([[1.0, 1.0, 1.0, 0.9], [0.0, 1.0, 0.0, 1.0]])
+    valid = jnp.array([[True] * 4, [True, True, True, False]])
+    vals = np.array([1.0, 1.0, 1.0, 0.9, 0.0, 1.0, 0.0])
+    batch_std = np.std(vals, ddof=1)
+    means = np.array([[0.975], [1 / 3]])
+    expected = (np.array(r) - means) / (batch_std + 1e-4) * np.array(valid)
+    np.testing.assert_allclose(grpo.group_advantages(r, valid, "batch_std"), expected, atol=1e-5)
+    # the group-std version blows the 0.1 gap of group 0 up to ~1.5 standard deviations
+    assert float(jnp.max(jnp.abs(grpo.group_advantages(r, valid, "std")[0]))) > 1.4
+    assert float(jnp.max(jnp.abs(grpo.group_advantages(r, valid, "batch_std")[0]))) < 0.2
+    # identical rewards everywhere: zero advantages, no NaN
+    same = grpo.group_advantages(jnp.ones((2, 3)), jnp.ones((2, 3), bool), "batch_std")
+    assert np.all(np.asarray(same) == 0.0)
+    assert grpo.advantage_kind("dapo", "batch") == "batch_std" and grpo.advantage_kind("dr_grpo", "batch") == "mean"
+    assert grpo.advantage_kind("grpo") == "std"
+    with pytest.raises(ValueError, match="batch_std"):
+        grpo.group_advantages(r, valid, "bogus")
+
+
 def test_k3_kl_term():
     ref = jnp.full((2, 2), math.log(0.5), jnp.float32)
     logp = jnp.full((2, 2), math.log(0.75), jnp.float32)
@@ -226,7 +248,7 @@ def test_unknown_loss_type_is_rejected():
 # ---------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("kind", ["std", "mean", "loo"])
+@pytest.mark.parametrize("kind", ["std", "batch_std", "mean", "loo"])
 def test_token_advantages_equal_sequence_advantages_for_final_rewards(kind):
     # rewards only on the last step, every member ends at T: each token gets the sequence advantage
     returns = jnp.array([[1.0, 0.0, 0.5, 0.25], [0.3, 0.3, 0.9, 0.1]], jnp.float32)  # [P=2, G=4]

@@ -119,6 +119,7 @@ class GRPOConfig:
     token_credit: bool = False  # per-token advantages: group-centred reward-to-go (needs step rewards
     #                             from the env to differ from the sequence advantage; not with gspo)
     credit_discount: float = 1.0  # gamma of that reward-to-go (1 = undiscounted; static)
+    scale_rewards: Literal["group", "batch"] = "group"  # std-scaled losses: divide by the group's or the batch's reward std
     max_steps: int = 0  # rollout length T; 0 = the token task's max completion length or
     #                     the env's params.max_steps_in_episode
     policy: Literal["auto", "transformer", "mlp"] = "auto"  # auto: transformer for token tasks
@@ -218,8 +219,15 @@ def _group_std(centred: Array, n: Array) -> Array:
 
 
 def _check_kind(kind: str) -> None:
-    if kind not in ("std", "mean", "loo"):
-        raise ValueError(f"unknown advantage kind {kind!r}: expected 'std', 'mean' or 'loo'")
+    if kind not in ("std", "batch_std", "mean", "loo"):
+        raise ValueError(f"unknown advantage kind {kind!r}: expected 'std', 'batch_std', 'mean' or 'loo'")
+
+
+def _batch_std(rewards: Array, v: Array) -> Array:
+    """The unbiased std ``[]`` of every valid reward of the batch (all groups together)."""
+    count = jnp.sum(v)
+    mean = jnp.sum(rewards * v) / jnp.maximum(count, 1.0)
+    return jnp.sqrt(jnp.sum(((rewards - mean) * v) ** 2) / jnp.maximum(count - 1.0, 1.0))
 
 
 def _group_scale(rewards: Array, valid: Array, kind: str) -> tuple[Array, Array, Array]:
@@ -230,6 +238,8 @@ def _group_scale(rewards: Array, valid: Array, kind: str) -> tuple[Array, Array,
     v, n, mean, centred = _group_stats(rewards, valid)
     if kind == "std":
         scale = 1.0 / (_group_std(centred, n) + ADV_EPS)
+    elif kind == "batch_std":
+        scale = jnp.broadcast_to(1.0 / (_batch_std(rewards, v) + ADV_EPS), n.shape)
     elif kind == "mean":
         scale = jnp.ones_like(n)
     else:
@@ -245,6 +255,10 @@ def group_advantages(rewards: Array, valid: Array, kind: str) -> Array:
       valid: bool ``[P, G]``, members that count (others get advantage 0 and do not enter
         the group's statistics).
       kind: ``"std"`` — ``(R - mean) / (std + 1e-4)`` with the unbiased std (GRPO);
+        ``"batch_std"`` — the same with the std of the whole batch's rewards instead of the
+        group's (TRL's ``scale_rewards="batch"``; the group-mean / batch-std advantage of
+        Liu et al. 2025, "Tricks or Traps? A Deep Dive into RL for LLM Reasoning"): a group
+        that is nearly solved no longer has its small differences blown up by a tiny std;
         ``"mean"`` — ``R - mean`` (Dr. GRPO); ``"loo"`` — ``R_i - mean_{j != i} R_j`` (RLOO).
     Returns:
       float32 ``[P, G]``. A group with a single valid member gets 0 (no baseline exists),
@@ -256,6 +270,8 @@ def group_advantages(rewards: Array, valid: Array, kind: str) -> Array:
     v, n, mean, centred = _group_stats(rewards, valid)
     if kind == "std":
         adv = centred / (_group_std(centred, n) + ADV_EPS)
+    elif kind == "batch_std":
+        adv = centred / (_batch_std(rewards, v) + ADV_EPS)
     elif kind == "mean":
         adv = centred
     else:
@@ -300,9 +316,11 @@ def token_advantages(step_rewards: Array, valid: Array, kind: str, discount: flo
     return (scale[..., None] * (rtg - mean_t) * vt).astype(jnp.float32)
 
 
-def advantage_kind(loss_type: str) -> str:
-    """Which :func:`group_advantages` a loss variant uses."""
-    return {"dr_grpo": "mean", "rloo": "loo"}.get(loss_type, "std")
+def advantage_kind(loss_type: str, scale_rewards: str = "group") -> str:
+    """Which :func:`group_advantages` a loss variant uses (``scale_rewards: batch`` swaps the
+    group std of the std-scaled variants for the batch std)."""
+    kind = {"dr_grpo": "mean", "rloo": "loo"}.get(loss_type, "std")
+    return "batch_std" if kind == "std" and scale_rewards == "batch" else kind
 
 
 def k3_kl(logp: Array, ref_logp: Array) -> Array:
@@ -761,9 +779,9 @@ def collect(setup: Setup, state: GRPOState, key: Array) -> tuple[Rollout, Batch,
     if cfg.token_credit:
         last = jnp.arange(setup.num_steps)[None] == (ro.length - 1)[:, None]  # the penalty lands on the last step
         step_r = (ro.rewards + penalty[members][:, None] * last).reshape(cfg.num_prompts, g, -1)
-        adv = token_advantages(step_r, valid, advantage_kind(cfg.loss_type), cfg.credit_discount).reshape(cfg.num_prompts * g, -1)
+        adv = token_advantages(step_r, valid, advantage_kind(cfg.loss_type, cfg.scale_rewards), cfg.credit_discount).reshape(cfg.num_prompts * g, -1)
     else:
-        adv = group_advantages(grouped, valid, advantage_kind(cfg.loss_type)).reshape(-1)
+        adv = group_advantages(grouped, valid, advantage_kind(cfg.loss_type, cfg.scale_rewards)).reshape(-1)
     mask = ro.mask & jnp.repeat(group_valid, g)[:, None]
     ref_logp = jnp.zeros_like(ro.logp)
     if cfg.beta > 0:
