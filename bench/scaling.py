@@ -169,18 +169,13 @@ def _compile(kind: str, num_envs: int, n_devices: int):
 def _measure(kind: str, num_envs: int, device_counts: list[int], repeats: int) -> list[dict]:
     """Time the same total work on every device count, the calls *interleaved* (round robin)
     so that all counts see the same machine load; best and median per count."""
+    import functools
     import statistics
-    import time
 
     programs = {n: _compile(kind, num_envs, n) for n in device_counts if num_envs % n == 0}
-    times = {n: [] for n in programs}
-    cpu = {n: [] for n in programs}
-    for _ in range(repeats):
-        for n, (compiled, state, _, _) in programs.items():
-            start, start_cpu = time.perf_counter(), time.process_time()
-            common.block(compiled(state))
-            times[n].append(time.perf_counter() - start)
-            cpu[n].append(time.process_time() - start_cpu)  # all threads of this process
+    calls = {n: functools.partial(compiled, state) for n, (compiled, state, _, _) in programs.items()}
+    timed = common.time_interleaved(calls, repeats, warmup=0)  # _compile made the warm-up call
+    times, cpu = timed.wall, timed.cpu  # cpu: all threads of this process
     records = []
     for n, (_, _, work, compile_s) in programs.items():
         best, median = min(times[n]), statistics.median(times[n])

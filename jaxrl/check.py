@@ -61,7 +61,7 @@ import numpy as np
 from flax import struct
 
 from jaxrl import spaces
-from jaxrl.env import Environment, replace_params
+from jaxrl.env import Environment, replace_params, tree_select
 
 PASS, FAIL, SKIP = "PASS", "FAIL", "SKIP"
 #: The small episode limit used by the ``truncation`` check (or the env's own, if smaller).
@@ -197,15 +197,6 @@ def _obs_sum(tree) -> jax.Array:
     return sum((jnp.sum(leaf.astype(jnp.float32)) for leaf in jax.tree_util.tree_leaves(tree)), jnp.float32(0))
 
 
-def _select_batch(pred, on_true, on_false):
-    """Per-env choice between two batched trees; ``pred`` is bool ``[B]``."""
-
-    def pick(a, b):
-        return jnp.where(jnp.reshape(pred, pred.shape + (1,) * (a.ndim - 1)), a, b)
-
-    return jax.tree_util.tree_map(pick, on_true, on_false)
-
-
 class _Counted:
     """Wraps ``fn``; ``traces`` counts how often JAX traced it (one increment per trace)."""
 
@@ -266,7 +257,7 @@ def _rollout_step(env, obs_space, act_space, params, limit, carry: _RolloutCarry
         limit_ok,
         at_limit & (limit >= 0),
     )
-    state = _select_batch(done, reset_state, state)
+    state = tree_select(done, reset_state, state)
     return _RolloutCarry(key, state, jnp.where(done, 0, elapsed)), record
 
 

@@ -66,6 +66,17 @@ class TimeStep:
         return jnp.logical_or(self.terminated, self.truncated)
 
 
+def tree_select(pred: jax.Array, on_true: Any, on_false: Any) -> Any:
+    """Per-leaf ``where(pred, on_true, on_false)`` with ``pred`` (e.g. bool ``[N]``, one per
+    env) broadcast against each leaf's trailing axes (leaves ``[N, ...]``)."""
+
+    def pick(a, b):
+        p = jnp.reshape(pred, jnp.shape(pred) + (1,) * (jnp.ndim(a) - jnp.ndim(pred)))
+        return jnp.where(p, a, b)
+
+    return jax.tree_util.tree_map(pick, on_true, on_false)
+
+
 def first_timestep(obs: Any, info: dict | None = None) -> TimeStep:
     """The TimeStep returned by ``reset``: zero reward, no flags set."""
     return TimeStep(

@@ -290,6 +290,12 @@ def jit_chunk(chunk: Callable[[Any], tuple[Any, Any]], layout: Layout, donate: b
     )
 
 
+def _active_data_mesh():
+    """The mesh current while tracing if it has the :data:`DATA` axis, else ``None``."""
+    mesh = jax.sharding.get_abstract_mesh()
+    return None if mesh.empty or DATA not in mesh.axis_names else mesh
+
+
 def constrain_batch(tree: Any, axis: int = 0) -> Any:
     """Pin ``axis`` of every leaf of ``tree`` to the data axis, inside a program.
 
@@ -298,8 +304,8 @@ def constrain_batch(tree: Any, axis: int = 0) -> Any:
     inside ``update`` (GRPO's prompt groups): values are unchanged, only placement.
     Leaves too small or not divisible by the mesh size are left alone.
     """
-    mesh = jax.sharding.get_abstract_mesh()
-    if mesh.empty or DATA not in mesh.axis_names:
+    mesh = _active_data_mesh()
+    if mesh is None:
         return tree
     n = mesh.shape[DATA]
 
@@ -339,9 +345,9 @@ def replicate(tree: Any, ndim: int) -> Any:
     for bit), made replicated, and unpacked. A no-op without an active data mesh. One
     collective instead of one per leaf: XLA's CPU collectives cost a rendezvous each.
     """
-    mesh = jax.sharding.get_abstract_mesh()
+    mesh = _active_data_mesh()
     leaves, treedef = jax.tree_util.tree_flatten(tree)
-    if mesh.empty or DATA not in mesh.axis_names or not leaves:
+    if mesh is None or not leaves:
         return tree
     lead = leaves[0].shape[:ndim]
     packed = jnp.concatenate([_to_f32_bits(x).reshape(lead + (-1,)) for x in leaves], axis=-1)
@@ -363,8 +369,8 @@ def minibatches(tree: Any, perm: jax.Array, num: int) -> Any:
     replicated, e.g. by :func:`replicate`). The values are those of the plain gather.
     """
     size = perm.shape[0] // num
-    mesh = jax.sharding.get_abstract_mesh()
-    if mesh.empty or DATA not in mesh.axis_names or size % mesh.shape[DATA]:
+    mesh = _active_data_mesh()
+    if mesh is None or size % mesh.shape[DATA]:
         return jax.tree_util.tree_map(lambda x: jnp.reshape(x[perm], (num, size) + x.shape[1:]), tree)
     n = mesh.shape[DATA]
 
@@ -393,8 +399,8 @@ def batch_mean(fn: Callable, replicated: Any, batch: Any) -> Any:
     devices against 0.04 ms for the same numbers as one vector (``bench/collectives.py``).
     With it, ``bench/scaling.py``'s PPO sharding overhead at 4 devices fell from 26% to 9%.
     """
-    mesh = jax.sharding.get_abstract_mesh()
-    if mesh.empty or DATA not in mesh.axis_names:
+    mesh = _active_data_mesh()
+    if mesh is None:
         return fn(replicated, batch)
     n = mesh.shape[DATA]
     if any(jnp.ndim(x) == 0 or jnp.shape(x)[0] % n for x in jax.tree_util.tree_leaves(batch)):

@@ -389,11 +389,11 @@ def _loop(
     bar = log_lib.Progress(d.total_env_steps * d.seeds, done * d.env_steps_per_update * d.seeds, show)
     start = time.perf_counter()
     chunks_since_save = 0
+    trace_mesh = layout.mesh if layout is not None and layout.mode == "envs" else None
     try:
         while done < d.num_updates:
             n = min(k, d.num_updates - done)
-            env_split = layout is not None and layout.mode == "envs"
-            with jax.transfer_guard("disallow"), sharding.use_mesh(layout.mesh if env_split else None):
+            with jax.transfer_guard("disallow"), sharding.use_mesh(trace_mesh):
                 state, metrics, finite = chunk(state, n_dev[n])  # env split: traced under the mesh (constrain_batch)
             metrics, finite = jax.device_get((metrics, finite))
             check_finite(metrics, finite, done, n, ckpts)

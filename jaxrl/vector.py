@@ -62,7 +62,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from jaxrl.env import Environment, TimeStep, Wrapper
+from jaxrl.env import Environment, TimeStep, Wrapper, tree_select
 
 
 @struct.dataclass
@@ -93,16 +93,6 @@ def default_reset_chunk(num_envs: int) -> int:
     """
     n = int(num_envs)
     return max(min(n, 16), n // 32)
-
-
-def _select(pred: jax.Array, on_true, on_false):
-    """Per-leaf ``where`` with ``pred [N]`` broadcast against each leaf's ``[N, ...]``."""
-
-    def pick(a, b):
-        p = jnp.reshape(pred, pred.shape + (1,) * (jnp.ndim(a) - 1))
-        return jnp.where(p, a, b)
-
-    return jax.tree_util.tree_map(pick, on_true, on_false)
 
 
 def _cumsum_int32(x: jax.Array) -> jax.Array:
@@ -196,7 +186,7 @@ def auto_reset_batch(
     num_envs = done.shape[0]
     if chunk >= num_envs:  # one chunk covers the batch: reset all, keep the finished
         fresh = _batch_reset(env, key, params, num_envs, params_axis)
-        return _select(done, fresh, stepped)
+        return tree_select(done, fresh, stepped)
     rank = done_rank(done)
     num_chunks = (rank[-1] + (chunk - 1)) // chunk
     body = functools.partial(_assign_chunk, env, chunk, params_axis, rank, key, params)

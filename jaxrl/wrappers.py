@@ -28,17 +28,7 @@ import jax.numpy as jnp
 from flax import struct
 
 from jaxrl import spaces
-from jaxrl.env import Environment, TimeStep, Wrapper
-
-
-def _select(pred, on_true, on_false):
-    """Per-leaf ``where`` with ``pred`` broadcast against each leaf's trailing dims."""
-
-    def pick(a, b):
-        p = jnp.reshape(pred, jnp.shape(pred) + (1,) * (jnp.ndim(a) - jnp.ndim(pred)))
-        return jnp.where(p, a, b)
-
-    return jax.tree_util.tree_map(pick, on_true, on_false)
+from jaxrl.env import Environment, TimeStep, Wrapper, tree_select
 
 
 class AutoReset(Wrapper):
@@ -53,8 +43,8 @@ class AutoReset(Wrapper):
         state, ts = self.env.step(step_key, state, action, params)
         reset_state, reset_ts = self.env.reset(reset_key, params)
         done = ts.done
-        state = _select(done, reset_state, state)
-        obs = _select(done, reset_ts.obs, ts.obs)
+        state = tree_select(done, reset_state, state)
+        obs = tree_select(done, reset_ts.obs, ts.obs)
         return state, ts.replace(obs=obs, info={**ts.info, "final_obs": ts.obs})
 
 

@@ -31,10 +31,10 @@ from flax import struct
 
 from jaxrl import verifiers as V
 from jaxrl.verifiers import PAD, Task
-
-Array = jax.Array
 from jaxrl_envs.text.base import TokenEnv, right_align, set_free_token
 from jaxrl_envs.text.vocab import COMMA, LETTER_A, SEP
+
+Array = jax.Array
 
 
 @struct.dataclass

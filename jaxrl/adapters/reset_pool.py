@@ -62,7 +62,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from jaxrl.env import Environment, TimeStep, Wrapper
+from jaxrl.env import Environment, TimeStep, Wrapper, tree_select
 from jaxrl.vector import done_rank
 
 
@@ -85,15 +85,6 @@ class ResetPoolState:
     cursor: jax.Array
     params: Any
     refills: jax.Array
-
-
-def _select(pred: jax.Array, on_true, on_false):
-    """Per-leaf ``where`` with ``pred [N]`` broadcast against each leaf's ``[N, ...]``."""
-
-    def pick(a, b):
-        return jnp.where(jnp.reshape(pred, pred.shape + (1,) * (jnp.ndim(a) - 1)), a, b)
-
-    return jax.tree_util.tree_map(pick, on_true, on_false)
 
 
 def _strong_array(x) -> jax.Array:
@@ -179,8 +170,8 @@ class ResetPoolVectorEnv(Wrapper):
         fresh_state, fresh_obs = jax.tree_util.tree_map(
             lambda x: jnp.take(x, index, axis=0, mode="clip"), (state.pool_state, state.pool_obs)
         )
-        new_state = state.replace(env_state=_select(done, fresh_state, env_state), cursor=state.cursor + count)
-        obs = _select(done, fresh_obs, ts.obs)
+        new_state = state.replace(env_state=tree_select(done, fresh_state, env_state), cursor=state.cursor + count)
+        obs = tree_select(done, fresh_obs, ts.obs)
         return new_state, ts.replace(obs=obs, info={**ts.info, "final_obs": ts.obs})
 
     def render(self, state: ResetPoolState, params):

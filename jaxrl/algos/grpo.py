@@ -75,7 +75,7 @@ from flax import struct
 from jaxrl import sharding
 from jaxrl.algos import base
 from jaxrl.algos.base import Algorithm, Plan
-from jaxrl.env import Environment, replace_params
+from jaxrl.env import Environment, replace_params, tree_select
 from jaxrl.transformer import TransformerLM
 
 Array = jax.Array
@@ -223,11 +223,11 @@ def _check_kind(kind: str) -> None:
         raise ValueError(f"unknown advantage kind {kind!r}: expected 'std', 'batch_std', 'mean' or 'loo'")
 
 
-def _batch_std(rewards: Array, v: Array) -> Array:
-    """The unbiased std ``[]`` of every valid reward of the batch (all groups together)."""
-    count = jnp.sum(v)
-    mean = jnp.sum(rewards * v) / jnp.maximum(count, 1.0)
-    return jnp.sqrt(jnp.sum(((rewards - mean) * v) ** 2) / jnp.maximum(count - 1.0, 1.0))
+def _batch_std(rewards: Array, valid: Array) -> Array:
+    """The unbiased std ``[1, 1]`` of every valid reward of the batch: the whole ``[P, G]``
+    batch taken as one group."""
+    _, n, _, centred = _group_stats(rewards.reshape(1, -1), valid.reshape(1, -1))
+    return _group_std(centred, n)
 
 
 def _group_scale(rewards: Array, valid: Array, kind: str) -> tuple[Array, Array, Array]:
@@ -239,7 +239,7 @@ def _group_scale(rewards: Array, valid: Array, kind: str) -> tuple[Array, Array,
     if kind == "std":
         scale = 1.0 / (_group_std(centred, n) + ADV_EPS)
     elif kind == "batch_std":
-        scale = jnp.broadcast_to(1.0 / (_batch_std(rewards, v) + ADV_EPS), n.shape)
+        scale = jnp.broadcast_to(1.0 / (_batch_std(rewards, valid) + ADV_EPS), n.shape)
     elif kind == "mean":
         scale = jnp.ones_like(n)
     else:
@@ -271,7 +271,7 @@ def group_advantages(rewards: Array, valid: Array, kind: str) -> Array:
     if kind == "std":
         adv = centred / (_group_std(centred, n) + ADV_EPS)
     elif kind == "batch_std":
-        adv = centred / (_batch_std(rewards, v) + ADV_EPS)
+        adv = centred / (_batch_std(rewards, valid) + ADV_EPS)
     elif kind == "mean":
         adv = centred
     else:
@@ -572,14 +572,6 @@ class _Carry:
     key: Array
 
 
-def _select(pred: Array, new, old):
-    def pick(a, b):
-        p = jnp.reshape(pred, pred.shape + (1,) * (a.ndim - pred.ndim))
-        return jnp.where(p, a, b)
-
-    return jax.tree_util.tree_map(pick, new, old)
-
-
 def _rollout_step(policy: Policy, env: Environment, greedy: bool, params, env_params, temperature, c: _Carry, t):
     key, k_act, k_env = jax.random.split(c.key, 3)
     scaled = c.logits / temperature
@@ -593,11 +585,11 @@ def _rollout_step(policy: Policy, env: Environment, greedy: bool, params, env_pa
     n = action.shape[0]
     new_state, ts = jax.vmap(env.step, in_axes=(0, 0, 0, None))(jax.random.split(k_env, n), c.env_state, action, env_params)
     alive = c.alive
-    env_state = _select(alive, new_state, c.env_state)
+    env_state = tree_select(alive, new_state, c.env_state)
     obs = jnp.where(jnp.reshape(alive, (n,) + (1,) * (ts.obs.ndim - 1)), ts.obs, c.obs)
     ended = alive & ts.done
     step_reward = jnp.where(alive, ts.reward, 0.0).astype(jnp.float32)
-    final_info = _select(ended, ts.info, c.final_info)
+    final_info = tree_select(ended, ts.info, c.final_info)
     policy_carry, logits = policy.step(params, c.policy_carry, obs, action, t)
     new = _Carry(
         env_state,

@@ -577,19 +577,19 @@ def update(setup: Setup, state: PPOTrainState) -> tuple[PPOTrainState, dict]:
     adv, targets = gae(rewards, traj.value, next_values, traj.terminated, traj.truncated, hyper.gamma, hyper.gae_lambda)
     # On a data mesh the learner needs the whole batch on every device (the minibatches are
     # a global shuffle): one all-gather of everything the rest of the update reads.
-    whole = sharding.replicate(
+    whole, ep_done, ep_return, ep_length = sharding.replicate(
         (Batch(traj.obs, traj.action, traj.log_prob, traj.value, adv, targets),
          traj.episode_done, traj.episode_return, traj.episode_length),
         ndim=2,
     )
     flat = lambda x: jnp.reshape(x, (-1,) + x.shape[2:])  # noqa: E731  [T, B, ...] -> [T*B, ...]
-    batch = jax.tree_util.tree_map(flat, whole[0])
+    batch = jax.tree_util.tree_map(flat, whole)
     flat_params, unravel = ravel_pytree(agent.params)
     epoch = functools.partial(_epoch, setup, hyper, agent.obs_stats, unravel, batch)
     learner, sgd_metrics = jax.lax.scan(
         epoch, LearnerState(flat_params, state.opt_state), jax.random.split(epoch_key, cfg.update_epochs)
     )
-    obs_stats = normalize.update(agent.obs_stats, whole[0].obs) if cfg.normalize_obs else agent.obs_stats
+    obs_stats = normalize.update(agent.obs_stats, whole.obs) if cfg.normalize_obs else agent.obs_stats
     new_state = PPOTrainState(
         agent=AgentState(unravel(learner.params), obs_stats, reward_stats),
         opt_state=learner.opt_state,
@@ -600,7 +600,7 @@ def update(setup: Setup, state: PPOTrainState) -> tuple[PPOTrainState, dict]:
         hyper=hyper,
     )
     metrics = {k: jnp.mean(v) for k, v in sgd_metrics.items()}
-    metrics.update(_episode_metrics(*whole[1:]))
+    metrics.update(_episode_metrics(ep_done, ep_return, ep_length))
     metrics["lr"] = current_lr(cfg, setup.plan, hyper, state.update_step)
     metrics["value_mean"] = jnp.mean(batch.value)
     metrics["advantage_std"] = jnp.std(batch.advantage)
