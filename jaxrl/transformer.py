@@ -56,6 +56,20 @@ def rope(x: Array, pos: Array, base: float = 10_000.0) -> Array:
     return jnp.concatenate([x1 * cos - x2 * sin, x1 * sin + x2 * cos], axis=-1)
 
 
+def smear(k: Array, gate: Array) -> Array:
+    """Smeared keys (Olsson et al. 2022, "In-context learning and induction heads", sec. 3):
+    ``k'_t = gate * k_t + (1 - gate) * k_{t-1}`` per head (``k_{-1} = 0``).
+
+    ``k [B, L, H, D]``, ``gate [H, 1]`` in (0, 1). A key then also carries the previous
+    token, so one attention layer can find "the position after an earlier copy of the
+    current token" and copy what stands there (an induction head), which otherwise needs a
+    previous-token head in an earlier layer. Causal: ``k'_t`` reads positions ``<= t`` only,
+    so the cache stores the raw keys and smears them when it is read.
+    """
+    previous = jnp.pad(k, ((0, 0), (1, 0), (0, 0), (0, 0)))[:, :-1]
+    return gate * k + (1.0 - gate) * previous
+
+
 def _attend(q: Array, k: Array, v: Array, mask: Array) -> Array:
     """Multi-head attention. ``q [B, Lq, H, D]``, ``k, v [B, Lk, H, D]``, ``mask`` bool
     broadcastable to ``[B, H, Lq, Lk]`` (True = may attend) -> ``[B, Lq, H, D]``."""
@@ -73,9 +87,12 @@ class Block(nn.Module):
     n_heads: int
     mlp_ratio: int = 4
     rotary: bool = False  # rotate queries and keys by their positions (rope)
+    smear_keys: bool = False  # mix each key with the previous position's key (see smear)
 
     def setup(self):
         init = nn.initializers.normal(0.02)
+        if self.smear_keys:
+            self.smear_logit = self.param("smear_logit", nn.initializers.zeros, (self.n_heads, 1))
         self.ln1 = nn.LayerNorm()
         self.qkv = nn.Dense(3 * self.d_model, kernel_init=init)
         self.out = nn.Dense(self.d_model, kernel_init=init)
@@ -92,6 +109,10 @@ class Block(nn.Module):
             q, k = rope(q, pos), rope(k, pos)
         return q, k, v
 
+    def _keys(self, k: Array) -> Array:
+        """The keys attention compares against: ``k [B, L, H, D]`` itself, or smeared."""
+        return smear(k, jax.nn.sigmoid(self.smear_logit)) if self.smear_keys else k
+
     def _finish(self, x: Array, attended: Array) -> Array:
         x = x + self.out(attended.reshape(x.shape[:2] + (self.d_model,)))
         return x + self.fc2(nn.gelu(self.fc1(self.ln2(x))))
@@ -101,7 +122,7 @@ class Block(nn.Module):
         length = x.shape[1]
         q, k, v = self._qkv(x, jnp.arange(length))
         causal = jnp.tril(jnp.ones((length, length), jnp.bool_))
-        return self._finish(x, _attend(q, k, v, causal[None, None])), k, v
+        return self._finish(x, _attend(q, self._keys(k), v, causal[None, None])), k, v
 
     def step(self, x: Array, pos: Array, k_cache: Array, v_cache: Array) -> tuple[Array, Array, Array]:
         """One position: ``x [B, 1, d]`` at ``pos``; caches ``[B, M, H, D]`` -> updated caches."""
@@ -109,7 +130,7 @@ class Block(nn.Module):
         k_cache = jax.lax.dynamic_update_slice_in_dim(k_cache, k, pos, axis=1)
         v_cache = jax.lax.dynamic_update_slice_in_dim(v_cache, v, pos, axis=1)
         visible = (jnp.arange(k_cache.shape[1]) <= pos)[None, None, None, :]
-        return self._finish(x, _attend(q, k_cache, v_cache, visible)), k_cache, v_cache
+        return self._finish(x, _attend(q, self._keys(k_cache), v_cache, visible)), k_cache, v_cache
 
 
 class TransformerLM(nn.Module):
@@ -122,6 +143,8 @@ class TransformerLM(nn.Module):
     n_heads: int = 4
     mlp_ratio: int = 4
     positions: str = "learned"  # "learned": absolute embedding added to the input; "rope": rotary
+    tie_embeddings: bool = False  # logits = LN(x) @ embedding.T (GPT-2's weight tying), no separate head
+    smear_keys: bool = False  # smeared keys in every block (:func:`smear`): one-layer induction heads
 
     def setup(self):
         if self.d_model % self.n_heads:
@@ -134,9 +157,14 @@ class TransformerLM(nn.Module):
         if self.positions == "learned":
             self.pos_embed = self.param("pos_embed", nn.initializers.normal(0.02), (self.max_len, self.d_model))
         rotary = self.positions == "rope"
-        self.blocks = [Block(self.d_model, self.n_heads, self.mlp_ratio, rotary) for _ in range(self.n_layers)]
+        self.blocks = [Block(self.d_model, self.n_heads, self.mlp_ratio, rotary, self.smear_keys) for _ in range(self.n_layers)]
         self.ln_f = nn.LayerNorm()
-        self.head = nn.Dense(self.vocab_size, kernel_init=nn.initializers.normal(0.02))
+        if not self.tie_embeddings:
+            self.head = nn.Dense(self.vocab_size, kernel_init=nn.initializers.normal(0.02))
+
+    def _logits(self, x: Array) -> Array:
+        x = self.ln_f(x)
+        return self.embed.attend(x) if self.tie_embeddings else self.head(x)
 
     def _tokens(self, tokens: Array) -> Array:
         # Out-of-vocabulary ids are clipped so that a garbage token cannot index out of range.
@@ -158,7 +186,7 @@ class TransformerLM(nn.Module):
             pad = ((0, 0), (0, self.max_len - length), (0, 0), (0, 0))
             ks.append(jnp.pad(k, pad))
             vs.append(jnp.pad(v, pad))
-        return self.head(self.ln_f(x)), KVCache(jnp.stack(ks), jnp.stack(vs))
+        return self._logits(x), KVCache(jnp.stack(ks), jnp.stack(vs))
 
     def decode(self, token: Array, pos: Array, cache: KVCache) -> tuple[Array, KVCache]:
         """Feed ``token int32[B]`` at position ``pos``: logits ``[B, V]`` and the new cache."""
@@ -171,7 +199,7 @@ class TransformerLM(nn.Module):
             x, k, v = block.step(x, pos, cache.k[i], cache.v[i])
             ks.append(k)
             vs.append(v)
-        return self.head(self.ln_f(x))[:, 0], KVCache(jnp.stack(ks), jnp.stack(vs))
+        return self._logits(x)[:, 0], KVCache(jnp.stack(ks), jnp.stack(vs))
 
 
 def num_params(params) -> int:

@@ -6,14 +6,17 @@ import numpy as np
 import pytest
 
 from jaxrl.algos import grpo
-from jaxrl.transformer import TransformerLM, num_params
+from jaxrl.transformer import TransformerLM, num_params, smear
 from jaxrl_envs.text import Reverse
 
 MODELS = {p: TransformerLM(vocab_size=41, max_len=12, positions=p) for p in ("learned", "rope")}
+# smeared keys with a tied head, over both position encodings: the cache must keep raw keys
+MODELS |= {f"smear_tied_{p}": TransformerLM(vocab_size=41, max_len=12, positions=p, smear_keys=True, tie_embeddings=True)
+           for p in ("learned", "rope")}
 MODEL = MODELS["learned"]
 
 
-@pytest.fixture(scope="module", params=["learned", "rope"])
+@pytest.fixture(scope="module", params=sorted(MODELS))
 def model_params(request):
     model = MODELS[request.param]
     return model, model.init(jax.random.PRNGKey(0), jnp.zeros((1, 12), jnp.int32))
@@ -105,3 +108,33 @@ def test_rope_scores_depend_on_relative_position_only():
         TransformerLM(41, 8, d_model=12, n_heads=4, positions="rope").init(jax.random.PRNGKey(0), jnp.zeros((1, 8), jnp.int32))
     with pytest.raises(ValueError, match="positions"):
         TransformerLM(41, 8, positions="alibi").init(jax.random.PRNGKey(0), jnp.zeros((1, 8), jnp.int32))
+
+
+def test_smear_mixes_each_key_with_the_previous_one():
+    k = jnp.arange(1.0, 7.0).reshape(1, 3, 2, 1)  # [B=1, L=3, H=2, D=1]: keys 1..6
+    gate = jnp.array([[1.0], [0.25]])  # head 0 keeps its keys, head 1 leans on the previous
+    out = smear(k, gate)[0, :, :, 0]
+    np.testing.assert_allclose(out[:, 0], [1.0, 3.0, 5.0])
+    np.testing.assert_allclose(out[:, 1], [0.25 * 2, 0.25 * 4 + 0.75 * 2, 0.25 * 6 + 0.75 * 4])
+
+
+def test_tied_head_has_no_head_matrix_and_reads_the_embedding():
+    tied = MODELS["smear_tied_learned"]
+    p_tied = tied.init(jax.random.PRNGKey(0), jnp.zeros((1, 12), jnp.int32))
+    p_plain = MODEL.init(jax.random.PRNGKey(0), jnp.zeros((1, 12), jnp.int32))
+    # no 64 x 41 head (+ 41 bias); one gate logit per head and layer
+    assert num_params(p_plain) - num_params(p_tied) == 64 * 41 + 41 - 2 * 4
+    assert "head" not in p_tied["params"]
+    # the logits are the final features against the embedding table
+    tokens = jax.random.randint(jax.random.PRNGKey(5), (2, 12), 0, 41)
+    emb = p_tied["params"]["embed"]["embedding"]
+    feats = tied.apply(p_tied, tokens, method=lambda m, t: m.ln_f(_features(m, t)))
+    np.testing.assert_allclose(tied.apply(p_tied, tokens), feats @ emb.T, atol=1e-5)
+
+
+def _features(model, tokens):
+    """The residual stream before the final LayerNorm (for the tied-head test)."""
+    x = model._tokens(tokens) + model.pos_embed[: tokens.shape[1]]
+    for block in model.blocks:
+        x, _, _ = block.full(x)
+    return x

@@ -127,6 +127,8 @@ class GRPOConfig:
     n_layers: int = 2  # transformer blocks
     n_heads: int = 4  # attention heads
     positions: Literal["learned", "rope"] = "learned"  # transformer position encoding
+    tie_embeddings: bool = False  # transformer output head = the token embedding (GPT-2 weight tying)
+    smear_keys: bool = False  # transformer keys mixed with the previous position's (one-layer induction heads)
     hidden: tuple[int, ...] = (64, 64)  # MLP policy hidden widths
     eval_episodes: int = 512  # held-out prompts (token tasks) or episodes for evaluate
     eval_params: dict = dataclasses.field(default_factory=dict)  # env param overrides at eval
@@ -925,7 +927,8 @@ def build_policy(env: Environment, env_params, cfg: GRPOConfig) -> Policy:
         if not is_token:
             raise ValueError(f"policy: 'transformer' needs a token task, {env.name} is not one")
         model = TransformerLM(env.vocab_size, env.prompt_len + env.max_completion_len, cfg.d_model, cfg.n_layers,
-                              cfg.n_heads, positions=cfg.positions)
+                              cfg.n_heads, positions=cfg.positions,
+                              tie_embeddings=cfg.tie_embeddings, smear_keys=cfg.smear_keys)
         return transformer_policy(model, env.prompt_len)
     return mlp_policy(MLPPolicy(n_actions, tuple(cfg.hidden)))
 
