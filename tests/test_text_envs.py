@@ -105,6 +105,20 @@ def test_addition_digits_follow_params():
     np.testing.assert_array_equal(np.isin(np.asarray(tasks.answer_len), [2, 3]), True)
 
 
+def test_addition_zero_pad_keeps_one_layout_and_bounds_the_values():
+    env = Addition(max_digits=3)
+    params = env.default_params.replace(min_digits=1, num_digits=2, zero_pad=1)
+    tasks = _tasks(env, params, 256)
+    prompts = [_text(p) for p in np.asarray(tasks.prompt)]
+    assert {len(p) for p in prompts} == {8}  # 'abc+def=' every time: no PAD, one layout
+    values = [int(x) for p in prompts for x in p.rstrip("=").split("+")]
+    assert max(values) < 100 and max(values) >= 10  # 1- and 2-digit values, 3 digits written
+    assert any(v < 10 for v in values)
+    np.testing.assert_array_equal(np.asarray(tasks.answer_len), 4)
+    for p, ans in zip(prompts, np.asarray(tasks.answer)):
+        assert _text(ans[:4]) == _add(p.rstrip("="))
+
+
 def test_vocab_roundtrip_and_errors():
     assert decode(encode("12+34=$")) == "12+34=$"
     assert decode(encode("ab,cd")) == "ab,cd"

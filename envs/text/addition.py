@@ -4,7 +4,11 @@ Prompt ``a_1 ... a_K + b_1 ... b_K =``: two K-digit numbers written most-signifi
 first, zero-padded to K digits, left-padded with PAD. Answer: the K + 1 digits of ``a + b``
 *least*-significant first (the last one is the carry, possibly 0), then EOS. K is drawn per
 prompt uniformly from ``[params.min_digits, params.num_digits]`` (both <= ``max_digits``), so a
-curriculum raises ``num_digits`` while easier prompts stay in the mix. Reward:
+curriculum raises ``num_digits`` while easier prompts stay in the mix. With
+``params.zero_pad = 1`` every operand is written with ``max_digits`` digits (a K-digit value
+gets leading zeros, the answer has ``max_digits + 1`` digits), so ``num_digits`` bounds the
+values only and the layout never moves: a curriculum on it then trains the positions the
+final task uses. Reward:
 :func:`jaxrl_envs.text.base.digit_rubric` (``"dense"`` by default), range ``[0, 1]``.
 """
 
@@ -27,6 +31,8 @@ class AdditionParams:
     min_digits: int = 1  # fewest digits per operand
     held_out: bool = False  # draw prompts from the held-out split (evaluation only)
     step_rewards: int = 0  # 1: pay the rubric's partial credit token by token (same return)
+    zero_pad: int = 0  # 1: write every operand with max_digits digits (leading zeros), so that
+    #                    num_digits only bounds the values and every prompt has one layout
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,6 +75,10 @@ class Addition(TokenEnv):
         lo = jnp.clip(jnp.asarray(params.min_digits, jnp.int32), 1, hi)
         nd = jax.random.randint(k_nd, (), lo, hi + 1)
         digits = jax.random.randint(k_digits, (2, m), 0, 10)  # operand digits, MSD first
+        zero_pad = jnp.asarray(params.zero_pad, jnp.int32) > 0
+        # zero_pad: operands below 10 ** nd written as max_digits digits (leading zeros)
+        digits = jnp.where(zero_pad & (jnp.arange(m) < m - nd), 0, digits)
+        nd = jnp.where(zero_pad, m, nd)
         # Compact prompt a(nd) + b(nd) = , right-aligned in prompt_len positions.
         width = self.prompt_len
         k = jnp.arange(width) - (width - (2 * nd + 2))
