@@ -16,6 +16,9 @@ Architecture (GPT-2 style, pre-norm): token embedding + learned absolute positio
 ``n_layers`` blocks of ``x + attn(LN(x))`` and ``x + MLP(LN(x))`` (GELU, ``mlp_ratio`` x
 width), a final LayerNorm and a linear head to ``vocab_size`` logits. Attention is multi-head
 scaled dot-product with a causal mask; the cache holds keys and values of every layer.
+Options: ``positions="rope"`` (rotary queries and keys instead of the position table,
+:func:`rope`), ``smear_keys`` (each key mixed with the previous position's, :func:`smear`)
+and ``tie_embeddings`` (the logits read off the token embedding table, no separate head).
 The defaults (d_model 64, 2 layers, 4 heads) give about 105k parameters with a 41-token
 vocabulary.
 """

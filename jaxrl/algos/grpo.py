@@ -588,7 +588,7 @@ def _rollout_step(policy: Policy, env: Environment, greedy: bool, params, env_pa
     new_state, ts = jax.vmap(env.step, in_axes=(0, 0, 0, None))(jax.random.split(k_env, n), c.env_state, action, env_params)
     alive = c.alive
     env_state = tree_select(alive, new_state, c.env_state)
-    obs = jnp.where(jnp.reshape(alive, (n,) + (1,) * (ts.obs.ndim - 1)), ts.obs, c.obs)
+    obs = tree_select(alive, ts.obs, c.obs)
     ended = alive & ts.done
     step_reward = jnp.where(alive, ts.reward, 0.0).astype(jnp.float32)
     final_info = tree_select(ended, ts.info, c.final_info)
