@@ -5,7 +5,7 @@
 
 Why it exists: GSPMD all-reduces a gradient as a *tuple* (one piece per kernel and bias),
 and XLA's CPU collectives pay a rendezvous per tuple element. This measures the gap that
-made ``jaxrl.sharding.batch_mean`` all-reduce one flat vector instead (the pieces are the
+made ``jaxrl.parallel.batching.batch_mean`` all-reduce one flat vector instead (the pieces are the
 17 gradient/metric pieces of the two-layer actor-critic in ``bench/scaling.py``'s PPO).
 
 Each program is ``K`` all-reduces in a ``lax.scan`` (the carry feeds the next one, so none
@@ -37,7 +37,7 @@ def worker(devices: list[int], repeats: int) -> list[dict]:
     import jax.numpy as jnp
     from jax.sharding import PartitionSpec
 
-    from jaxrl import sharding
+    from jaxrl.parallel import sharding
 
     size = sum(math.prod(s) for s in PIECES)
     records = []

@@ -2,7 +2,7 @@
 
 For each env id and batch size ``N`` this times ``jit(scan(step))`` over ``T`` steps:
 
-* **jaxrl**: :class:`jaxrl.vector.VectorEnv` (batch-level exact auto-reset, no episode
+* **jaxrl**: :class:`jaxrl.core.vector.VectorEnv` (batch-level exact auto-reset, no episode
   statistics, the same work as the peers do).
 * ``--naive``: ``VmapEnv(AutoReset(env))``, the per-env auto-reset that draws a full reset
   for every env at every step (the baseline of ``docs/autoreset.md``).
@@ -44,9 +44,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import jaxrl  # noqa: E402
 from bench import common  # noqa: E402
-from jaxrl import spaces  # noqa: E402
-from jaxrl.vector import VectorEnv  # noqa: E402
-from jaxrl.wrappers import AutoReset, VmapEnv  # noqa: E402
+from jaxrl.core import spaces  # noqa: E402
+from jaxrl.core.vector import VectorEnv  # noqa: E402
+from jaxrl.core.wrappers import AutoReset, VmapEnv  # noqa: E402
 
 CLASSIC_ENVS = ("CartPole-v1", "Acrobot-v1", "MountainCar-v0", "MountainCarContinuous-v0", "Pendulum-v1")
 DEFAULT_SIZES = (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536)

@@ -4,7 +4,7 @@ held-out prompts reaches the target.
     python bench/grpo_time_to_solve.py configs/grpo_reverse.yaml --target 0.95
     python bench/grpo_time_to_solve.py configs/grpo_sort.yaml --target 0.9 --metric exact_match
 
-The run is the config's own (``jaxrl.trainer.build``): the algorithm's ``update`` scanned
+The run is the config's own (``jaxrl.run.trainer.build``): the algorithm's ``update`` scanned
 ``updates_per_chunk`` times per jitted chunk, exactly as ``jaxrl train`` runs it, without
 checkpoints or logging. After every chunk the host evaluates the policy (greedy, on
 ``eval_episodes`` held-out prompts); the evaluation's own time is measured and *excluded*
@@ -30,8 +30,8 @@ import time
 import jax
 import numpy as np
 
-from jaxrl import config as config_lib
-from jaxrl import trainer
+from jaxrl.run import config as config_lib
+from jaxrl.run import trainer
 from jaxrl.algos import grpo
 
 RESULTS = os.path.join(os.path.dirname(__file__), "results")

@@ -1,7 +1,7 @@
 """Peak memory of a CartPole PPO run does not grow with its length (issue 3's target:
 a 10^7-step run's peak RSS within 20% of a 10^6-step run's).
 
-Each budget runs in a fresh process through the full host loop (:func:`jaxrl.trainer.run`:
+Each budget runs in a fresh process through the full host loop (:func:`jaxrl.run.trainer.run`:
 chunked training, metrics log, checkpoints, learning-curve plot, final evaluation) with
 the same config except ``ppo.total_env_steps``; the peak resident set size of that process
 comes from ``wait4``'s rusage (``ru_maxrss``). Metrics are reduced per chunk on device and
@@ -40,7 +40,7 @@ SETTINGS = [
 
 _CHILD = """
 import sys
-from jaxrl import config, trainer
+from jaxrl.run import config, trainer
 cfg = config.load_config(sys.argv[1], sys.argv[3:])
 trainer.run(cfg, run_dir=sys.argv[2])
 """

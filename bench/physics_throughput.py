@@ -13,7 +13,7 @@ actions in ``[-1, 1]`` (the same distribution on every side), inside one ``jit``
   terminated and truncated apart, the final observation kept, every new episode started
   from a fresh, independent ``reset`` draw taken from a pool of ``2B`` draws computed in bulk
   and refilled when it runs short (the scheme the adapter recommends for physics envs);
-* ``jaxrl_vector``: ``jaxrl.vector.VectorEnv(BraxEnv(name), B)``: the same semantics, fresh
+* ``jaxrl_vector``: ``jaxrl.core.vector.VectorEnv(BraxEnv(name), B)``: the same semantics, fresh
   states drawn for the finished envs in chunks inside a ``while`` loop;
 * ``jaxrl_vmap_autoreset``: ``VmapEnv(AutoReset(BraxEnv(name)))``: the same semantics with a
   full per-env ``reset`` computed at every step (the naive scheme, what PPO uses today).
@@ -80,8 +80,8 @@ def batched_env(side: str, name: str, batch: int):
     ``side`` says: ``jaxrl_pool``, ``jaxrl_vector`` or ``jaxrl_vmap_autoreset``."""
     from jaxrl.adapters.brax import BraxEnv
     from jaxrl.adapters.reset_pool import ResetPoolVectorEnv
-    from jaxrl.vector import VectorEnv
-    from jaxrl.wrappers import AutoReset, VmapEnv
+    from jaxrl.core.vector import VectorEnv
+    from jaxrl.core.wrappers import AutoReset, VmapEnv
 
     env = BraxEnv(name)
     if side == "jaxrl_pool":

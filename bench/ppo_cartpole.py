@@ -78,7 +78,7 @@ def _seed_program(fn, keys, compiler_options):
     import jax
     from jax.sharding import NamedSharding
 
-    from jaxrl import sharding
+    from jaxrl.parallel import sharding
 
     if len(jax.devices()) == 1:
         return jax.jit(jax.vmap(fn), compiler_options=compiler_options), keys

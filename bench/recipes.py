@@ -1,7 +1,7 @@
 """Run the recipe configs through the trainer and record what they reach and how fast.
 
 For each ``configs/<name>.yaml`` this runs exactly what ``jaxrl train configs/<name>.yaml``
-runs (:func:`jaxrl.trainer.run`: chunked training, checkpoints, final evaluation) in a
+runs (:func:`jaxrl.run.trainer.run`: chunked training, checkpoints, final evaluation) in a
 fresh process, so compile time is included as a user sees it, and records:
 
 * wall time of the whole run (compile included; a fresh process, no compilation cache),
@@ -50,7 +50,7 @@ TARGETS = {
 _CHILD = """
 import sys, time
 t0 = time.perf_counter()
-from jaxrl import config, trainer
+from jaxrl.run import config, trainer
 cfg = config.load_config(sys.argv[1], sys.argv[3:])
 trainer.run(cfg, run_dir=sys.argv[2])
 print("TOTAL_S", time.perf_counter() - t0)

@@ -1,6 +1,6 @@
 """Scale-out benchmark: steps/s against device count and envs per device.
 
-One program, sharded over a 1-D ``data`` mesh by :mod:`jaxrl.sharding` exactly as the
+One program, sharded over a 1-D ``data`` mesh by :mod:`jaxrl.parallel.sharding` exactly as the
 trainer does it (env batch split, params replicated), timed at several device counts and
 *total* env counts, so that each total is measured at ``total / n`` envs per device:
 
@@ -58,8 +58,8 @@ def _env_program(num_envs: int):
     import jax
     import jax.numpy as jnp
 
-    from jaxrl import registry
-    from jaxrl.wrappers import AutoReset, VmapEnv
+    from jaxrl.core import registry
+    from jaxrl.core.wrappers import AutoReset, VmapEnv
 
     env, params = registry.make("CartPole-v1")
     venv = VmapEnv(AutoReset(env), num_envs)
@@ -87,7 +87,7 @@ def _ppo_program(num_envs: int):
     import jax
     import jax.numpy as jnp
 
-    from jaxrl import registry
+    from jaxrl.core import registry
     from jaxrl.algos import ppo
 
     env, params = registry.make("CartPole-v1")
@@ -112,7 +112,7 @@ def _grpo_program(num_prompts: int):
     import jax
     import jax.numpy as jnp
 
-    from jaxrl import registry
+    from jaxrl.core import registry
     from jaxrl.algos import grpo
 
     env, params = registry.make("text/Reverse-v0")
@@ -140,7 +140,7 @@ def _compile(kind: str, num_envs: int, n_devices: int):
     """The sharded program on the first ``n_devices`` devices: ``(compiled, state, work, compile_s)``."""
     import jax
 
-    from jaxrl import sharding
+    from jaxrl.parallel import sharding
 
     program = {"env": _env_program, "ppo": _ppo_program, "ppo_seeds": _ppo_seeds_program, "grpo": _grpo_program}[kind]
     init, run, work = program(num_envs)

@@ -6,7 +6,7 @@ calls it on first lookup, exactly as it calls a third-party package's.
 
 from __future__ import annotations
 
-from jaxrl import registry
+from jaxrl.core import registry
 
 _BUILTIN = [
     # (id, entry point, description)

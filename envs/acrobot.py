@@ -28,8 +28,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from jaxrl import spaces
-from jaxrl.env import Environment, first_timestep, transition
+from jaxrl.core import spaces
+from jaxrl.core.env import Environment, first_timestep, transition
 
 
 @struct.dataclass
@@ -173,7 +173,7 @@ class Acrobot(Environment):
 
     def render(self, state, params) -> np.ndarray:
         """A 500x500 frame like Gymnasium's: the two links, the joints and the goal bar."""
-        from jaxrl import render
+        from jaxrl.core import render
 
         size = 500
         l1, l2 = float(params.link_length_1), float(params.link_length_2)

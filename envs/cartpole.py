@@ -19,8 +19,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from jaxrl import spaces
-from jaxrl.env import Environment, first_timestep, transition
+from jaxrl.core import spaces
+from jaxrl.core.env import Environment, first_timestep, transition
 
 
 # Cephes sinf/cosf: pi/2 split in three float32 parts (Cody-Waite reduction) and the
@@ -151,7 +151,7 @@ class CartPole(Environment):
         return spaces.Discrete(2)
 
     def render(self, state, params) -> np.ndarray:
-        from jaxrl import render
+        from jaxrl.core import render
 
         width, height = 600, 400
         world_width = float(params.x_threshold) * 2

@@ -122,7 +122,7 @@ def cartpole_swingup() -> MjxEnv:
 
 def register() -> list[str]:
     """Register the MJX cart-pole ids when ``mujoco-mjx`` is installed (idempotent)."""
-    from jaxrl import registry
+    from jaxrl.core import registry
 
     if not mjx_available():
         return []

@@ -23,8 +23,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from jaxrl import spaces
-from jaxrl.env import Environment, first_timestep, transition
+from jaxrl.core import spaces
+from jaxrl.core.env import Environment, first_timestep, transition
 
 
 @struct.dataclass
@@ -70,7 +70,7 @@ def reached_goal(position, velocity, params):
 
 def render_car(position: float, params, flag_position: float) -> np.ndarray:
     """A 600x400 frame like Gymnasium's: the valley, the car and the goal flag."""
-    from jaxrl import render
+    from jaxrl.core import render
 
     width, height = 600, 400
     lo, hi = float(params.min_position), float(params.max_position)

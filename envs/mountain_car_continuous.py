@@ -24,8 +24,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from jaxrl import spaces
-from jaxrl.env import Environment, first_timestep, transition
+from jaxrl.core import spaces
+from jaxrl.core.env import Environment, first_timestep, transition
 from jaxrl_envs.mountain_car import car_physics, reached_goal, render_car
 
 

@@ -25,8 +25,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from jaxrl import spaces
-from jaxrl.env import Environment, first_timestep, transition
+from jaxrl.core import spaces
+from jaxrl.core.env import Environment, first_timestep, transition
 
 
 @struct.dataclass
@@ -106,7 +106,7 @@ class Pendulum(Environment):
     def render(self, state, params) -> np.ndarray:
         """A 500x500 frame like Gymnasium's: the rod (upright at theta = 0), the pivot and
         a bar above the pivot showing the last torque (length and side = size and sign)."""
-        from jaxrl import render
+        from jaxrl.core import render
 
         size = 500
         scale = size / 4.4

@@ -40,8 +40,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from jaxrl import spaces
-from jaxrl.env import Environment, first_timestep, transition
+from jaxrl.core import spaces
+from jaxrl.core.env import Environment, first_timestep, transition
 
 
 @struct.dataclass
@@ -79,7 +79,7 @@ def _random_sign(key) -> jax.Array:
 def render_probe(state: ProbeState) -> np.ndarray:
     """A 100x100 frame: a bar up (blue) or down (red) from the midline for ``obs`` in
     [-1, 1], and one dark tick per step taken along the bottom edge."""
-    from jaxrl import render
+    from jaxrl.core import render
 
     canvas = render.blank(100, 100)
     value = float(np.clip(np.asarray(state.obs)[0], -1.0, 1.0))

@@ -3,12 +3,12 @@
 The public API is re-exported here; everything else may change between releases.
 """
 
-from jaxrl import spaces
-from jaxrl.check import CheckReport, check_env
-from jaxrl.env import Environment, TimeStep, Wrapper
-from jaxrl.registry import make, register, registered_ids, spec
-from jaxrl.wrappers import AutoReset, ClipAction, EpisodeStatistics, RescaleAction, TimeLimit, VmapEnv
-from jaxrl.vector import VectorEnv, VectorState
+from jaxrl.core import spaces
+from jaxrl.core.check import CheckReport, check_env
+from jaxrl.core.env import Environment, TimeStep, Wrapper
+from jaxrl.core.registry import make, register, registered_ids, spec
+from jaxrl.core.wrappers import AutoReset, ClipAction, EpisodeStatistics, RescaleAction, TimeLimit, VmapEnv
+from jaxrl.core.vector import VectorEnv, VectorState
 
 __version__ = "0.1.0"
 

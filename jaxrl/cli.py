@@ -3,7 +3,7 @@
 Each sub-command is one small ``_add_<name>(subparsers)`` function that declares its
 arguments and sets ``func`` to the handler, plus one line in :data:`COMMANDS`. Handlers
 take the parsed ``argparse.Namespace`` and return an exit code; their bodies live in the
-module that owns the feature (``jaxrl.check.main`` for ``check-env``), imported lazily so
+module that owns the feature (``jaxrl.core.check.main`` for ``check-env``), imported lazily so
 that ``jaxrl --help`` does not pay for importing JAX.
 
 To add a command::
@@ -11,7 +11,7 @@ To add a command::
     def _add_train(sub):
         p = sub.add_parser("train", help="train from a YAML config")
         p.add_argument("config")
-        p.set_defaults(func=_lazy("jaxrl.trainer", "main_train"))
+        p.set_defaults(func=_lazy("jaxrl.run.trainer", "main_train"))
 
     COMMANDS = [..., _add_train]
 """
@@ -58,7 +58,7 @@ def config_dirs() -> list[Path]:
 
 def list_main(args: argparse.Namespace) -> int:
     """Print the registered env ids with their descriptions, then the recipe configs."""
-    from jaxrl import registry
+    from jaxrl.core import registry
 
     ids = registry.registered_ids()
     width = max((len(i) for i in ids), default=0)
@@ -88,7 +88,7 @@ def _add_check_env(sub) -> None:
     p.add_argument("--envs", type=int, default=16, help="envs in the random rollout (default 16)")
     p.add_argument("--seed", type=int, default=0, help="PRNG seed (default 0)")
     p.add_argument("--only", metavar="CHECK[,CHECK]", help="run just these checks (comma-separated names)")
-    p.set_defaults(func=_lazy("jaxrl.check", "main"))
+    p.set_defaults(func=_lazy("jaxrl.core.check", "main"))
 
 
 # ------------------------------------------------------------ train / eval / render
@@ -101,10 +101,10 @@ def _add_train(sub) -> None:
     p.add_argument("--seeds", type=int, help="train N seeds together in one vmapped program")
     p.add_argument("--out", help="run directory (default: <train.out_dir>/<algo>_<env>_<time>)")
     p.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its last checkpoint")
-    from jaxrl import distributed  # --coordinator-address / --num-processes / --process-id
+    from jaxrl.parallel import distributed  # --coordinator-address / --num-processes / --process-id
 
     distributed.add_arguments(p)
-    p.set_defaults(func=_lazy("jaxrl.trainer", "main_train"))
+    p.set_defaults(func=_lazy("jaxrl.run.trainer", "main_train"))
 
 
 def _add_eval(sub) -> None:
@@ -112,7 +112,7 @@ def _add_eval(sub) -> None:
     p.add_argument("run_dir", metavar="RUN_DIR")
     p.add_argument("--episodes", type=int, help="episodes per policy mode (default: the config's eval_episodes)")
     p.add_argument("--seed", type=int, default=0, help="PRNG seed of the evaluation episodes")
-    p.set_defaults(func=_lazy("jaxrl.evaluate", "main_eval"))
+    p.set_defaults(func=_lazy("jaxrl.run.evaluate", "main_eval"))
 
 
 def _add_render(sub) -> None:
@@ -123,7 +123,7 @@ def _add_render(sub) -> None:
     p.add_argument("--stochastic", action="store_true", help="sample actions instead of acting greedily")
     p.add_argument("--seed", type=int, default=0, help="PRNG seed of the episode")
     p.add_argument("--fps", type=int, default=30)
-    p.set_defaults(func=_lazy("jaxrl.evaluate", "main_render"))
+    p.set_defaults(func=_lazy("jaxrl.run.evaluate", "main_render"))
 
 
 # ----------------------------------------------------------------------- the table

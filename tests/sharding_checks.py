@@ -1,4 +1,4 @@
-"""Multi-device checks of jaxrl.sharding, run in a subprocess by tests/test_sharding.py.
+"""Multi-device checks of jaxrl.parallel.sharding, run in a subprocess by tests/test_sharding.py.
 
 ``XLA_FLAGS=--xla_force_host_platform_device_count=4`` must be set before JAX starts, so
 these checks cannot run inside the pytest process. One process runs them all (start-up
@@ -24,7 +24,9 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-from jaxrl import registry, sharding  # noqa: E402
+from jaxrl.algos.common import batching
+from jaxrl.core import registry  # noqa: E402
+from jaxrl.parallel import sharding
 from jaxrl.algos import ppo  # noqa: E402
 
 K = 3  # updates per chunk
@@ -175,7 +177,7 @@ def main() -> dict:
 
 
 def packing_checks(mesh) -> dict:
-    """``sharding.replicate`` (bit-exact packing) and ``sharding.batch_mean`` on 4 devices."""
+    """``batching.replicate`` (bit-exact packing) and ``batching.batch_mean`` on 4 devices."""
     tree = {
         "big_int": jnp.arange(8 * 6, dtype=jnp.int32).reshape(8, 6) * 1_000_003 + (1 << 30),  # > 2**24: bitcast
         "flag": (jnp.arange(8 * 6) % 3 == 0).reshape(8, 6),
@@ -185,7 +187,7 @@ def packing_checks(mesh) -> dict:
     split = jax.device_put(tree, jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(sharding.DATA)))
 
     def whole(t):
-        return sharding.replicate(t, ndim=1)
+        return batching.replicate(t, ndim=1)
 
     with sharding.use_mesh(mesh):
         got = jax.jit(whole)(split)
@@ -199,7 +201,7 @@ def packing_checks(mesh) -> dict:
     batch = {"x": jax.random.normal(jax.random.PRNGKey(0), (16, 4))}
     ref = fn(w, batch)
     with sharding.use_mesh(mesh):
-        par = jax.jit(lambda w, b: sharding.batch_mean(fn, w, b))(
+        par = jax.jit(lambda w, b: batching.batch_mean(fn, w, b))(
             w, jax.device_put(batch, jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(sharding.DATA)))
         )
     return {
@@ -215,8 +217,8 @@ def packing_checks(mesh) -> dict:
 
 def seed_split_checks() -> dict:
     """The trainer's ``shard: auto`` with 4 seeds on 4 devices: whole seeds per device."""
-    from jaxrl import config as config_lib
-    from jaxrl import trainer
+    from jaxrl.run import config as config_lib
+    from jaxrl.run import trainer
 
     raw = {
         "algo": "ppo", "env": {"id": "CartPole-v1"},

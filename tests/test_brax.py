@@ -23,8 +23,8 @@ pytest.importorskip("brax")
 
 import jaxrl  # noqa: E402
 from jaxrl.adapters import brax as jb  # noqa: E402
-from jaxrl.env import first_timestep, transition  # noqa: E402
-from jaxrl.wrappers import AutoReset, VmapEnv  # noqa: E402
+from jaxrl.core.env import first_timestep, transition  # noqa: E402
+from jaxrl.core.wrappers import AutoReset, VmapEnv  # noqa: E402
 
 pytestmark = [
     pytest.mark.physics,
@@ -185,7 +185,7 @@ def test_scale_physics_scales_masses_friction_and_gravity(env):
 
 
 def test_check_env_inverted_pendulum(env):
-    from jaxrl.check import check_env
+    from jaxrl.core.check import check_env
 
     report = check_env(env, env.default_params, num_envs=4, num_steps=50, verbose=False)
     assert report.passed, str(report)
@@ -474,7 +474,7 @@ def test_reset_pool_on_brax_starts_fresh_episodes(env):
     [f"brax/{n}" for n in jb.BRAX_ENV_NAMES] + [f"brax/inverted_pendulum-{b}" for b in jb.BACKENDS[1:]],
 )
 def test_check_env_every_brax_env(env_id):
-    from jaxrl.check import check_env
+    from jaxrl.core.check import check_env
 
     env, params = jaxrl.make(env_id)
     report = check_env(env, params, num_envs=2, num_steps=20, verbose=False)

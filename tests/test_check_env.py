@@ -7,9 +7,9 @@ import jax.numpy as jnp
 import pytest
 
 import jaxrl
-from jaxrl import check
-from jaxrl.check import CheckReport, check_env
-from jaxrl.env import transition
+from jaxrl.core import check
+from jaxrl.core.check import CheckReport, check_env
+from jaxrl.core.env import transition
 from jaxrl_envs.cartpole import CartPole
 
 # Physics envs compile for tens of seconds each; their owners' tests run check_env over a

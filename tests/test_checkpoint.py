@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from orbax.checkpoint._src.path import async_path
 
-from jaxrl import trainer
-from jaxrl.checkpoint import CheckpointError, Checkpoints, from_storable, to_storable
+from jaxrl.run import trainer
+from jaxrl.run.checkpoint import CheckpointError, Checkpoints, from_storable, to_storable
 from test_trainer import FakeConfig, _fake_init, _fake_update, leaves_equal
 
 

@@ -14,7 +14,8 @@ import jax.numpy as jnp
 import pytest
 
 import jaxrl
-from jaxrl import cli, registry
+from jaxrl import cli
+from jaxrl.core import registry
 from jaxrl_envs.cartpole import CartPole
 
 

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from jaxrl import cli
-from jaxrl import config as C
+from jaxrl.run import config as C
 from jaxrl.algos.ppo import PPOConfig
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

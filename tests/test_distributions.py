@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxrl.distributions import Categorical, Gaussian, TanhGaussian
+from jaxrl.models.distributions import Categorical, Gaussian, TanhGaussian
 
 
 def test_categorical_hand_values():

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import jaxrl
-from jaxrl.env import replace_params
+from jaxrl.core.env import replace_params
 from jaxrl_envs.acrobot import _wrap
 from jaxrl_envs.pendulum import angle_normalize
 
@@ -261,7 +261,7 @@ def test_dtypes_are_stable_and_strong(env_id):
 
 def _invalid_actions(env, params):
     space = env.action_space(params)
-    if isinstance(space, jaxrl.spaces.Discrete):
+    if isinstance(space, jaxrl.core.spaces.Discrete):
         return [jnp.int32(-5), jnp.int32(space.n), jnp.int32(10**6)]
     big = jnp.full(space.shape, 1e6, jnp.float32)
     return [big, -big, jnp.full(space.shape, jnp.nan, jnp.float32), jnp.full(space.shape, jnp.inf, jnp.float32)]
@@ -278,7 +278,7 @@ def test_invalid_actions_follow_the_documented_rule(env_id):
         new, ts = step(None, state, action, params)
         for leaf in jax.tree.leaves((new, ts)):
             assert np.all(np.isfinite(np.asarray(leaf, np.float64))), (env_id, action)
-        if isinstance(space, jaxrl.spaces.Box) and env_id != "ProbeContinuous-v0":
+        if isinstance(space, jaxrl.core.spaces.Box) and env_id != "ProbeContinuous-v0":
             # Documented rule for continuous classic envs: clip to the box (NaN -> 0).
             a = np.nan_to_num(np.asarray(action), nan=0.0)
             clipped = jnp.asarray(np.clip(a, space.low, space.high), jnp.float32)

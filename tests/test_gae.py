@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 import jaxrl
-from jaxrl import rollout
+from jaxrl.core import rollout
 from jaxrl.algos import ppo
-from jaxrl.wrappers import AutoReset, EpisodeStatistics, VmapEnv
+from jaxrl.core.wrappers import AutoReset, EpisodeStatistics, VmapEnv
 
 
 def test_gae_hand_computed_termination_and_truncation():

@@ -9,9 +9,9 @@ import jax
 import numpy as np
 import pytest
 
-from jaxrl import config as config_lib
+from jaxrl.run import config as config_lib
 from jaxrl.algos import grpo
-from jaxrl.checkpoint import Checkpoints
+from jaxrl.run.checkpoint import Checkpoints
 from jaxrl_envs.text import Reverse
 
 CHUNK = 25
@@ -88,7 +88,7 @@ def test_resume_from_checkpoint_is_bit_exact(trained):
 
 @pytest.mark.parametrize("path", sorted(glob.glob(os.path.join(os.path.dirname(__file__), "..", "configs", "grpo_*.yaml"))))
 def test_grpo_recipes_load_and_validate(path):
-    from jaxrl import trainer
+    from jaxrl.run import trainer
 
     cfg = config_lib.load_config(path)
     assert cfg.algo == "grpo"

@@ -113,7 +113,7 @@ def test_mass_scale_is_physical(runs):
 
 
 def test_check_env_mjx_cartpole(env):
-    from jaxrl.check import check_env
+    from jaxrl.core.check import check_env
 
     report = check_env(env, env.default_params, num_envs=4, num_steps=50, verbose=False)
     assert report.passed, str(report)

@@ -118,8 +118,8 @@ def _final_checkpoint(run_dir: str) -> dict:
     """The last checkpoint's arrays, by path (read with orbax, as the trainer does)."""
     import jax
 
-    from jaxrl import config as config_lib, trainer
-    from jaxrl.checkpoint import Checkpoints
+    from jaxrl.run import config as config_lib, trainer
+    from jaxrl.run.checkpoint import Checkpoints
 
     cfg = config_lib.load_config(os.path.join(run_dir, "config.yaml"))
     built = trainer.build(cfg)

@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 from flax import linen as nn
 
-from jaxrl import config as C
-from jaxrl import trainer
-from jaxrl.networks import orthogonal
+from jaxrl.run import config as C
+from jaxrl.run import trainer
+from jaxrl.models.networks import orthogonal
 
 SHAPES = [(4, 64), (64, 64), (64, 2), (64, 1), (3, 5, 7), (128, 256)]
 
@@ -89,7 +89,7 @@ def test_vmapped_grpo_program_has_no_lapack_call(name):
 def test_init_params_draws_gained_orthogonal_kernels(kwargs):
     from flax import traverse_util
 
-    from jaxrl.networks import ActorCritic, init_params, kernel_gain
+    from jaxrl.models.networks import ActorCritic, init_params, kernel_gain
 
     net = ActorCritic(action_dim=3, hidden=(32, 16), **kwargs)
     x = jnp.zeros(5)
@@ -110,7 +110,7 @@ def test_init_params_draws_gained_orthogonal_kernels(kwargs):
 
 def test_orthogonal_matrices_are_independent_of_padding():
     """A layer's matrix is orthogonal whatever the other (larger) layers in the batch are."""
-    from jaxrl.networks import orthogonal_matrices
+    from jaxrl.models.networks import orthogonal_matrices
 
     mats = orthogonal_matrices(jax.random.key(4), [(3, 1), (2, 50), (40, 30), (1, 1)])
     for m in mats:

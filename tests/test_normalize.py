@@ -4,7 +4,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxrl import normalize
+from jaxrl.models import normalize
 
 
 def test_chunked_merge_equals_numpy_statistics():

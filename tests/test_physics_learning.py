@@ -16,7 +16,7 @@ import pytest
 pytest.importorskip("brax")
 
 import jaxrl  # noqa: E402
-from jaxrl import config  # noqa: E402
+from jaxrl.run import config  # noqa: E402
 from jaxrl.algos import ppo  # noqa: E402
 
 pytestmark = [pytest.mark.physics, pytest.mark.slow]

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import jaxrl
-from jaxrl import normalize
+from jaxrl.models import normalize
 from jaxrl.algos import ppo
 
 RATIOS = np.array([1.0, 1.5, 0.5, 1.1])

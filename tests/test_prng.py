@@ -1,4 +1,4 @@
-"""jaxrl.prng draws flat but must give exactly jax.random's values for the N-d shape."""
+"""jaxrl.core.prng draws flat but must give exactly jax.random's values for the N-d shape."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxrl import prng
+from jaxrl.core import prng
 
 SHAPES = [(7,), (8, 2), (3, 5, 4), (1, 1)]
 

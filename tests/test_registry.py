@@ -12,8 +12,8 @@ import jax
 import pytest
 
 import jaxrl
-from jaxrl import registry
-from jaxrl.env import Environment
+from jaxrl.core import registry
+from jaxrl.core.env import Environment
 from jaxrl_envs.cartpole import CartPole, CartPoleParams
 
 PLUGIN_SRC = Path(__file__).parent / "plugin_pkg"

@@ -12,7 +12,7 @@ import pytest
 from PIL import Image
 
 import jaxrl
-from jaxrl import render
+from jaxrl.core import render
 
 ENV_IDS = [
     "CartPole-v1",

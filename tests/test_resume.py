@@ -10,9 +10,9 @@ import jax
 import numpy as np
 import pytest
 
-from jaxrl import config as C
-from jaxrl import trainer
-from jaxrl.checkpoint import Checkpoints
+from jaxrl.run import config as C
+from jaxrl.run import trainer
+from jaxrl.run.checkpoint import Checkpoints
 from test_trainer import FakeConfig, fake_algo, fake_config, leaves_equal, read_jsonl, without_wall_time  # noqa: F401 (fixture)
 
 

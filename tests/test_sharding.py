@@ -1,4 +1,4 @@
-"""Sharding over a data mesh (jaxrl.sharding) and multi-process settings (jaxrl.distributed).
+"""Sharding over a data mesh (jaxrl.parallel.sharding) and multi-process settings (jaxrl.parallel.distributed).
 
 The multi-device checks need ``--xla_force_host_platform_device_count=4`` before JAX
 starts, so they run once in a subprocess (tests/sharding_checks.py) whose JSON report the
@@ -17,7 +17,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxrl import distributed, sharding
+from jaxrl.algos.common import batching
+from jaxrl.parallel import distributed, sharding
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 F32_TOL = 1e-5  # relative, float32 summation order differs between layouts
@@ -187,9 +188,9 @@ def test_probe_config_doubles_the_batch_without_mutating():
 
 def test_constrain_batch_is_a_noop_without_a_mesh():
     x = jnp.arange(8.0)
-    np.testing.assert_array_equal(jax.jit(sharding.constrain_batch)(x), x)
+    np.testing.assert_array_equal(jax.jit(batching.constrain_batch)(x), x)
     with sharding.use_mesh(sharding.make_mesh(1)):
-        np.testing.assert_array_equal(jax.jit(sharding.constrain_batch)({"a": x})["a"], x)
+        np.testing.assert_array_equal(jax.jit(batching.constrain_batch)({"a": x})["a"], x)
 
 
 def test_fetch_put_round_trip_with_typed_keys():
@@ -206,7 +207,7 @@ def test_fetch_put_round_trip_with_typed_keys():
         sharding.put({"obs": np.zeros((3, 3)), "key": host["key"], "n": host["n"]}, state, layout.state)
 
 
-# ------------------------------------------------------------------- jaxrl.distributed
+# ------------------------------------------------------------------- jaxrl.parallel.distributed
 
 
 def test_resolve_spec_flags_over_env():
@@ -262,9 +263,9 @@ def test_argparse_flags():
 
 def test_replicate_and_batch_mean_are_plain_without_a_mesh():
     tree = {"a": jnp.arange(6, dtype=jnp.int32).reshape(2, 3), "b": jnp.ones((2, 3, 2))}
-    assert sharding.replicate(tree, ndim=2) is tree
+    assert batching.replicate(tree, ndim=2) is tree
     fn = lambda w, b: (jnp.mean(b * w), {"n": jnp.mean(b)})  # noqa: E731
-    got = sharding.batch_mean(fn, jnp.float32(2.0), jnp.arange(4.0))
+    got = batching.batch_mean(fn, jnp.float32(2.0), jnp.arange(4.0))
     assert float(got[0]) == 3.0 and float(got[1]["n"]) == 1.5
     with pytest.raises(TypeError, match="cannot pack"):
-        sharding._to_f32_bits(jnp.zeros((2,), jnp.complex64))  # 8 bytes: no exact float32 form
+        batching._to_f32_bits(jnp.zeros((2,), jnp.complex64))  # 8 bytes: no exact float32 form

@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxrl.spaces import Box, Discrete
+from jaxrl.core.spaces import Box, Discrete
 
 N = 4000
 KEYS = jax.random.split(jax.random.PRNGKey(0), N)

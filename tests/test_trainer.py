@@ -20,8 +20,8 @@ import optax
 import pytest
 from flax import struct
 
-from jaxrl import config as C
-from jaxrl import trainer
+from jaxrl.run import config as C
+from jaxrl.run import trainer
 from jaxrl.algos import registry as algo_registry
 from jaxrl.algos.base import Algorithm, Plan
 
@@ -112,7 +112,7 @@ def fake_config(algo: FakeConfig | None = None, **train) -> C.RunConfig:
 
 def leaves_equal(a, b) -> bool:
     """Bit-for-bit equality of two states (PRNG keys compared by their key data)."""
-    from jaxrl.checkpoint import to_storable
+    from jaxrl.run.checkpoint import to_storable
 
     la, lb = jax.tree_util.tree_leaves(to_storable(a)), jax.tree_util.tree_leaves(to_storable(b))
     return len(la) == len(lb) and all(
@@ -223,7 +223,7 @@ def test_nan_stops_run_and_keeps_last_good_checkpoint(fake_table, tmp_path):
     ckpt = run_dir / "checkpoints" / "4"
     assert msg == f"non-finite loss at update 6 (seed 0); last good checkpoint kept at {ckpt} (update 4)"
     assert sorted(os.listdir(run_dir / "checkpoints")) == ["2", "4"]  # nothing saved after the NaN
-    from jaxrl.checkpoint import Checkpoints
+    from jaxrl.run.checkpoint import Checkpoints
 
     template = jax.eval_shape(jax.vmap(trainer.build(cfg).algo.init), trainer.seed_keys(0, 1))
     with Checkpoints(run_dir / "checkpoints") as ckpts:

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from jaxrl.algos import grpo
-from jaxrl.transformer import TransformerLM, num_params, smear
+from jaxrl.models.transformer import TransformerLM, num_params, smear
 from jaxrl_envs.text import Reverse
 
 MODELS = {p: TransformerLM(vocab_size=41, max_len=12, positions=p) for p in ("learned", "rope")}
@@ -92,7 +92,7 @@ def test_rollout_log_probs_equal_one_pass_log_probs():
 
 
 def test_rope_scores_depend_on_relative_position_only():
-    from jaxrl.transformer import rope
+    from jaxrl.models.transformer import rope
 
     q = jax.random.normal(jax.random.PRNGKey(3), (1, 1, 1, 8))
     k = jax.random.normal(jax.random.PRNGKey(4), (1, 1, 1, 8))

@@ -22,9 +22,9 @@ import pytest
 from scipy import stats
 
 import jaxrl
-from jaxrl.env import Wrapper
-from jaxrl.vector import VectorEnv, default_reset_chunk, done_rank
-from jaxrl.wrappers import AutoReset, EpisodeStatistics, VmapEnv
+from jaxrl.core.env import Wrapper
+from jaxrl.core.vector import VectorEnv, default_reset_chunk, done_rank
+from jaxrl.core.wrappers import AutoReset, EpisodeStatistics, VmapEnv
 
 NUM_ENVS = 256
 NUM_STEPS = 48
@@ -207,10 +207,10 @@ class ScaledStart(jaxrl.Environment):
 
     def reset(self, key, params):
         obs = jax.random.uniform(key, (1,)) * params[0]
-        return obs, jaxrl.env.first_timestep(obs)
+        return obs, jaxrl.core.env.first_timestep(obs)
 
     def step(self, key, state, action, params):
-        return state, jaxrl.env.transition(state, 0.0, True, False)
+        return state, jaxrl.core.env.transition(state, 0.0, True, False)
 
     def __hash__(self):
         return hash(ScaledStart)

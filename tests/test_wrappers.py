@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 from flax import struct
 
-from jaxrl import spaces
-from jaxrl.env import Environment, first_timestep, transition
-from jaxrl.wrappers import AutoReset, ClipAction, EpisodeStatistics, RescaleAction, TimeLimit, VmapEnv
+from jaxrl.core import spaces
+from jaxrl.core.env import Environment, first_timestep, transition
+from jaxrl.core.wrappers import AutoReset, ClipAction, EpisodeStatistics, RescaleAction, TimeLimit, VmapEnv
 from jaxrl_envs.cartpole import CartPole, CartPoleParams, CartPoleState
 
 # ------------------------------------------------------------------ tiny test envs

@@ -1,6 +1,6 @@
 """The token-task environment: a prompt in, one token per step, a verifier's reward at the end.
 
-A token task is an :class:`~jaxrl.env.Environment` whose episode is one completion:
+A token task is an :class:`~jaxrl.core.env.Environment` whose episode is one completion:
 
 * ``reset(key, params)`` draws a :class:`~jaxrl.verifiers.Task` from the task's procedural
   generator (a pure function of the key and the difficulty params) — from the *training*
@@ -38,8 +38,8 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from jaxrl import spaces
-from jaxrl.env import Environment, first_timestep, transition
+from jaxrl.core import spaces
+from jaxrl.core.env import Environment, first_timestep, transition
 from jaxrl.verifiers import EOS, PAD, Task, Verifier
 from jaxrl_envs.text.vocab import DIGIT0, LETTER_A, SEP, VOCAB_SIZE
 

@@ -8,7 +8,7 @@ The adapter drives Brax's *raw* environment (``brax.envs.get_environment``), nev
   (1000 by default, Brax's episode length). Brax's ``EpisodeWrapper`` folds the time limit
   into ``done``; here the two never merge.
 * New episodes come from a real ``reset`` with a fresh key, done by
-  :class:`jaxrl.wrappers.AutoReset` / :class:`jaxrl.vector.VectorEnv`, which also keep the
+  :class:`jaxrl.core.wrappers.AutoReset` / :class:`jaxrl.core.vector.VectorEnv`, which also keep the
   final observation. Brax's ``AutoResetWrapper`` restores one cached first state per env
   (Brax issues #167 and #275, MuJoCo Playground #169); that trap is not used.
 * Spaces: ``Box(-inf, inf, (observation_size,))`` and ``Box(-1, 1, (action_size,))``.
@@ -48,9 +48,9 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from jaxrl import spaces
+from jaxrl.core import spaces
 from jaxrl.adapters.params import PhysicsParams, clip_action, observation_size
-from jaxrl.env import Environment, first_timestep, transition
+from jaxrl.core.env import Environment, first_timestep, transition
 
 #: Brax 0.14's ``brax.envs`` registry, minus :data:`EXCLUDED_BRAX_ENVS`; each is registered
 #: under every backend in :data:`BACKENDS`. ``tests/test_brax.py`` checks this list against
@@ -337,7 +337,7 @@ def register_brax_envs() -> list[str]:
     """Register ``brax/<name>`` and ``brax/<name>-<backend>`` for every Brax env, if Brax
     is installed (Brax itself is imported only when an env is built). Idempotent; returns
     the ids it registered."""
-    from jaxrl import registry
+    from jaxrl.core import registry
 
     if not brax_available():
         return []

@@ -41,9 +41,9 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from jaxrl import spaces
+from jaxrl.core import spaces
 from jaxrl.adapters.params import PhysicsParams, clip_action, observation_size
-from jaxrl.env import Environment, first_timestep, transition
+from jaxrl.core.env import Environment, first_timestep, transition
 
 PHYSICS_FIELDS = ("max_steps_in_episode", "mass_scale", "friction_scale", "gravity_scale")
 

@@ -1,7 +1,7 @@
 """Frames of physics states without GL: an orthographic projection drawn in numpy.
 
 MuJoCo's renderer needs an OpenGL context (EGL/OSMesa/GLFW), which headless CPU machines
-and CI usually lack, so physics envs render through :mod:`jaxrl.render`'s rasteriser:
+and CI usually lack, so physics envs render through :mod:`jaxrl.core.render`'s rasteriser:
 
 * :func:`render_bodies` draws bodies as discs joined to their parents (Brax states carry
   body positions for every backend);
@@ -21,7 +21,7 @@ from typing import NamedTuple, Sequence
 
 import numpy as np
 
-from jaxrl import render
+from jaxrl.core import render
 
 BACKGROUND = (236, 240, 245)
 GROUND = (205, 200, 190)

@@ -5,7 +5,7 @@ Made for physics envs (Brax, MJX), where a real ``reset`` runs forward kinematic
 costs a sizeable fraction of a step (Brax inverted_pendulum, generalized backend: ~12% of a
 step per env on the 2-core CPU). Resetting every env at every step (``VmapEnv(AutoReset)``)
 pays that for all ``N`` envs; drawing only for the finished envs in small dynamic chunks
-(:class:`jaxrl.vector.VectorEnv`) pays a per-iteration overhead that dominates on CPU for
+(:class:`jaxrl.core.vector.VectorEnv`) pays a per-iteration overhead that dominates on CPU for
 pipeline states with many leaves. Raw Brax's ``AutoResetWrapper`` pays nothing because it
 restores one cached first state per env slot, which the contract forbids. Here the fresh
 states are computed ``P`` at a time (one well-vectorised batched ``reset``) and handed out
@@ -18,7 +18,7 @@ Scheme (``N`` envs, pool of ``P >= N`` states, default ``P = 2N``):
    fill the pool; ``cursor = 0``.
 2. ``step(key, state, action, params)`` steps every env. ``done = terminated |
    truncated``; ``rank[i]`` = number of finished envs among ``0..i`` (inclusive, from
-   :func:`jaxrl.vector.done_rank`), ``count = rank[N-1]``. If the pool has fewer than
+   :func:`jaxrl.core.vector.done_rank`), ``count = rank[N-1]``. If the pool has fewer than
    ``count`` unused states left (``cursor + count > P``), or ``params`` differ from those
    the pool was drawn with, it is *refilled*: ``P`` new draws with keys ``split(k_refill,
    P)`` from this step's own ``k_refill`` (the leftover states are discarded) and
@@ -45,7 +45,7 @@ than one step's ``count <= N``, so at least ``P - N`` of its ``P`` draws start e
 the refills.
 
 Caveats: shared params only (per-env params need per-env draws: use
-:class:`jaxrl.vector.VectorEnv` with ``params_axis=0``). Under ``vmap`` (e.g. over seeds)
+:class:`jaxrl.core.vector.VectorEnv` with ``params_axis=0``). Under ``vmap`` (e.g. over seeds)
 ``lax.cond`` becomes a select and the ``P``-wide refill runs at every step; prefer one
 larger batch. Params are compared leaf by leaf at every step (a few scalars); a NaN param
 compares unequal to itself and forces a refill each step, which is still exact. Episode
@@ -62,8 +62,8 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from jaxrl.env import Environment, TimeStep, Wrapper, tree_select
-from jaxrl.vector import done_rank
+from jaxrl.core.env import Environment, TimeStep, Wrapper, tree_select
+from jaxrl.core.vector import done_rank
 
 
 @struct.dataclass

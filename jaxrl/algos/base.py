@@ -1,7 +1,7 @@
 """What the trainer needs from an algorithm: a small named tuple of pure functions.
 
 PPO, the GRPO family and anything added later build one :class:`Algorithm`; the trainer
-(:mod:`jaxrl.trainer`) scans ``update`` inside a jitted chunk, checkpoints the state that
+(:mod:`jaxrl.run.trainer`) scans ``update`` inside a jitted chunk, checkpoints the state that
 ``init`` built, and calls ``evaluate`` at the end. Nothing here touches the host.
 
 Contract:

@@ -8,7 +8,7 @@ One update (:func:`update`):
    (temperature sampling). Episodes run in lockstep for ``T`` steps (a token task's maximum
    completion length, a control env's step limit); finished members are frozen and masked.
    A token task's policy is a causal transformer acting token by token with a key/value
-   cache (:mod:`jaxrl.transformer`); a control env's is an MLP. Each member's score is its
+   cache (:mod:`jaxrl.models.transformer`); a control env's is an MLP. Each member's score is its
    episodic return — for a token task, the verifier's reward of the completion.
 2. **Batch shaping** (DAPO): optional soft overlong punishment, then dynamic sampling with
    static shapes: ``oversample * P`` groups are generated and the ``P`` kept are those with
@@ -72,11 +72,11 @@ import jax.numpy as jnp
 import optax
 from flax import struct
 
-from jaxrl import sharding
+from jaxrl.algos.common import batching
 from jaxrl.algos import base
 from jaxrl.algos.base import Algorithm, Plan
-from jaxrl.env import Environment, replace_params, tree_select
-from jaxrl.transformer import TransformerLM
+from jaxrl.core.env import Environment, replace_params, tree_select
+from jaxrl.models.transformer import TransformerLM
 
 Array = jax.Array
 LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "rloo", "cispo", "gspo")
@@ -499,14 +499,14 @@ def transformer_policy(model: TransformerLM, prompt_len: int) -> Policy:
 
 
 class MLPPolicy(nn.Module):
-    """Logits of a categorical policy from a flat observation (torso: :class:`jaxrl.networks.MLP`)."""
+    """Logits of a categorical policy from a flat observation (torso: :class:`jaxrl.models.networks.MLP`)."""
 
     num_actions: int
     hidden: tuple[int, ...] = (64, 64)
 
     @nn.compact
     def __call__(self, obs: Array) -> Array:
-        from jaxrl.networks import MLP, orthogonal
+        from jaxrl.models.networks import MLP, orthogonal
 
         x = jnp.asarray(obs, jnp.float32)
         h = MLP(self.hidden, "tanh", name="torso")(x)
@@ -713,7 +713,7 @@ def _epoch(setup: Setup, hyper: GRPOHyper, lr: Array, batch: Batch, carry, key):
     k = setup.cfg.num_minibatches
     perm = jax.random.permutation(key, n)
     shuffled = jax.tree_util.tree_map(lambda x: x[perm].reshape((k, n // k) + x.shape[1:]), batch)
-    shuffled = sharding.constrain_batch(shuffled, axis=1)  # data mesh: each device steps on its slice
+    shuffled = batching.constrain_batch(shuffled, axis=1)  # data mesh: each device steps on its slice
     return jax.lax.scan(functools.partial(_sgd_step, setup, hyper, lr), carry, shuffled)
 
 
@@ -756,7 +756,7 @@ def collect(setup: Setup, state: GRPOState, key: Array) -> tuple[Rollout, Batch,
     p_all, g = cfg.oversample * cfg.num_prompts, cfg.group_size
     k_reset, k_roll = jax.random.split(key)
     reset_keys = jnp.repeat(jax.random.split(k_reset, p_all), g, axis=0)  # [P' * G]: groups share keys
-    reset_keys = sharding.constrain_batch(reset_keys)  # whole groups per device on a data mesh; no-op otherwise
+    reset_keys = batching.constrain_batch(reset_keys)  # whole groups per device on a data mesh; no-op otherwise
     env_params = _env_params_at(setup, state.level)
     ro = group_rollout(setup.policy, setup.env, env_params, state.params, reset_keys, k_roll, setup.num_steps, state.hyper.temperature)
     penalty = cfg.overlong_penalty * overlong_shaping(ro.length, setup.num_steps, cfg.overlong_buffer)

@@ -35,12 +35,14 @@ import optax
 from flax import struct
 from jax.flatten_util import ravel_pytree
 
-from jaxrl import networks, normalize, rollout, sharding, spaces
+from jaxrl.algos.common import batching
+from jaxrl.core import rollout, spaces
+from jaxrl.models import networks, normalize
 from jaxrl.algos import base
 from jaxrl.algos.base import Algorithm, Plan
-from jaxrl.env import Environment
-from jaxrl.networks import ACTIVATIONS, DISTRIBUTIONS, LOG_STD_MODES, ActorCritic
-from jaxrl.wrappers import AutoReset, EpisodeStatistics, RescaleAction, VmapEnv
+from jaxrl.core.env import Environment
+from jaxrl.models.networks import ACTIVATIONS, DISTRIBUTIONS, LOG_STD_MODES, ActorCritic
+from jaxrl.core.wrappers import AutoReset, EpisodeStatistics, RescaleAction, VmapEnv
 
 #: :data:`jaxrl.algos.base.COMPILER_OPTIONS`, for ``jax.jit(train, compiler_options=...)``.
 COMPILER_OPTIONS = base.COMPILER_OPTIONS
@@ -212,7 +214,7 @@ class AgentState:
     """Everything a trained policy needs to act (saved with it, used at eval).
 
     Attributes:
-      params: the :class:`~jaxrl.networks.ActorCritic` params pytree.
+      params: the :class:`~jaxrl.models.networks.ActorCritic` params pytree.
       obs_stats: running statistics of observations (identity while ``count == 0`` or
         when ``normalize_obs`` is off).
       reward_stats: running statistics of discounted returns (reward scaling).
@@ -502,7 +504,7 @@ def _sgd_step(
         return grad_fn(params, unravel, setup, stats, hyp, batch)
 
     # on a data mesh: each device's slice, then one all-reduce of gradient and metrics
-    flat_grads, metrics = sharding.batch_mean(grads, (learner.params, obs_stats, hyper), mb)
+    flat_grads, metrics = batching.batch_mean(grads, (learner.params, obs_stats, hyper), mb)
     optimizer = make_optimizer(setup.cfg, setup.plan, hyper)
     updates, opt_state = optimizer.update(flat_grads, learner.opt_state, learner.params)
     return LearnerState(learner.params + updates, opt_state), {**metrics, "grad_norm": jnp.linalg.norm(flat_grads)}
@@ -522,14 +524,14 @@ def _epoch(
     The advantages are normalised per minibatch here, for all ``M`` at once: on a data mesh
     the batch is whole on every device at this point (:func:`update` replicated it), so
     the statistics cost no collective, and each SGD step needs only one all-reduce
-    (gradients and metrics together, :func:`jaxrl.sharding.batch_mean`).
+    (gradients and metrics together, :func:`jaxrl.parallel.batching.batch_mean`).
     """
     m = setup.cfg.num_minibatches
     perm = jax.random.permutation(key, batch.advantage.shape[0])
-    shuffled = sharding.minibatches(batch, perm, m)  # data mesh: each device gathers its slice
+    shuffled = batching.minibatches(batch, perm, m)  # data mesh: each device gathers its slice
     if setup.cfg.normalize_advantages:  # statistics of whole minibatches, computed on every device
-        adv = sharding.replicate(normalize_advantages(jnp.reshape(batch.advantage[perm], (m, -1)), axis=1), ndim=2)
-        shuffled = shuffled.replace(advantage=sharding.constrain_batch(adv, axis=1))
+        adv = batching.replicate(normalize_advantages(jnp.reshape(batch.advantage[perm], (m, -1)), axis=1), ndim=2)
+        shuffled = shuffled.replace(advantage=batching.constrain_batch(adv, axis=1))
     step = functools.partial(_sgd_step, setup, hyper, obs_stats, unravel)
     learner, metrics = jax.lax.scan(step, learner, shuffled)
     return learner, metrics
@@ -577,7 +579,7 @@ def update(setup: Setup, state: PPOTrainState) -> tuple[PPOTrainState, dict]:
     adv, targets = gae(rewards, traj.value, next_values, traj.terminated, traj.truncated, hyper.gamma, hyper.gae_lambda)
     # On a data mesh the learner needs the whole batch on every device (the minibatches are
     # a global shuffle): one all-gather of everything the rest of the update reads.
-    whole, ep_done, ep_return, ep_length = sharding.replicate(
+    whole, ep_done, ep_return, ep_length = batching.replicate(
         (Batch(traj.obs, traj.action, traj.log_prob, traj.value, adv, targets),
          traj.episode_done, traj.episode_return, traj.episode_length),
         ndim=2,

@@ -15,8 +15,8 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from jaxrl import registry, spaces
-from jaxrl.env import Environment, first_timestep, transition
+from jaxrl.core import registry, spaces
+from jaxrl.core.env import Environment, first_timestep, transition
 
 ENV_ID = "demo/CoinGuess-v0"
 

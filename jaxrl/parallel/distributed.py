@@ -1,7 +1,7 @@
 """Many hosts: wiring ``jax.distributed.initialize`` into the command line.
 
 One process per host (or per GPU group) runs the *same* program; after initialisation
-``jax.devices()`` lists every device of every process and :mod:`jaxrl.sharding` builds
+``jax.devices()`` lists every device of every process and :mod:`jaxrl.parallel.sharding` builds
 one mesh over them. Where the settings come from, first match wins:
 
 1. command-line flags ``--coordinator-address HOST:PORT --num-processes N --process-id I``;

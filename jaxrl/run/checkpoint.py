@@ -70,7 +70,7 @@ class Checkpoints:
         self.directory = os.path.abspath(os.fspath(directory))
         # Multi-process runs: each process's manager is process-local (no orbax barriers);
         # the trainer gathers the state and only process 0 saves (and cleans up), while
-        # every process reads the same files (see jaxrl.trainer.save_checkpoint).
+        # every process reads the same files (see jaxrl.run.trainer.save_checkpoint).
         pid, multi = jax.process_index(), jax.process_count() > 1
         if multi:
             os.makedirs(self.directory, exist_ok=True)

@@ -19,7 +19,7 @@ the very step the MDP terminates) ``terminated`` wins: there is nothing to boots
 Every env in the registry follows the Gymnasium convention for classic control: its params
 carry ``max_steps_in_episode`` and its state a ``time`` counter, and ``truncated`` is set on
 the step where ``time`` reaches the limit. Auto-reset is *not* part of an env: it is a
-wrapper (:mod:`jaxrl.wrappers`, :mod:`jaxrl.vector`).
+wrapper (:mod:`jaxrl.core.wrappers`, :mod:`jaxrl.core.vector`).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from jaxrl import spaces
+from jaxrl.core import spaces
 
 Array = jax.Array
 PRNGKey = jax.Array

@@ -1,6 +1,6 @@
 """The training program and the host loop around it.
 
-Two ways to train from a :class:`~jaxrl.config.RunConfig`:
+Two ways to train from a :class:`~jaxrl.run.config.RunConfig`:
 
 * :func:`make_train` returns a pure ``train(key) -> (state, metrics)`` (for Jupyter):
   ``init`` then ``num_updates`` updates in one ``lax.scan``; ``metrics`` are stacked
@@ -35,13 +35,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxrl import config as config_lib
-from jaxrl import distributed, sharding
-from jaxrl import logging as log_lib
-from jaxrl import registry
+from jaxrl.run import config as config_lib
+from jaxrl.parallel import distributed, sharding
+from jaxrl.run import logging as log_lib
+from jaxrl.core import registry
 from jaxrl.algos.base import COMPILER_OPTIONS, Algorithm
-from jaxrl.checkpoint import Checkpoints, to_storable
-from jaxrl.config import ConfigError, Derived, RunConfig
+from jaxrl.run.checkpoint import Checkpoints, to_storable
+from jaxrl.run.config import ConfigError, Derived, RunConfig
 
 CONFIG_FILE = "config.yaml"
 METRICS_FILE = "metrics.jsonl"
@@ -161,9 +161,9 @@ def make_layout(cfg: RunConfig, built: Built, keys: jax.Array) -> sharding.Layou
     """Where the ``[S, ...]`` train state lives on the ``cfg.devices`` mesh.
 
     ``shard: seeds`` (or ``auto`` when ``S`` divides over the devices, with more than one
-    device): whole seeds per device (:func:`jaxrl.sharding.seed_layout`), no collectives.
+    device): whole seeds per device (:func:`jaxrl.parallel.sharding.seed_layout`), no collectives.
     ``shard: envs`` (or ``auto`` otherwise): the env batch (the state leaves whose size
-    follows ``num_envs``, found by :func:`jaxrl.sharding.probe_batch_axes` against a build
+    follows ``num_envs``, found by :func:`jaxrl.parallel.sharding.probe_batch_axes` against a build
     with twice the envs) is split over the devices; everything else is replicated. Raises
     :class:`ConfigError` when ``devices`` is not available or the split does not divide.
     """
@@ -363,7 +363,7 @@ def run(
         records = log_lib.read_metrics(metrics_path)
         log_lib.plot_learning_curve(records, os.path.join(run_dir, CURVE_FILE), f"{cfg.algo} on {cfg.env.id}")
     if evaluate:
-        from jaxrl import evaluate as eval_lib
+        from jaxrl.run import evaluate as eval_lib
 
         local = sharding.local_copy(state) if jax.process_count() > 1 else state
         if primary:

@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxrl import prng
+from jaxrl.core import prng
 
 
 class Space:

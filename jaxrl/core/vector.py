@@ -13,7 +13,7 @@ Semantics (per env ``i`` of the batch, exactly those of ``VmapEnv(AutoReset(env)
 * With ``episode_stats=True`` (default), ``info["episode_return"]`` (float32 ``[N]``) and
   ``info["episode_length"]`` (int32 ``[N]``) hold the totals of the episodes that ended on
   this step (0 elsewhere) and ``info["episode_done"]`` (bool ``[N]``) marks them, exactly as
-  :class:`jaxrl.wrappers.EpisodeStatistics` does.
+  :class:`jaxrl.core.wrappers.EpisodeStatistics` does.
 * Pass a fresh ``key`` to every ``step`` call (as with any env): the new episodes of a step
   are drawn from that key.
 
@@ -62,7 +62,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from jaxrl.env import Environment, TimeStep, Wrapper, tree_select
+from jaxrl.core.env import Environment, TimeStep, Wrapper, tree_select
 
 
 @struct.dataclass

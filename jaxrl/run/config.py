@@ -284,7 +284,7 @@ def algo_hook(entry, name: str):
 
 
 def _check_env(env: EnvConfig) -> None:
-    from jaxrl import registry
+    from jaxrl.core import registry
 
     try:
         registry.spec(env.id)
@@ -319,7 +319,7 @@ def _validate_algo(cfg: RunConfig) -> None:
     """The algorithm's own ``validate``, then ``make`` on the env (cheap: builds functions,
     compiles nothing), which catches combinations such as a Gaussian policy on a
     discrete action space."""
-    from jaxrl import registry
+    from jaxrl.core import registry
 
     entry = algo_entry(cfg.algo)
     validate = algo_hook(entry, "validate")

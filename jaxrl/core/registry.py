@@ -19,7 +19,7 @@ import re
 from importlib import metadata
 from typing import Any, Callable
 
-from jaxrl.env import Environment, replace_params
+from jaxrl.core.env import Environment, replace_params
 
 ENTRY_POINT_GROUP = "jaxrl.envs"
 _ID_RE = re.compile(r"^(?:(?P<ns>[A-Za-z0-9_.\-]+)/)?(?P<name>[A-Za-z0-9_.\-]+?)(?:-v(?P<version>\d+))?$")

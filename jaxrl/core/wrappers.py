@@ -1,4 +1,4 @@
-"""Wrappers: each one is an :class:`~jaxrl.env.Environment` around another, with one job.
+"""Wrappers: each one is an :class:`~jaxrl.core.env.Environment` around another, with one job.
 
 =================== ===========================================================================
 ``AutoReset``       When a step ends the episode (terminated or truncated), the returned
@@ -6,7 +6,7 @@
                     observation of a new episode drawn by the env's own ``reset`` with a fresh
                     key, and ``info["final_obs"]`` is the last observation of the finished
                     episode (equal to ``obs`` on ordinary steps). Exact and per-env; for large
-                    batches :class:`jaxrl.vector.VectorEnv` does the same job cheaper.
+                    batches :class:`jaxrl.core.vector.VectorEnv` does the same job cheaper.
 ``EpisodeStatistics`` Tracks the running return and length; ``info["episode_return"]`` and
                     ``info["episode_length"]`` hold the totals of an episode that ended on this
                     step (0 elsewhere) and ``info["episode_done"]`` marks those steps.
@@ -27,8 +27,8 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from jaxrl import spaces
-from jaxrl.env import Environment, TimeStep, Wrapper, tree_select
+from jaxrl.core import spaces
+from jaxrl.core.env import Environment, TimeStep, Wrapper, tree_select
 
 
 class AutoReset(Wrapper):

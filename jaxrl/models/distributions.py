@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from jaxrl import prng
+from jaxrl.core import prng
 
 _LOG_2PI = math.log(2.0 * math.pi)
 #: Squashed actions are pulled this far inside (-1, 1) before ``atanh`` in ``log_prob``,
@@ -102,7 +102,7 @@ def _log_one_minus_tanh_sq(u: jax.Array) -> jax.Array:
 class TanhGaussian:
     """``a = tanh(u)``, ``u ~ Gaussian(mean, exp(log_std))``: actions in ``(-1, 1)^D``.
 
-    Rescale to an env's box with :class:`jaxrl.wrappers.RescaleAction`.
+    Rescale to an env's box with :class:`jaxrl.core.wrappers.RescaleAction`.
 
     Attributes:
       mean: float32 ``[..., D]``, mean of the pre-squash Gaussian.

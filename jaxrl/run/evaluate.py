@@ -14,7 +14,7 @@ is summarised. The summary of each policy pools the episodes of all seeds and re
 
 Rendering rolls one episode of seed 0's policy in the algorithm's acting env (the
 algorithm module's ``agent_env``) with its ``make_act`` policy and writes a GIF through
-:mod:`jaxrl.render`.
+:mod:`jaxrl.core.render`.
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ from typing import Any
 import jax
 import numpy as np
 
-from jaxrl import config as config_lib
-from jaxrl.config import ConfigError, RunConfig
+from jaxrl.run import config as config_lib
+from jaxrl.run.config import ConfigError, RunConfig
 
 RETURNS_KEY = "episode_returns"
 EVAL_SEED_OFFSET = 1_000_003  # eval keys never coincide with a training seed's key
@@ -126,7 +126,7 @@ def with_episodes(cfg: RunConfig, episodes: int | None) -> RunConfig:
 
 def run_config(run_dir: str) -> RunConfig:
     """The resolved config saved in a run directory."""
-    from jaxrl import trainer
+    from jaxrl.run import trainer
 
     path = os.path.join(run_dir, trainer.CONFIG_FILE)
     if not os.path.exists(path):
@@ -139,8 +139,8 @@ def load_run(run_dir: str, episodes: int | None = None):
 
     ``episodes`` replaces the algorithm's ``eval_episodes`` (a new config object).
     """
-    from jaxrl import trainer
-    from jaxrl.checkpoint import Checkpoints
+    from jaxrl.run import trainer
+    from jaxrl.run.checkpoint import Checkpoints
 
     cfg = with_episodes(run_config(run_dir), episodes)
     built = trainer.build(cfg)
@@ -156,7 +156,7 @@ def load_run(run_dir: str, episodes: int | None = None):
 
 def main_eval(args) -> int:
     """``jaxrl eval RUN_DIR [--episodes N]``: print and write ``eval.json``."""
-    from jaxrl import trainer
+    from jaxrl.run import trainer
 
     try:
         cfg, built, states, step = load_run(args.run_dir, args.episodes)
@@ -216,7 +216,7 @@ def render_frames(cfg: RunConfig, built, states: Any, steps: int, deterministic:
     """Frames (``uint8[H, W, 3]``) of one episode of seed 0's trained policy."""
     import functools
 
-    from jaxrl import render
+    from jaxrl.core import render
 
     env, act = acting_pieces(cfg, built)
     agent = jax.tree_util.tree_map(lambda x: x[0], policy_params(states))
@@ -227,7 +227,7 @@ def render_frames(cfg: RunConfig, built, states: Any, steps: int, deterministic:
 
 def main_render(args) -> int:
     """``jaxrl render RUN_DIR --out FILE.gif``."""
-    from jaxrl import render
+    from jaxrl.core import render
 
     try:
         cfg, built, states, _ = load_run(args.run_dir)

@@ -1,7 +1,7 @@
 """Actor-critic MLPs (flax linen), applied as pure functions of a params pytree.
 
 :class:`ActorCritic` maps observations ``[..., *obs_shape]`` to an action distribution
-(:mod:`jaxrl.distributions`) and a value ``float32[...]``. Leading axes are free, so the
+(:mod:`jaxrl.models.distributions`) and a value ``float32[...]``. Leading axes are free, so the
 same params act on one env, a ``[B]`` batch or a whole ``[T, B]`` trajectory.
 
 Initialisation follows the PPO implementation-details consensus (Andrychowicz et al.
@@ -27,8 +27,9 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from jaxrl import distributions, prng
+from jaxrl.core import prng
 
+from jaxrl.models import distributions
 ACTIVATIONS = {"tanh": nn.tanh, "relu": nn.relu, "gelu": nn.gelu, "silu": nn.silu, "elu": nn.elu}
 DISTRIBUTIONS = ("categorical", "gaussian", "tanh_gaussian")
 LOG_STD_MODES = ("state_independent", "learned")

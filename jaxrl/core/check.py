@@ -1,4 +1,4 @@
-"""``check_env``: a conformance checker for the environment contract (:mod:`jaxrl.env`).
+"""``check_env``: a conformance checker for the environment contract (:mod:`jaxrl.core.env`).
 
 It runs an env through every promise the contract makes and reports each as a named check
 (PASS, FAIL or SKIP with a one-line reason), plus a throughput figure::
@@ -23,7 +23,7 @@ It runs an env through every promise the contract makes and reports each as a na
 ``truncation``     when params have ``max_steps_in_episode``: ``truncated`` is never set before
                    the episode's step counter reaches the limit and always set (or the episode
                    terminated) when it does, checked at the env's own limit and at a small one
-                   set with :func:`jaxrl.env.replace_params`; the counter restarts after reset.
+                   set with :func:`jaxrl.core.env.replace_params`; the counter restarts after reset.
 ``determinism``    the same key gives a bit-identical rollout on a second call, and two fresh
                    traces lower to the same program (catches hidden Python state read at
                    trace time, without paying for another compile).
@@ -60,8 +60,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from jaxrl import spaces
-from jaxrl.env import Environment, replace_params, tree_select
+from jaxrl.core import spaces
+from jaxrl.core.env import Environment, replace_params, tree_select
 
 PASS, FAIL, SKIP = "PASS", "FAIL", "SKIP"
 #: The small episode limit used by the ``truncation`` check (or the env's own, if smaller).
@@ -666,7 +666,7 @@ def main(args: argparse.Namespace) -> int:
 
     Returns 0 if every check passed, 1 if one failed, 2 for an unknown id or bad arguments.
     """
-    from jaxrl import registry
+    from jaxrl.core import registry
 
     only = [name.strip() for name in args.only.split(",") if name.strip()] if getattr(args, "only", None) else None
     try:

@@ -1,7 +1,7 @@
 """Collect a ``[T, B]`` trajectory from a batched, auto-resetting env with a policy.
 
 The env is a *batched* environment (e.g. ``VmapEnv(EpisodeStatistics(AutoReset(env)))``
-or :class:`jaxrl.vector.VectorEnv`): ``reset(key, params)`` and ``step(key, state,
+or :class:`jaxrl.core.vector.VectorEnv`): ``reset(key, params)`` and ``step(key, state,
 action, params)`` take one key and act on ``B`` envs at once. A policy is any pure
 function ``policy(obs [B, ...], key) -> PolicyOutput`` (bind its params with
 ``functools.partial``). Used by PPO and by GRPO on control envs.
@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from jaxrl.env import Environment, TimeStep
+from jaxrl.core.env import Environment, TimeStep
 
 
 @struct.dataclass

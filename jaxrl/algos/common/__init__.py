@@ -1,0 +1,1 @@
+"""Pieces every algorithm shares: batching over a data mesh, the optimiser, the training loop."""
