@@ -10,7 +10,7 @@ checkpoints or logging. After every chunk the host evaluates the policy (greedy,
 ``eval_episodes`` held-out prompts); the evaluation's own time is measured and *excluded*
 from the training wall time (it is reported apart), compile time of the chunk is included.
 The run stops at the first evaluation that reaches ``--target`` or at ``num_updates``.
-Programs are compiled with :data:`jaxrl.algos.grpo.COMPILER_OPTIONS`; the chunk's compile
+Programs are compiled with :data:`jaxrl.algos.COMPILER_OPTIONS`; the chunk's compile
 time is reported on its own (``chunk_compile_s``). Next to wall time every point records the
 process CPU seconds spent training (``train_cpu_s``, all threads, evaluation excluded): on
 the shared machine wall time depends on the load, CPU seconds much less so.
@@ -33,6 +33,7 @@ import numpy as np
 from jaxrl.run import config as config_lib
 from jaxrl.run import trainer
 from jaxrl.algos import grpo
+from jaxrl.algos.common.train import COMPILER_OPTIONS
 
 RESULTS = os.path.join(os.path.dirname(__file__), "results")
 
@@ -58,14 +59,14 @@ def run(cfg_path: str, overrides: list[str], target: float, metric: str, name: s
     k = built.derived.updates_per_chunk
     key = jax.random.PRNGKey(cfg.train.seed)
     start, cpu_start = time.perf_counter(), time.process_time()
-    opts = grpo.COMPILER_OPTIONS
-    init = jax.jit(built.algo.init, compiler_options=opts)
-    evaluate = jax.jit(built.algo.evaluate, compiler_options=opts)
+    opts = COMPILER_OPTIONS
+    init = jax.jit(built.program.init, compiler_options=opts)
+    evaluate = jax.jit(built.program.evaluate, compiler_options=opts)
     state = init(key)
     # Compile the chunk explicitly so that its compile time is reported on its own (the
     # training wall time below includes it, as the target requires).
     t_c, cpu_c = time.perf_counter(), time.process_time()
-    chunk = jax.jit(lambda s: _scan_chunk(built.algo.update, k, s), compiler_options=opts).lower(state).compile()
+    chunk = jax.jit(lambda s: _scan_chunk(built.program.update, k, s), compiler_options=opts).lower(state).compile()
     compile_s, compile_cpu_s = time.perf_counter() - t_c, time.process_time() - cpu_c
     eval_time, eval_cpu, curve, solved_at, first_chunk = 0.0, 0.0, [], None, None
     done = 0

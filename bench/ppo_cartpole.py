@@ -38,6 +38,9 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from jaxrl.algos.common.train import COMPILER_OPTIONS
+
+from jaxrl.algos.common.train import program_on as program, train_on as train_fn
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -98,15 +101,15 @@ def child_solve() -> dict:
     import_s = _now() - t_import
     env, params = jaxrl.make("CartPole-v1")
     cfg = ppo.PPOConfig(**SOLVE)
-    algo = ppo.make_ppo(env, params, cfg)
-    train = ppo.make_train(env, params, cfg)
+    algo = program(ppo, env, params, cfg)
+    train = train_fn(ppo, env, params, cfg)
 
     def train_and_eval(key):
         train_key, eval_key = jax.random.split(key)
         state, metrics = train(train_key)
         return algo.evaluate(state, eval_key), metrics["episode_return"]
 
-    program, keys = _seed_program(train_and_eval, jax.random.split(jax.random.key(0), SEEDS), ppo.COMPILER_OPTIONS)
+    program, keys = _seed_program(train_and_eval, jax.random.split(jax.random.key(0), SEEDS), COMPILER_OPTIONS)
     t0, c0 = _now(), _cpu()
     lowered = program.lower(keys)
     t1, c1 = _now(), _cpu()
@@ -150,13 +153,13 @@ def child_throughput(repeats: int) -> dict:
 
     env, params = jaxrl.make("CartPole-v1")
     cfg = ppo.PPOConfig(**REJAX, anneal_lr=False)
-    train = ppo.make_train(env, params, cfg)
+    train = train_fn(ppo, env, params, cfg)
 
     def final_return(key):
         _, metrics = train(key)
         return metrics["episode_return"]
 
-    program, keys = _seed_program(final_return, jax.random.split(jax.random.key(0), SEEDS), ppo.COMPILER_OPTIONS)
+    program, keys = _seed_program(final_return, jax.random.split(jax.random.key(0), SEEDS), COMPILER_OPTIONS)
     t0 = _now()
     compiled = program.lower(keys).compile()
     compile_s = _now() - t0
@@ -316,7 +319,7 @@ def _main_solve(args, common) -> None:
             "solve_wall_best_s": min(walls),
             "solved_min": min(s["solved"] for s in solves),
             "by_devices": by_devices,
-            "compiler_options": "xla_backend_optimization_level=1 (jaxrl.algos.ppo.COMPILER_OPTIONS)",
+            "compiler_options": "xla_backend_optimization_level=1 (jaxrl.algos.COMPILER_OPTIONS)",
         }
     )
     common.write_results("ppo_cartpole", records, meta)

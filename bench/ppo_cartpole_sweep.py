@@ -26,6 +26,9 @@ import numpy as np  # noqa: E402
 import jaxrl  # noqa: E402
 from bench.common import RESULTS_DIR, command_line, metadata, write_results  # noqa: E402
 from jaxrl.algos import ppo  # noqa: E402
+from jaxrl.algos.common.train import COMPILER_OPTIONS
+
+from jaxrl.algos.common.train import program_on as program, train_on as train_fn
 
 SEEDS = 16
 BASE = dict(num_envs=8, num_steps=64, update_epochs=4, num_minibatches=4, eval_episodes=16)
@@ -35,8 +38,8 @@ def solved_grid(budget: int, hidden: tuple[int, ...], lrs: list[float], seed_set
     """Deterministic eval returns ``[len(lrs), 16]`` for one budget, network and seed set."""
     env, params = jaxrl.make("CartPole-v1")
     cfg = ppo.PPOConfig(**BASE, total_env_steps=budget, hidden=hidden)
-    algo = ppo.make_ppo(env, params, cfg)
-    train = ppo.make_train(env, params, cfg)
+    algo = program(ppo, env, params, cfg)
+    train = train_fn(ppo, env, params, cfg)
 
     def one(key, lr):
         train_key, eval_key = jax.random.split(key)
@@ -45,7 +48,7 @@ def solved_grid(budget: int, hidden: tuple[int, ...], lrs: list[float], seed_set
 
     keys = jnp.tile(jax.random.split(jax.random.key(seed_set), SEEDS), (len(lrs),))
     lr = jnp.repeat(jnp.asarray(lrs, jnp.float32), SEEDS)
-    program = jax.jit(jax.vmap(one), compiler_options=ppo.COMPILER_OPTIONS)
+    program = jax.jit(jax.vmap(one), compiler_options=COMPILER_OPTIONS)
     return np.asarray(program(keys, lr)).reshape(len(lrs), SEEDS)
 
 

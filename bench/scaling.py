@@ -46,6 +46,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import common  # noqa: E402
 
+from jaxrl.algos.common.train import program_on as program, train_on as train_fn
+
 ENV_STEPS = 128  # T of the env-only scan
 PPO_UPDATES = 2  # K updates per timed call
 
@@ -93,7 +95,7 @@ def _ppo_program(num_envs: int):
     env, params = registry.make("CartPole-v1")
     cfg = ppo.PPOConfig(num_envs=num_envs, num_steps=32, total_env_steps=num_envs * 32 * 100, update_epochs=2,
                         num_minibatches=4, hidden=(64, 64))
-    algo = ppo.make_ppo(env, params, cfg)
+    algo = program(ppo, env, params, cfg)
 
     def run(state):
         state, metrics = jax.lax.scan(lambda s, _: algo.update(s), state, None, length=PPO_UPDATES)
@@ -118,7 +120,7 @@ def _grpo_program(num_prompts: int):
     env, params = registry.make("text/Reverse-v0")
     cfg = grpo.GRPOConfig(num_prompts=num_prompts, group_size=GRPO_GROUP, num_updates=100, num_minibatches=2,
                           loss_type="dapo", beta=0.04, eps_high=0.28)
-    algo = grpo.make_grpo(env, params, cfg)
+    algo = program(grpo, env, params, cfg)
 
     def run(state):
         state, metrics = jax.lax.scan(lambda s, _: algo.update(s), state, None, length=PPO_UPDATES)

@@ -28,6 +28,7 @@ from jaxrl.algos.common import batching
 from jaxrl.core import registry  # noqa: E402
 from jaxrl.parallel import sharding
 from jaxrl.algos import ppo  # noqa: E402
+from jaxrl.algos.common.train import program_on as program, train_on as train_fn
 
 K = 3  # updates per chunk
 CHUNKS = 2
@@ -56,8 +57,8 @@ def scan_chunk(update, state):
 
 
 def ppo_layout(env, env_params, mesh, key):
-    algo = ppo.make_ppo(env, env_params, PPO_CFG)
-    big = ppo.make_ppo(env, env_params, sharding.probe_config(PPO_CFG))
+    algo = program(ppo, env, env_params, PPO_CFG)
+    big = program(ppo, env, env_params, sharding.probe_config(PPO_CFG))
     axes = sharding.probe_batch_axes(jax.eval_shape(algo.init, key), jax.eval_shape(big.init, key))
     return algo, axes, sharding.make_layout(mesh, jax.eval_shape(algo.init, key), axes)
 
@@ -91,7 +92,7 @@ def main() -> dict:
     key = jax.random.PRNGKey(7)
 
     # --- reference: plain jit, one device, no mesh --------------------------------------
-    algo = ppo.make_ppo(env, env_params, PPO_CFG)
+    algo = program(ppo, env, env_params, PPO_CFG)
     ref_chunk = jax.jit(functools.partial(scan_chunk, algo.update))
     state = jax.jit(algo.init)(key)
     ref_init = jax.device_get(state)
@@ -154,8 +155,8 @@ def main() -> dict:
         out["indivisible_error"] = str(exc)
     try:
         bad_cfg = ppo.PPOConfig(num_envs=6, num_steps=16, total_env_steps=6 * 16, num_minibatches=2, hidden=(8,))
-        bad = ppo.make_ppo(env, env_params, bad_cfg)
-        big = ppo.make_ppo(env, env_params, sharding.probe_config(bad_cfg))
+        bad = program(ppo, env, env_params, bad_cfg)
+        big = program(ppo, env, env_params, sharding.probe_config(bad_cfg))
         ax = sharding.probe_batch_axes(jax.eval_shape(bad.init, key), jax.eval_shape(big.init, key))
         sharding.make_layout(mesh4, jax.eval_shape(bad.init, key), ax)
         out["indivisible_layout_error"] = None
@@ -230,14 +231,14 @@ def seed_split_checks() -> dict:
     built = trainer.build(cfg)
     keys = trainer.seed_keys(0, 4)
     layout = trainer.make_layout(cfg, built, keys)
-    state = sharding.init_sharded(jax.vmap(built.algo.init), layout)(keys)
-    chunk = trainer.make_chunk(built.algo.update, K, layout)
+    state = sharding.init_sharded(jax.vmap(built.program.init), layout)(keys)
+    chunk = trainer.make_chunk(built.program.update, K, layout)
     n = jax.device_put(np.int32(K), layout.replicated)
     hlo = chunk.lower(state, n).compile().as_text()
     state, metrics, _ = chunk(state, n)
 
-    ref_state = jax.jit(jax.vmap(built.algo.init))(keys)
-    ref_state, ref_metrics, _ = trainer.make_chunk(built.algo.update, K)(ref_state, np.int32(K))
+    ref_state = jax.jit(jax.vmap(built.program.init))(keys)
+    ref_state, ref_metrics, _ = trainer.make_chunk(built.program.update, K)(ref_state, np.int32(K))
     env_cfg = config_lib.config_from_dict({**raw, "shard": "envs"})
     try:
         trainer.make_layout(config_lib.config_from_dict({**raw, "shard": "seeds", "train": {"seeds": 6}}), built,
@@ -264,7 +265,7 @@ def grpo_checks(env, env_params, mesh) -> dict:
     from jaxrl.algos import grpo
 
     cfg = grpo.GRPOConfig(num_prompts=8, group_size=2, num_updates=K * CHUNKS, num_minibatches=2, hidden=(16,))
-    algo = grpo.make_grpo(env, env_params, cfg)
+    algo = program(grpo, env, env_params, cfg)
     key = jax.random.PRNGKey(3)
     chunk = functools.partial(scan_chunk, algo.update)
     state = jax.jit(algo.init)(key)

@@ -167,7 +167,7 @@ def test_derived_counts_exact():
     cfg = C.config_from_dict(_with(ppo__update_epochs=3, train__updates_per_chunk=4, train__seeds=2))
     from jaxrl.algos import ppo
 
-    d = C.derive(cfg, ppo.derive(cfg.algo_config))
+    d = C.derive(cfg, ppo.config.plan(cfg.algo_config))
     assert (d.num_updates, d.env_steps_per_update, d.grad_steps_per_update) == (10, 512, 12)
     assert (d.total_env_steps, d.total_grad_steps) == (5120, 120)
     assert (d.updates_per_chunk, d.num_chunks) == (4, 3)  # 4 + 4 + 2

@@ -11,6 +11,7 @@ import jaxrl
 from jaxrl.core import rollout
 from jaxrl.algos import ppo
 from jaxrl.core.wrappers import AutoReset, EpisodeStatistics, VmapEnv
+from jaxrl.algos.common.train import COMPILER_OPTIONS
 
 
 def test_gae_hand_computed_termination_and_truncation():
@@ -30,7 +31,7 @@ def test_gae_hand_computed_termination_and_truncation():
     next_values = jnp.array([[1.0, 5.0], [9.0, 5.0], [2.0, 5.0], [3.0, 5.0]])
     terminated = jnp.array([[False, False], [False, True], [False, False], [True, False]])
     truncated = jnp.array([[False, False], [True, True], [False, False], [False, False]])
-    adv, targets = ppo.gae(rewards, values, next_values, terminated, truncated, 0.9, 0.8)
+    adv, targets = ppo.losses.gae(rewards, values, next_values, terminated, truncated, 0.9, 0.8)
     expected = np.array([[7.952, 6.22], [9.1, 1.0], [4.74, 9.46], [2.0, 5.5]])
     np.testing.assert_allclose(adv, expected, rtol=1e-6)
     np.testing.assert_allclose(targets, expected + np.asarray(values), rtol=1e-6)
@@ -44,7 +45,7 @@ def test_gae_lambda_one_is_monte_carlo_return_with_bootstrap():
     v = rng.normal(size=(T, 3)).astype(np.float32)
     nv = np.concatenate([v[1:], rng.normal(size=(1, 3)).astype(np.float32)])
     flags = np.zeros((T, 3), bool)
-    _, targets = ppo.gae(jnp.asarray(r), jnp.asarray(v), jnp.asarray(nv), flags, flags, gamma, 1.0)
+    _, targets = ppo.losses.gae(jnp.asarray(r), jnp.asarray(v), jnp.asarray(nv), flags, flags, gamma, 1.0)
     expected = np.zeros((T, 3))
     for t in range(T):
         expected[t] = sum(gamma**k * r[t + k] for k in range(T - t)) + gamma ** (T - t) * nv[-1]
@@ -57,7 +58,7 @@ def test_rollout_keeps_final_obs_and_flags_apart():
     benv = VmapEnv(EpisodeStatistics(AutoReset(env)), 4)
     policy = functools.partial(_random_policy, 2)
     carry = rollout.reset(benv, params, jax.random.key(0))
-    collect = jax.jit(rollout.collect, static_argnums=(0, 1, 5), compiler_options=ppo.COMPILER_OPTIONS)
+    collect = jax.jit(rollout.collect, static_argnums=(0, 1, 5), compiler_options=COMPILER_OPTIONS)
     _, traj = collect(policy, benv, params, carry, jax.random.key(1), 64)
     done = np.asarray(traj.terminated | traj.truncated)
     obs, next_obs = np.asarray(traj.obs), np.asarray(traj.next_obs)

@@ -47,7 +47,7 @@ def test_curriculum_step_raises_by_that_much_capped_at_the_stop(level, expected)
     assert int(grpo._next_level(setup, jnp.int32(level), _rollout([1, 1]))) == expected
     assert int(grpo._next_level(setup, jnp.int32(level), _rollout([0, 0]))) == level  # below the threshold
     with pytest.raises(ValueError, match="curriculum_step"):
-        grpo.validate(grpo.GRPOConfig(curriculum_param="num_digits", curriculum_step=0))
+        grpo.config.validate(grpo.GRPOConfig(curriculum_param="num_digits", curriculum_step=0))
 
 
 def test_curriculum_uses_the_return_without_the_metric_and_sets_the_env_param():

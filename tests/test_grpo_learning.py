@@ -93,7 +93,7 @@ def test_grpo_recipes_load_and_validate(path):
     cfg = config_lib.load_config(path)
     assert cfg.algo == "grpo"
     built = trainer.build(cfg)  # makes env and algorithm; compiles nothing
-    assert built.algo.plan.env_steps_per_update > 0
+    assert built.program.plan.env_steps_per_update > 0
 
 
 def test_bad_grpo_config_names_the_key(tmp_path):

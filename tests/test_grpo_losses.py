@@ -236,11 +236,11 @@ def test_unknown_loss_type_is_rejected():
     with pytest.raises(ValueError, match="loss_type"):
         loss("ppo")
     with pytest.raises(ValueError, match="loss_type"):
-        grpo.validate(grpo.GRPOConfig(loss_type="nope"))
+        grpo.config.validate(grpo.GRPOConfig(loss_type="nope"))
     with pytest.raises(ValueError, match="num_minibatches"):
-        grpo.validate(grpo.GRPOConfig(num_prompts=3, group_size=3, num_minibatches=2))
+        grpo.config.validate(grpo.GRPOConfig(num_prompts=3, group_size=3, num_minibatches=2))
     with pytest.raises(ValueError, match="group_size"):
-        grpo.validate(grpo.GRPOConfig(group_size=1))
+        grpo.config.validate(grpo.GRPOConfig(group_size=1))
 
 
 # ---------------------------------------------------------------------------------------
@@ -293,6 +293,6 @@ def test_per_token_advantages_in_the_loss():
 
 def test_token_credit_is_rejected_with_gspo_and_a_bad_discount():
     with pytest.raises(ValueError, match="token_credit"):
-        grpo.validate(grpo.GRPOConfig(loss_type="gspo", token_credit=True))
+        grpo.config.validate(grpo.GRPOConfig(loss_type="gspo", token_credit=True))
     with pytest.raises(ValueError, match="credit_discount"):
-        grpo.validate(grpo.GRPOConfig(token_credit=True, credit_discount=1.5))
+        grpo.config.validate(grpo.GRPOConfig(token_credit=True, credit_discount=1.5))

@@ -123,7 +123,7 @@ def _final_checkpoint(run_dir: str) -> dict:
 
     cfg = config_lib.load_config(os.path.join(run_dir, "config.yaml"))
     built = trainer.build(cfg)
-    template = jax.eval_shape(jax.vmap(built.algo.init), trainer.seed_keys(cfg.train.seed, cfg.train.seeds))
+    template = jax.eval_shape(jax.vmap(built.program.init), trainer.seed_keys(cfg.train.seed, cfg.train.seeds))
     with Checkpoints(os.path.join(run_dir, "checkpoints")) as ckpts:
         state = ckpts.restore(template, UPDATES)
     state = jax.tree_util.tree_map(lambda x: jax.random.key_data(x) if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key) else x, state)

@@ -10,6 +10,8 @@ import pytest
 
 import jaxrl
 from jaxrl.algos import ppo
+from jaxrl.algos.common.train import COMPILER_OPTIONS
+from jaxrl.algos.common.train import program_on as program, train_on as train_fn
 
 PROBE_CFG = ppo.PPOConfig(
     num_envs=16, num_steps=16, total_env_steps=16 * 16 * 40, update_epochs=4, num_minibatches=2,
@@ -19,7 +21,7 @@ PROBE_CFG = ppo.PPOConfig(
 
 def _train(env_id: str, cfg: ppo.PPOConfig, seed: int = 0):
     env, params = jaxrl.make(env_id)
-    train = jax.jit(ppo.make_train(env, params, cfg), compiler_options=ppo.COMPILER_OPTIONS)
+    train = jax.jit(train_fn(ppo, env, params, cfg), compiler_options=COMPILER_OPTIONS)
     state, metrics = train(jax.random.key(seed))
     return env, params, state, metrics
 
@@ -76,11 +78,11 @@ CARTPOLE_CFG = ppo.PPOConfig(
 
 def test_cartpole_solved_by_vmapped_seeds():
     env, params = jaxrl.make("CartPole-v1")
-    algo = ppo.make_ppo(env, params, CARTPOLE_CFG)
-    train = ppo.make_train(env, params, CARTPOLE_CFG)
+    algo = program(ppo, env, params, CARTPOLE_CFG)
+    train = train_fn(ppo, env, params, CARTPOLE_CFG)
     keys = jax.random.split(jax.random.key(0), 4)
-    state, metrics = jax.jit(jax.vmap(train), compiler_options=ppo.COMPILER_OPTIONS)(keys)
-    ev = jax.jit(jax.vmap(algo.evaluate), compiler_options=ppo.COMPILER_OPTIONS)(state, jax.random.split(jax.random.key(1), 4))
+    state, metrics = jax.jit(jax.vmap(train), compiler_options=COMPILER_OPTIONS)(keys)
+    ev = jax.jit(jax.vmap(algo.evaluate), compiler_options=COMPILER_OPTIONS)(state, jax.random.split(jax.random.key(1), 4))
     returns = np.asarray(ev["return_mean"])
     assert returns.mean() >= 475 and (returns >= 475).sum() >= 3, returns
     # It learned during training too (not only at the end): the curve rose.

@@ -10,7 +10,9 @@ import pytest
 
 import jaxrl
 from jaxrl.algos import ppo
-from jaxrl.algos.base import Algorithm
+from jaxrl.algos.contract import Program as Algorithm
+from jaxrl.algos.common.train import COMPILER_OPTIONS
+from jaxrl.algos.common.train import program_on as program, train_on as train_fn
 
 CFG = ppo.PPOConfig(
     num_envs=4, num_steps=16, total_env_steps=4 * 16 * 8, update_epochs=2, num_minibatches=2,
@@ -22,8 +24,8 @@ UPDATES = 3
 @pytest.fixture(scope="module")
 def setup():
     env, params = jaxrl.make("CartPole-v1")
-    algo = ppo.make_ppo(env, params, CFG)
-    train = jax.jit(ppo.make_train(env, params, CFG, num_updates=UPDATES), compiler_options=ppo.COMPILER_OPTIONS)
+    algo = program(ppo, env, params, CFG)
+    train = jax.jit(train_fn(ppo, env, params, CFG, num_updates=UPDATES), compiler_options=COMPILER_OPTIONS)
     return env, params, algo, train
 
 
@@ -33,7 +35,7 @@ def sweep(setup):
     env, params, _, _ = setup
     keys = jax.random.split(jax.random.key(7), 3)
     hyper = ppo.hyperparams(CFG, lr=jnp.array([3e-3, 1e-3, 3e-4]), clip_eps=jnp.array([0.2, 0.1, 0.3]))
-    vtrain = jax.jit(jax.vmap(ppo.make_train(env, params, CFG, num_updates=UPDATES)), compiler_options=ppo.COMPILER_OPTIONS)
+    vtrain = jax.jit(jax.vmap(train_fn(ppo, env, params, CFG, num_updates=UPDATES)), compiler_options=COMPILER_OPTIONS)
     return keys, hyper, vtrain(keys, hyper)
 
 
@@ -44,7 +46,7 @@ def _row(tree, i):
 def test_make_ppo_is_an_algorithm_with_plan(setup):
     _, _, algo, _ = setup
     assert isinstance(algo, Algorithm)
-    assert algo.plan == ppo.derive(CFG)
+    assert algo.plan == ppo.config.plan(CFG)
     assert algo.plan.num_updates == 8 and algo.plan.env_steps_per_update == 64
 
 
@@ -90,7 +92,7 @@ def test_update_compiles_once_without_callbacks_or_transfers(setup):
         traces.append(1)
         return algo.update(state)
 
-    update = jax.jit(counted, compiler_options=ppo.COMPILER_OPTIONS)
+    update = jax.jit(counted, compiler_options=COMPILER_OPTIONS)
     state, _ = train(jax.random.key(0), ppo.hyperparams(CFG))  # a valid state, already compiled
     jaxpr = str(jax.make_jaxpr(algo.update)(state))
     for word in ("callback", "io_callback", "pure_callback", "debug_callback"):
@@ -130,8 +132,8 @@ def test_act_and_agent_env_drive_one_env(setup):
 def test_continuous_program_runs_with_tanh_gaussian_and_learned_log_std():
     env, params = jaxrl.make("Pendulum-v1")
     cfg = dataclasses.replace(CFG, dist="tanh_gaussian", log_std="learned", eval_max_steps=5)
-    train = ppo.make_train(env, params, cfg, num_updates=1)
-    state, metrics = jax.jit(train, compiler_options=ppo.COMPILER_OPTIONS)(jax.random.key(0))
+    train = train_fn(ppo, env, params, cfg, num_updates=1)
+    state, metrics = jax.jit(train, compiler_options=COMPILER_OPTIONS)(jax.random.key(0))
     assert all(bool(jnp.all(jnp.isfinite(v))) for v in metrics.values())
     assert isinstance(ppo.agent_env(env, params, cfg), jaxrl.RescaleAction)
     assert state.env.obs.shape == (CFG.num_envs, 3)

@@ -71,8 +71,8 @@ def ppo_chunk():
     cfg = C.config_from_dict(raw)
     built = trainer.build(cfg)
     keys = trainer.seed_keys(0, 2)
-    init = jax.jit(jax.vmap(built.algo.init))
-    return init, keys, trainer.make_chunk(built.algo.update, 4)
+    init = jax.jit(jax.vmap(built.program.init))
+    return init, keys, trainer.make_chunk(built.program.update, 4)
 
 
 def test_ppo_resume_and_chunk_boundaries_are_exact(ppo_chunk, tmp_path):

@@ -23,7 +23,7 @@ from flax import struct
 from jaxrl.run import config as C
 from jaxrl.run import trainer
 from jaxrl.algos import registry as algo_registry
-from jaxrl.algos.base import Algorithm, Plan
+from jaxrl.algos.contract import AlgoConfig, AlgoEntry, EvalReport, Plan, Program, replicated_axes
 
 # ------------------------------------------------------------------------------------------
 # The fake algorithm (imported by test_resume.py and test_checkpoint.py)
@@ -33,12 +33,15 @@ TARGET = (1.0, -2.0, 0.5, 3.0)
 
 
 @dataclasses.dataclass(frozen=True)
-class FakeConfig:
+class FakeConfig(AlgoConfig):
     num_updates: int = 8
     lr: float = 0.05
     batch: int = 8  # must be even: the "impossible combination" validate rejects
     nan_at: int = -1  # the update at which the loss turns NaN (-1: never)
     eval_episodes: int = 4
+
+    def validate(self) -> None:
+        fake_validate(self)
 
 
 @struct.dataclass
@@ -80,23 +83,34 @@ def _fake_evaluate(cfg: FakeConfig, state: FakeState, key):
     return {"episode_returns": err + 0.0 * noise, "episode_returns_stochastic": err + 0.1 * noise}
 
 
-def make_fake(env, env_params, cfg: FakeConfig) -> Algorithm:
-    fake_validate(cfg)
-    return Algorithm(
+def _fake_init_with(cfg: FakeConfig, key, hyper) -> FakeState:
+    return _fake_init(cfg, key)
+
+
+def make_fake(envs, cfg: FakeConfig) -> Program:
+    return Program(
         init=functools.partial(_fake_init, cfg),
         update=functools.partial(_fake_update, cfg),
         evaluate=functools.partial(_fake_evaluate, cfg),
         plan=Plan(num_updates=cfg.num_updates, env_steps_per_update=16, grad_steps_per_update=1),
+        batch_axes=replicated_axes,
+        batch=None,
+        policy=None,
+        report=EvalReport({"episode_returns": "deterministic", "episode_returns_stochastic": "stochastic"}),
+        hyperparams=dict,
+        init_with=functools.partial(_fake_init_with, cfg),
     )
 
 
-FAKE = algo_registry.AlgoEntry(config_cls=FakeConfig, make=make_fake, validate=fake_validate)
+FAKE = AlgoEntry(name="fake", config_cls=FakeConfig, build=make_fake)
 
 
 @pytest.fixture
 def fake_algo(monkeypatch):
     """``algo: fake`` is known for the duration of a test."""
-    monkeypatch.setitem(algo_registry.ALGORITHMS, "fake", FAKE)
+    algo_registry.register_algorithm(FAKE, overwrite=True)
+    yield
+    algo_registry.deregister_algorithm("fake")
 
 
 def fake_config(algo: FakeConfig | None = None, **train) -> C.RunConfig:
@@ -137,9 +151,9 @@ def without_wall_time(records: list[dict]) -> list[dict]:
 @pytest.fixture(scope="module")
 def fake_table():
     """``algo: fake`` known for this module's shared runs."""
-    algo_registry.ALGORITHMS["fake"] = FAKE
+    algo_registry.register_algorithm(FAKE, overwrite=True)
     yield
-    algo_registry.ALGORITHMS.pop("fake", None)
+    algo_registry.deregister_algorithm("fake")
 
 
 @pytest.fixture(scope="module")
@@ -225,7 +239,7 @@ def test_nan_stops_run_and_keeps_last_good_checkpoint(fake_table, tmp_path):
     assert sorted(os.listdir(run_dir / "checkpoints")) == ["2", "4"]  # nothing saved after the NaN
     from jaxrl.run.checkpoint import Checkpoints
 
-    template = jax.eval_shape(jax.vmap(trainer.build(cfg).algo.init), trainer.seed_keys(0, 1))
+    template = jax.eval_shape(jax.vmap(trainer.build(cfg).program.init), trainer.seed_keys(0, 1))
     with Checkpoints(run_dir / "checkpoints") as ckpts:
         good = ckpts.restore(template)
     assert np.all(np.isfinite(np.asarray(good.w))) and int(good.count[0]) == 4
@@ -294,8 +308,8 @@ def test_ppo_chunk_jaxpr_has_no_host_callback():
     raw = {"algo": "ppo", "env": {"id": "CartPole-v1"}, "ppo": {"num_envs": 4, "num_steps": 8, "total_env_steps": 64, "num_minibatches": 2}}
     cfg = C.config_from_dict(raw)
     built = trainer.build(cfg)
-    state = jax.eval_shape(jax.vmap(built.algo.init), trainer.seed_keys(0, 2))
-    per_seed = functools.partial(trainer.chunk_fn, built.algo.update, 2)
+    state = jax.eval_shape(jax.vmap(built.program.init), trainer.seed_keys(0, 2))
+    per_seed = functools.partial(trainer.chunk_fn, built.program.update, 2)
     jaxpr = jax.make_jaxpr(jax.vmap(per_seed, in_axes=(0, None)))(state, jnp.int32(2))
     names = _primitive_names(jaxpr.jaxpr)
     assert {"scan", "cond", "dot_general", "random_bits"} <= names  # really walked into the sub-jaxprs

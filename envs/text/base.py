@@ -39,7 +39,8 @@ import jax.numpy as jnp
 from flax import struct
 
 from jaxrl.core import spaces
-from jaxrl.core.env import Environment, first_timestep, transition
+from jaxrl.core.env import first_timestep, transition
+from jaxrl.core.tokens import TokenTask
 from jaxrl.verifiers import EOS, PAD, Task, Verifier
 from jaxrl_envs.text.vocab import DIGIT0, LETTER_A, SEP, VOCAB_SIZE
 
@@ -106,7 +107,7 @@ def set_free_token(key: Array, prompt: Array, held_out: Array) -> Array:
 # ---------------------------------------------------------------------------------------
 
 
-class TokenEnv(Environment):
+class TokenEnv(TokenTask):
     """Base of the token tasks. Subclasses are frozen dataclasses of static sizes that define
     ``prompt_len``, ``max_completion_len``, ``default_params``, ``generate(key, params) ->
     Task`` (honouring ``params.held_out``) and ``verifier``."""
@@ -128,6 +129,15 @@ class TokenEnv(Environment):
 
     def generate(self, key: Array, params) -> Task:
         raise NotImplementedError
+
+    def decode(self, tokens) -> str:
+        from jaxrl_envs.text.vocab import decode
+
+        return decode(tokens)
+
+    def held_out_params(self, params):
+        """``params`` with the held-out split switched on."""
+        return params.replace(held_out=True)
 
     def shape_reward(self, reward: Array, metrics: dict, params) -> Array:
         """The episode's reward from the verifier's ``reward`` and ``metrics`` (identity here;

@@ -1,74 +1,86 @@
-"""The algorithm registry: a dict from name to how to configure and build an algorithm.
+"""The algorithm registry: a dict of :class:`~jaxrl.algos.contract.AlgoEntry` by name.
 
-The config loader and the trainer look algorithms up here by the name a YAML file gives
-(``algo: ppo``). An entry pairs a frozen config dataclass (its fields are the YAML
-section's keys; its ``validate``/``derive`` functions check and count) with a factory
-``make(env, env_params, cfg) -> jaxrl.algos.base.Algorithm``.
+Every algorithm, built-in or third-party, is registered the same way: a package names an
+:class:`AlgoEntry` (or a zero-argument callable returning one) in the ``jaxrl.algos``
+entry-point group of its metadata::
 
-Other algorithms (GRPO, ...) add themselves with :func:`register_algorithm`.
+    [project.entry-points."jaxrl.algos"]
+    reinforce = "my_package:ENTRY"
+
+The group is loaded the first time a name is looked up. :func:`register_algorithm` adds an
+entry directly (tests, notebooks). This module imports no algorithm.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Any, Callable, NamedTuple
+import warnings
+from importlib import metadata
 
-from jaxrl.algos import ppo
-from jaxrl.algos.base import Algorithm, Plan
+from jaxrl.algos.contract import AlgoConfig, AlgoEntry
 
-
-class AlgoEntry(NamedTuple):
-    """How to configure and build one algorithm.
-
-    Attributes:
-      config_cls: a frozen dataclass; its fields are the config section's keys.
-      make: ``make(env, env_params, cfg) -> Algorithm``.
-      validate: ``validate(cfg) -> None``, raising ``ValueError("<key>: <message>")``.
-      derive: ``derive(cfg) -> Plan``, the static counts.
-    """
-
-    config_cls: type
-    make: Callable[[Any, Any, Any], Algorithm]
-    validate: Callable[[Any], None] | None = None
-    derive: Callable[[Any], Plan] | None = None
-
-
-ALGORITHMS: dict[str, AlgoEntry] = {
-    "ppo": AlgoEntry(config_cls=ppo.PPOConfig, make=ppo.make_ppo, validate=ppo.validate, derive=ppo.derive),
-}
-
+ENTRY_POINT_GROUP = "jaxrl.algos"
 _NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
+_ALGORITHMS: dict[str, AlgoEntry] = {}
+_plugins_loaded = False
 
 
-def register_algorithm(name: str, entry: AlgoEntry, *, overwrite: bool = False) -> AlgoEntry:
-    """Add ``entry`` under ``name`` (lower-case identifier).
-
-    Raises ``ValueError`` for a malformed or already-registered name (unless
-    ``overwrite``) and ``TypeError`` if ``entry`` is not an :class:`AlgoEntry` with a
-    frozen dataclass config and a callable ``make``.
-    """
-    if not isinstance(name, str) or not _NAME_RE.match(name):
-        raise ValueError(f"algorithm name {name!r} must be a lower-case identifier, e.g. 'grpo'")
-    if name in ALGORITHMS and not overwrite:
-        raise ValueError(f"algorithm {name!r} is already registered")
+def _check_entry(entry: AlgoEntry) -> None:
     if not isinstance(entry, AlgoEntry):
-        raise TypeError(f"register_algorithm({name!r}) expects an AlgoEntry, got {type(entry).__name__}")
+        raise TypeError(f"an algorithm must be registered as an AlgoEntry, got {type(entry).__name__}")
+    if not isinstance(entry.name, str) or not _NAME_RE.match(entry.name):
+        raise ValueError(f"algorithm name {entry.name!r} must be a lower-case identifier, e.g. 'grpo'")
     cls = entry.config_cls
-    if not (dataclasses.is_dataclass(cls) and cls.__dataclass_params__.frozen):
-        raise TypeError(f"config_cls of {name!r} must be a frozen dataclass, got {cls!r}")
-    if not callable(entry.make):
-        raise TypeError(f"make of {name!r} must be callable")
-    ALGORITHMS[name] = entry
+    if not (isinstance(cls, type) and dataclasses.is_dataclass(cls) and cls.__dataclass_params__.frozen):
+        raise TypeError(f"config_cls of {entry.name!r} must be a frozen dataclass, got {cls!r}")
+    if not issubclass(cls, AlgoConfig):
+        raise TypeError(f"config_cls of {entry.name!r} must subclass jaxrl.algos.contract.AlgoConfig")
+    if not callable(entry.build):
+        raise TypeError(f"build of {entry.name!r} must be callable")
+
+
+def register_algorithm(entry: AlgoEntry, *, overwrite: bool = False) -> AlgoEntry:
+    """Add ``entry`` under ``entry.name``.
+
+    Raises ``ValueError`` for a malformed or already-registered name (unless ``overwrite``)
+    and ``TypeError`` for an entry that does not follow the contract.
+    """
+    _check_entry(entry)
+    if entry.name in _ALGORITHMS and not overwrite and _ALGORITHMS[entry.name] is not entry:
+        raise ValueError(f"algorithm {entry.name!r} is already registered")
+    _ALGORITHMS[entry.name] = entry
     return entry
+
+
+def deregister_algorithm(name: str) -> None:
+    """Remove ``name`` (tests and interactive redefinition)."""
+    _ALGORITHMS.pop(name, None)
+
+
+def _load_plugins() -> None:
+    global _plugins_loaded
+    if _plugins_loaded:
+        return
+    _plugins_loaded = True
+    for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            obj = ep.load()
+            entry = obj if isinstance(obj, AlgoEntry) else obj()
+            register_algorithm(entry)
+        except Exception as exc:  # a broken plugin must not break the others
+            warnings.warn(f"jaxrl: algorithm plugin {ep.name!r} ({ep.value}) failed to load: {exc}")
+
+
+def algorithms() -> dict[str, AlgoEntry]:
+    """Every registered algorithm by name (a copy)."""
+    _load_plugins()
+    return dict(_ALGORITHMS)
 
 
 def get_algorithm(name: str) -> AlgoEntry:
     """The entry for ``name``; an unknown name raises ``KeyError`` listing the known ones."""
-    if name not in ALGORITHMS:
-        raise KeyError(f"unknown algorithm {name!r}; known: {sorted(ALGORITHMS)}")
-    return ALGORITHMS[name]
-
-
-# The GRPO family registers itself with register_algorithm (imported last: it imports this module).
-from jaxrl.algos import grpo as _grpo  # noqa: E402,F401
+    known = algorithms()
+    if name not in known:
+        raise KeyError(f"unknown algorithm {name!r}; known: {sorted(known)}")
+    return known[name]

@@ -21,9 +21,8 @@ is written for the *global* batch and ``jax.jit`` with ``NamedSharding`` s parti
   layout change does not change them.
 
 Which leaves carry the env batch, and along which axis, is a pytree of axis indices over
-the train state (``-1`` = replicated). :func:`probe_batch_axes` derives it from two
-abstract evaluations of ``init`` at different ``num_envs`` (the axis whose size follows
-``num_envs``), so algorithms need no annotations. Batches born inside ``update`` (GRPO's
+the train state (``-1`` = replicated) that the algorithm declares
+(:attr:`jaxrl.algos.contract.Program.batch_axes`). Batches born inside ``update`` (GRPO's
 prompt groups, PPO's and GRPO's minibatches) are pinned with :func:`constrain_batch`, which
 takes effect when the chunk is traced under the mesh (:func:`use_mesh`); without it the
 result is the same but every device would do the whole minibatch's work.
@@ -31,10 +30,10 @@ result is the same but every device would do the whole minibatch's work.
 Typical use (the trainer does this)::
 
     mesh = make_mesh(cfg.devices)                      # axis "data"
-    check_divisible(cfg.num_envs, mesh)
-    axes = probe_batch_axes(jax.eval_shape(algo.init, key), jax.eval_shape(algo_2x.init, key))
-    layout = make_layout(mesh, jax.eval_shape(algo.init, key), axes)
-    state = init_sharded(algo.init, layout)(key)       # born sharded, never on one device
+    check_divisible(program.batch.size, mesh)
+    axes = program.batch_axes(jax.eval_shape(program.init, key))
+    layout = make_layout(mesh, jax.eval_shape(program.init, key), axes)
+    state = init_sharded(program.init, layout)(key)       # born sharded, never on one device
     chunk = jit_chunk(chunk_fn, layout)                # state -> (state, metrics)
     with use_mesh(mesh):
         state, metrics = chunk(state)                  # traced under the mesh
@@ -137,22 +136,6 @@ def summary(mesh: Mesh, num_envs: int | None = None, unit: str = "envs") -> str:
     return line
 
 
-#: Config fields that count the sharded batch, and what one unit of it is called.
-BATCH_FIELDS = {"num_envs": "envs", "num_prompts": "prompt groups"}
-
-
-def batch_field(algo_cfg: Any) -> tuple[str, int, str] | None:
-    """``(field, value, unit)`` of the config field that must divide over the devices.
-
-    ``num_envs`` (PPO: the env batch in the state) or ``num_prompts`` (GRPO: groups are
-    kept whole on one device); ``None`` if the config has neither.
-    """
-    for name, unit in BATCH_FIELDS.items():
-        if hasattr(algo_cfg, name):
-            return name, int(getattr(algo_cfg, name)), unit
-    return None
-
-
 # ----------------------------------------------------------------------------- layout
 
 
@@ -175,60 +158,6 @@ class Layout:
     def batch(self, axis: int = 0) -> NamedSharding:
         """Sharding of a leaf split along ``axis``."""
         return NamedSharding(self.mesh, batch_spec(axis))
-
-
-def probe_batch_axes(small: Any, large: Any) -> Any:
-    """Which axis of each leaf carries the env batch: compare the state at two batch sizes.
-
-    Args:
-      small, large: abstract train states (``jax.eval_shape(init, key)``) of the same
-        algorithm built with two different ``num_envs``.
-
-    Returns:
-      a pytree with the state's structure holding, per leaf, the index of the one axis
-      whose size follows ``num_envs`` (``0`` for env states and observations; ``1`` when
-      seeds are vmapped in front), or ``-1`` for leaves that do not depend on it
-      (parameters, optimiser state, keys, counters). A leaf where more than one axis
-      changes is an error: the layout would not know how to split it.
-    """
-    s_leaves, treedef = jax.tree_util.tree_flatten(small)
-    l_leaves, treedef_l = jax.tree_util.tree_flatten(large)
-    if treedef != treedef_l:
-        raise ValueError("the train state's structure depends on num_envs; cannot derive a layout")
-    paths = [p for p, _ in jax.tree_util.tree_leaves_with_path(small)]
-    axes = []
-    for path, a, b in zip(paths, s_leaves, l_leaves):
-        sa, sb = tuple(np.shape(a)), tuple(np.shape(b))
-        changed = [i for i, (x, y) in enumerate(zip(sa, sb)) if x != y] if len(sa) == len(sb) else None
-        if changed is None or len(changed) > 1:
-            raise ValueError(
-                f"state leaf {jax.tree_util.keystr(path)} changes shape {sa} -> {sb} along more than "
-                "one axis with num_envs; cannot shard it"
-            )
-        axes.append(changed[0] if changed else -1)
-    return jax.tree_util.tree_unflatten(treedef, axes)
-
-
-#: Config fields scaled together when probing a doubled env batch (:func:`probe_config`).
-BATCH_FIELD = "num_envs"
-SCALED_WITH_BATCH = ("total_env_steps",)
-
-
-def probe_config(algo_cfg: Any) -> Any | None:
-    """A copy of an algorithm config with the env batch doubled, for :func:`probe_batch_axes`.
-
-    Doubles ``num_envs`` (and ``total_env_steps``, so counts derived from the batch stay
-    whole); returns ``None`` for configs without ``num_envs`` (their state holds no env
-    batch: they shard inside ``update`` with :func:`constrain_batch`). The original is
-    not modified.
-    """
-    if not dataclasses.is_dataclass(algo_cfg) or not hasattr(algo_cfg, BATCH_FIELD):
-        return None
-    changes = {BATCH_FIELD: 2 * getattr(algo_cfg, BATCH_FIELD)}
-    for name in SCALED_WITH_BATCH:
-        if hasattr(algo_cfg, name):
-            changes[name] = 2 * getattr(algo_cfg, name)
-    return dataclasses.replace(algo_cfg, **changes)
 
 
 def make_layout(mesh: Mesh, state_shapes: Any, batch_axes: Any) -> Layout:

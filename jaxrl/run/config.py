@@ -2,10 +2,12 @@
 
 A run config file looks like::
 
-    algo: ppo                 # a key of jaxrl.algos.registry.ALGORITHMS
+    algo: ppo                 # a registered algorithm (jaxrl.algos.registry)
     env:
       id: CartPole-v1         # a registered env id
       params: {}              # overrides of the env's default params
+      eval_params: {}         # further overrides when evaluating
+      curriculum: null        # or {param: num_digits, start: 1, stop: 3, threshold: 0.9}
     ppo:                      # the algorithm's own section, named after `algo`,
       lr: 2.5e-3              # loaded into that algorithm's config class
     train:                    # the trainer's section (TrainConfig)
@@ -19,8 +21,10 @@ mapping, and converts it generically by walking dataclass fields and their type 
 (``int``, ``float``, ``bool``, ``str``, ``Optional``, ``Literal``, unions, tuples, ``dict``,
 nested dataclasses). Every problem raises :class:`ConfigError` with a one-line message that
 names the key: unknown keys (with a "did you mean" from :mod:`difflib`), wrong types, missing
-keys, unknown env or algorithm, bad env parameters, and impossible combinations found by the
-algorithm's own ``validate``.
+keys, unknown env or algorithm, and impossible combinations found by the algorithm config's
+own ``validate()``. Nothing is built here: :func:`jaxrl.run.build.build` builds the env and
+the program once and reports what only they can check (env parameters, a policy that does
+not fit the action space) as a :class:`ConfigError` too.
 
 Derived values (updates, env steps, gradient steps, the chunking) come from
 :func:`derive`, never written back: config objects are frozen and the user's mapping is
@@ -34,7 +38,6 @@ import copy
 import dataclasses
 import difflib
 import re
-import sys
 import types
 import typing
 from typing import Any, Literal, Union
@@ -52,11 +55,25 @@ class ConfigError(ValueError):
 
 
 @dataclasses.dataclass(frozen=True)
+class CurriculumConfig:
+    """Raise one integer env param as training succeeds (:class:`jaxrl.core.curriculum.Curriculum`)."""
+
+    param: str  # the env params field raised, e.g. "num_digits"
+    start: int  # its first value
+    stop: int  # its last value
+    metric: str = "exact_match"  # batch mean of this info key (else the return) ...
+    threshold: float = 0.9  # ... must reach this to advance one level
+    step: int = 1  # a level raises the param by this much (capped at stop)
+
+
+@dataclasses.dataclass(frozen=True)
 class EnvConfig:
-    """Which environment to train on."""
+    """Which environment to train on, and how it is evaluated."""
 
     id: str  # a registered env id, e.g. "CartPole-v1" (see `jaxrl list`)
     params: dict = dataclasses.field(default_factory=dict)  # overrides of the env's default params
+    eval_params: dict = dataclasses.field(default_factory=dict)  # further overrides at evaluation
+    curriculum: CurriculumConfig | None = None  # raise one param during training (algorithms that run one)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,7 +94,7 @@ class TrainConfig:
 class RunConfig:
     """A whole run. ``algo_config`` is stored in the YAML under the key named by ``algo``."""
 
-    algo: str  # a key of jaxrl.algos.registry.ALGORITHMS
+    algo: str  # a registered algorithm name (jaxrl.algos.registry)
     env: EnvConfig
     algo_config: Any  # an instance of the algorithm's own config class
     train: TrainConfig = dataclasses.field(default_factory=TrainConfig)
@@ -259,28 +276,15 @@ def apply_overrides(raw: dict, overrides=()) -> dict:
 # ------------------------------------------------------------------------------------------
 
 
-def _algorithms() -> dict:
+def algo_entry(name: str):
+    """The registered :class:`~jaxrl.algos.contract.AlgoEntry` of ``name``, or a
+    :class:`ConfigError` with suggestions."""
     from jaxrl.algos import registry as algo_registry
 
-    return algo_registry.ALGORITHMS
-
-
-def algo_entry(name: str):
-    """The registry entry of algorithm ``name``, or a :class:`ConfigError` with suggestions."""
-    algos = _algorithms()
+    algos = algo_registry.algorithms()
     if not isinstance(name, str) or name not in algos:
         raise ConfigError(f"algo: unknown algorithm {name!r}{_suggest(str(name), algos)}")
     return algos[name]
-
-
-def algo_hook(entry, name: str):
-    """An optional function of an algorithm: ``entry.<name>``, else ``<name>`` in the module
-    that defines ``entry.make`` (``validate``, ``make_act``, ``agent_env``), else None."""
-    hook = getattr(entry, name, None)
-    if hook is None:
-        module = sys.modules.get(getattr(entry.make, "__module__", ""))
-        hook = getattr(module, name, None)
-    return hook
 
 
 def _check_env(env: EnvConfig) -> None:
@@ -292,13 +296,16 @@ def _check_env(env: EnvConfig) -> None:
         raise ConfigError(f"env.id: {exc.args[0]}") from None
     except ValueError as exc:
         raise ConfigError(f"env.id: {exc}") from None
-    for name, value in env.params.items():
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(f"env.params.{name}: expected a number, got {value!r}")
-    try:
-        registry.make(env.id, **env.params)
-    except TypeError as exc:
-        raise ConfigError(f"env.params: {exc}") from None
+    for section in ("params", "eval_params"):
+        for name, value in getattr(env, section).items():
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ConfigError(f"env.{section}.{name}: expected a number, got {value!r}")
+    c = env.curriculum
+    if c is not None:
+        if c.start > c.stop:
+            raise ConfigError(f"env.curriculum.stop: must be >= start ({c.start}), got {c.stop}")
+        if c.step < 1:
+            raise ConfigError(f"env.curriculum.step: must be >= 1, got {c.step}")
 
 
 def _check_train(train: TrainConfig) -> None:
@@ -316,23 +323,15 @@ def _check_devices(devices) -> None:
 
 
 def _validate_algo(cfg: RunConfig) -> None:
-    """The algorithm's own ``validate``, then ``make`` on the env (cheap: builds functions,
-    compiles nothing), which catches combinations such as a Gaussian policy on a
-    discrete action space."""
-    from jaxrl.core import registry
-
-    entry = algo_entry(cfg.algo)
-    validate = algo_hook(entry, "validate")
+    """The algorithm config's own ``validate()`` (pure: builds nothing)."""
     try:
-        if validate is not None:
-            validate(cfg.algo_config)
-        env, env_params = registry.make(cfg.env.id, **cfg.env.params)
-        entry.make(env, env_params, cfg.algo_config)
+        cfg.algo_config.validate()
     except (ValueError, TypeError) as exc:
-        raise ConfigError(_prefixed(cfg.algo, str(exc))) from None
+        raise ConfigError(prefixed(cfg.algo, str(exc))) from None
 
 
-def _prefixed(section: str, message: str) -> str:
+def prefixed(section: str, message: str) -> str:
+    """``message`` on one line, starting with ``section.`` (the key it is about)."""
     message = " ".join(message.split())  # one line
     return message if message.startswith(section + ".") else f"{section}.{message}"
 
@@ -432,6 +431,7 @@ class Derived:
     updates_per_chunk: int  # K: updates scanned per jitted call
     num_chunks: int  # ceil(num_updates / K); the last chunk may run fewer than K
     seeds: int
+    step_unit: str = "env steps"  # what one step is called (tokens for token tasks)
 
     @property
     def total_env_steps(self) -> int:
@@ -444,16 +444,17 @@ class Derived:
 
     def describe(self) -> str:
         seeds = f" x {self.seeds} seeds" if self.seeds > 1 else ""
+        unit = self.step_unit
         return (
-            f"{self.num_updates} updates x {self.env_steps_per_update} env steps = "
-            f"{self.total_env_steps:,} env steps{seeds}; "
+            f"{self.num_updates} updates x {self.env_steps_per_update} {unit} = "
+            f"{self.total_env_steps:,} {unit}{seeds}; "
             f"{self.total_grad_steps:,} gradient steps ({self.grad_steps_per_update} per update); "
             f"{self.num_chunks} chunk{'s' if self.num_chunks != 1 else ''} of <= {self.updates_per_chunk} updates"
         )
 
 
 def derive(cfg: RunConfig, plan) -> Derived:
-    """The derived counts of ``cfg`` given its algorithm's :class:`~jaxrl.algos.base.Plan`."""
+    """The derived counts of ``cfg`` given its algorithm's :class:`~jaxrl.algos.contract.Plan`."""
     k = min(cfg.train.updates_per_chunk, max(plan.num_updates, 1))
     return Derived(
         num_updates=int(plan.num_updates),
@@ -462,4 +463,10 @@ def derive(cfg: RunConfig, plan) -> Derived:
         updates_per_chunk=int(k),
         num_chunks=-(-int(plan.num_updates) // k),
         seeds=cfg.train.seeds,
+        step_unit=plan.step_unit,
     )
+
+
+def replace_algo_config(cfg: RunConfig, algo_config) -> RunConfig:
+    """A new run config with ``algo_config`` in place of the algorithm's section."""
+    return dataclasses.replace(cfg, algo_config=algo_config)

@@ -1,10 +1,9 @@
 """Evaluate and render a trained run: ``jaxrl eval RUN_DIR`` and ``jaxrl render RUN_DIR``.
 
-Evaluation runs the algorithm's own ``evaluate(state, key)`` (jitted, vmapped over the
-run's seeds). By convention it returns per-episode undiscounted returns as
-``"episode_returns"`` (deterministic policy: the distribution's mode) and
-``"episode_returns_stochastic"`` (actions sampled); every ``episode_returns*`` array found
-is summarised. The summary of each policy pools the episodes of all seeds and reports
+Evaluation runs the program's own ``evaluate(state, key)`` (jitted, vmapped over the run's
+seeds) and summarises the per-episode arrays its :class:`~jaxrl.algos.contract.EvalReport`
+names (PPO: the deterministic and the stochastic policy's returns; GRPO: the greedy reward
+and exact match). The summary of each pools the episodes of all seeds and reports
 
 * ``mean`` and ``std`` (sample standard deviation, ``ddof=1``) of the return,
 * a 95% confidence interval of the *mean* return from Student's t distribution:
@@ -12,14 +11,14 @@ is summarised. The summary of each policy pools the episodes of all seeds and re
   compared with the normal approximation for small ``n``; zero width when every episode
   returns the same).
 
-Rendering rolls one episode of seed 0's policy in the algorithm's acting env (the
-algorithm module's ``agent_env``) with its ``make_act`` policy and writes a GIF through
-:mod:`jaxrl.core.render`.
+Rendering rolls one episode of seed 0's policy with the program's acting
+:class:`~jaxrl.algos.contract.Policy` and writes a GIF through :mod:`jaxrl.core.render`; an
+algorithm without one (a token task) prints transcripts of its episodes instead.
 """
 
 from __future__ import annotations
 
-import dataclasses
+import functools
 import json
 import math
 import os
@@ -29,10 +28,13 @@ from typing import Any
 import jax
 import numpy as np
 
+from jaxrl.algos.contract import EvalReport
 from jaxrl.run import config as config_lib
+from jaxrl.run.build import Built, build, seed_keys
+from jaxrl.run.checkpoint import Checkpoints
 from jaxrl.run.config import ConfigError, RunConfig
+from jaxrl.run.files import CHECKPOINT_DIR, CONFIG_FILE, EVAL_FILE
 
-RETURNS_KEY = "episode_returns"
 EVAL_SEED_OFFSET = 1_000_003  # eval keys never coincide with a training seed's key
 
 
@@ -53,28 +55,20 @@ def return_stats(returns) -> dict:
     return {"mean": mean, "std": std, "ci95_low": mean - half, "ci95_high": mean + half, "episodes": n}
 
 
-def _mode_name(key: str) -> str:
-    suffix = key[len(RETURNS_KEY) :].lstrip("_")
-    return suffix or "deterministic"
-
-
-def summarise(metrics: dict) -> dict:
+def summarise(metrics: dict, report: EvalReport) -> dict:
     """The eval summary of an ``evaluate`` output (leaves ``[S, ...]`` over seeds)."""
-    policies = {}
-    for key in sorted(metrics):
-        if key.startswith(RETURNS_KEY):
-            policies[_mode_name(key)] = return_stats(metrics[key])
-    if not policies:
-        raise ValueError(f"the algorithm's evaluate returned no {RETURNS_KEY!r}: got {sorted(metrics)}")
-    seeds = int(np.asarray(metrics[RETURNS_KEY if RETURNS_KEY in metrics else sorted(metrics)[0]]).shape[0])
-    per_seed = {}
-    if RETURNS_KEY in metrics:
-        per_seed["return_mean"] = np.asarray(metrics[RETURNS_KEY], np.float64).mean(axis=-1).tolist()
+    missing = [key for key in report.scores if key not in metrics]
+    if missing:
+        raise ValueError(f"evaluate returned no {missing}: got {sorted(metrics)}")
+    policies = {label: return_stats(metrics[key]) for key, label in report.scores.items()}
+    headline = next(iter(report.scores))
+    scores = np.asarray(metrics[headline], np.float64)
     return {
         "policies": policies,
-        "seeds": seeds,
-        "per_seed": per_seed,
-        "interval": "95% CI of the mean return, Student t with n-1 dof, episodes of all seeds pooled",
+        "metric": report.metric,
+        "seeds": int(scores.shape[0]),
+        "per_seed": {f"{report.metric}_mean": scores.mean(axis=-1).tolist()},
+        "interval": f"95% CI of the mean {report.metric}, Student t with n-1 dof, episodes of all seeds pooled",
     }
 
 
@@ -83,7 +77,7 @@ def format_summary(summary: dict) -> str:
     lines = []
     for mode, s in summary["policies"].items():
         lines.append(
-            f"eval {mode:<13} return {s['mean']:.2f} +- {s['std']:.2f} (std) "
+            f"eval {mode:<13} {summary.get('metric', 'return')} {s['mean']:.2f} +- {s['std']:.2f} (std) "
             f"95% CI [{s['ci95_low']:.2f}, {s['ci95_high']:.2f}] over {s['episodes']} episodes"
         )
     return "\n".join(lines)
@@ -94,17 +88,17 @@ def write_summary(summary: dict, path: str) -> None:
         json.dump(summary, f, indent=2)
 
 
-def evaluate_states(built, states: Any, seed: int = 0) -> dict:
-    """Run ``built.algo.evaluate`` on a ``[S, ...]`` batch of states; host metrics dict."""
+def evaluate_states(built: Built, states: Any, seed: int = 0) -> dict:
+    """Run the program's ``evaluate`` on a ``[S, ...]`` batch of states; host metrics dict."""
     num_seeds = jax.tree_util.tree_leaves(states)[0].shape[0]
     keys = jax.random.split(jax.random.PRNGKey(seed + EVAL_SEED_OFFSET), num_seeds)
-    metrics = jax.jit(jax.vmap(built.algo.evaluate))(states, keys)
+    metrics = jax.jit(jax.vmap(built.program.evaluate))(states, keys)
     return jax.device_get(metrics)
 
 
-def evaluate_run(built, states: Any, cfg: RunConfig, seed: int = 0) -> dict:
+def evaluate_run(built: Built, states: Any, seed: int = 0) -> dict:
     """The eval summary (see the module docstring) of trained ``states``."""
-    return summarise(evaluate_states(built, states, seed))
+    return summarise(evaluate_states(built, states, seed), built.program.report)
 
 
 # ------------------------------------------------------------------------------------------
@@ -113,40 +107,37 @@ def evaluate_run(built, states: Any, cfg: RunConfig, seed: int = 0) -> dict:
 
 
 def with_episodes(cfg: RunConfig, episodes: int | None) -> RunConfig:
-    """``cfg`` with the algorithm's ``eval_episodes`` set (a new config; ``cfg`` unchanged)."""
+    """``cfg`` evaluating ``episodes`` episodes (a new config; ``cfg`` unchanged)."""
     if episodes is None:
         return cfg
     if episodes < 2:
         raise ConfigError(f"--episodes: need at least 2 episodes for a confidence interval, got {episodes}")
-    names = {f.name for f in dataclasses.fields(cfg.algo_config)}
-    if "eval_episodes" not in names:
-        raise ConfigError(f"--episodes: the {cfg.algo} config has no eval_episodes field")
-    return config_lib.with_overrides(cfg, [f"{cfg.algo}.eval_episodes={episodes}"])
+    try:
+        algo_config = cfg.algo_config.with_eval_episodes(episodes)
+        algo_config.validate()
+    except ValueError as exc:
+        raise ConfigError(f"--episodes: {exc}") from None
+    return config_lib.replace_algo_config(cfg, algo_config)
 
 
 def run_config(run_dir: str) -> RunConfig:
     """The resolved config saved in a run directory."""
-    from jaxrl.run import trainer
-
-    path = os.path.join(run_dir, trainer.CONFIG_FILE)
+    path = os.path.join(run_dir, CONFIG_FILE)
     if not os.path.exists(path):
-        raise ConfigError(f"{run_dir!r} is not a run directory (no {trainer.CONFIG_FILE})")
+        raise ConfigError(f"{run_dir!r} is not a run directory (no {CONFIG_FILE})")
     return config_lib.load_config(path)
 
 
 def load_run(run_dir: str, episodes: int | None = None):
     """``(cfg, built, states [S, ...], step)`` of the latest checkpoint in ``run_dir``.
 
-    ``episodes`` replaces the algorithm's ``eval_episodes`` (a new config object).
+    ``episodes`` replaces the algorithm's evaluation episode count (a new config object).
     """
-    from jaxrl.run import trainer
-    from jaxrl.run.checkpoint import Checkpoints
-
     cfg = with_episodes(run_config(run_dir), episodes)
-    built = trainer.build(cfg)
-    keys = trainer.seed_keys(cfg.train.seed, cfg.train.seeds)
-    template = jax.eval_shape(jax.vmap(built.algo.init), keys)
-    with Checkpoints(os.path.join(run_dir, trainer.CHECKPOINT_DIR), keep=cfg.train.keep_checkpoints) as ckpts:
+    built = build(cfg)
+    keys = seed_keys(cfg.train.seed, cfg.train.seeds)
+    template = jax.eval_shape(jax.vmap(built.program.init), keys)
+    with Checkpoints(os.path.join(run_dir, CHECKPOINT_DIR), keep=cfg.train.keep_checkpoints) as ckpts:
         step = ckpts.latest_step()
         if step is None:
             raise ConfigError(f"{run_dir!r} has no checkpoint yet")
@@ -156,30 +147,27 @@ def load_run(run_dir: str, episodes: int | None = None):
 
 def main_eval(args) -> int:
     """``jaxrl eval RUN_DIR [--episodes N]``: print and write ``eval.json``."""
-    from jaxrl.run import trainer
-
     try:
         cfg, built, states, step = load_run(args.run_dir, args.episodes)
     except ConfigError as exc:
         print(f"jaxrl: config error: {exc}", file=sys.stderr)
         return 2
-    summary = evaluate_run(built, states, cfg, seed=args.seed)
+    summary = evaluate_run(built, states, seed=args.seed)
     summary["checkpoint_update"] = step
-    write_summary(summary, os.path.join(args.run_dir, trainer.EVAL_FILE))
+    write_summary(summary, os.path.join(args.run_dir, EVAL_FILE))
     print(format_summary(summary))
-    for line in sample_lines(cfg, built, states, seed=args.seed):
+    for line in sample_lines(built, states, seed=args.seed):
         print(line)
     return 0
 
 
-def sample_lines(cfg: RunConfig, built, states: Any, seed: int = 0, num: int = 5) -> list[str]:
-    """The algorithm's own sample printout (``eval_samples`` hook, e.g. GRPO's prompts with
-    greedy completions and rewards) for the first seed; empty if it has none."""
-    hook = config_lib.algo_hook(config_lib.algo_entry(cfg.algo), "eval_samples")
-    if hook is None:
+def sample_lines(built: Built, states: Any, seed: int = 0, num: int = 5) -> list[str]:
+    """The program's printable episodes (GRPO: held-out prompts with greedy completions and
+    rewards) for the first seed; empty if it has none."""
+    if built.program.samples is None:
         return []
     first = jax.tree_util.tree_map(lambda x: x[0], states)
-    lines = hook(built.env, built.env_params, cfg.algo_config, first, jax.random.PRNGKey(seed + EVAL_SEED_OFFSET), num)
+    lines = built.program.samples(first, jax.random.PRNGKey(seed + EVAL_SEED_OFFSET), num)
     return ["samples (held-out prompt -> greedy completion):", *("  " + line for line in lines)] if lines else []
 
 
@@ -188,41 +176,23 @@ def sample_lines(cfg: RunConfig, built, states: Any, seed: int = 0, num: int = 5
 # ------------------------------------------------------------------------------------------
 
 
-def acting_pieces(cfg: RunConfig, built):
-    """``(env, act)`` for rendering: the algorithm's acting env and ``act(agent, obs, key, det)``.
-
-    Looked up on the registry entry (``make_act``, ``agent_env``) or, failing that, in the
-    module that defines the entry's ``make``.
-    """
-    entry = config_lib.algo_entry(cfg.algo)
-    make_act = config_lib.algo_hook(entry, "make_act")
-    agent_env = config_lib.algo_hook(entry, "agent_env")
-    if make_act is None:
-        raise ConfigError(f"algo: {cfg.algo!r} provides no make_act, so it cannot render")
-    env = agent_env(built.env, built.env_params, cfg.algo_config) if agent_env else built.env
-    return env, make_act(built.env, built.env_params, cfg.algo_config)
+def _act(policy, agent, deterministic: bool, key, obs):
+    _, action = policy.act(agent, policy.init_carry(agent), obs, key, deterministic)
+    return action
 
 
-def policy_params(state: Any) -> Any:
-    """What ``act`` takes from a train state: its ``agent`` (params + normaliser stats)."""
-    return getattr(state, "agent", state)
-
-
-def _greedy_or_sample(act, agent, deterministic: bool, key, obs):
-    return act(agent, obs, key, deterministic)
-
-
-def render_frames(cfg: RunConfig, built, states: Any, steps: int, deterministic: bool = True, seed: int = 0):
+def render_frames(built: Built, states: Any, steps: int, deterministic: bool = True, seed: int = 0):
     """Frames (``uint8[H, W, 3]``) of one episode of seed 0's trained policy."""
-    import functools
-
     from jaxrl.core import render
 
-    env, act = acting_pieces(cfg, built)
-    agent = jax.tree_util.tree_map(lambda x: x[0], policy_params(states))
-    policy = jax.jit(functools.partial(_greedy_or_sample, act, agent, deterministic))
-    rollout_states = render.rollout(env, built.env_params, policy, jax.random.PRNGKey(seed), steps)
-    return render.rollout_frames(env, built.env_params, rollout_states)
+    policy = built.program.policy
+    if policy is None:
+        raise ConfigError("this algorithm has no acting policy to render; `jaxrl eval RUN` prints its episodes")
+    first = jax.tree_util.tree_map(lambda x: x[0], states)
+    agent = policy.params(first)
+    act = jax.jit(functools.partial(_act, policy, agent, deterministic))
+    rollout_states = render.rollout(policy.env, built.envs.eval_params, act, jax.random.PRNGKey(seed), steps)
+    return render.rollout_frames(policy.env, built.envs.eval_params, rollout_states)
 
 
 def main_render(args) -> int:
@@ -231,7 +201,12 @@ def main_render(args) -> int:
 
     try:
         cfg, built, states, _ = load_run(args.run_dir)
-        frames = render_frames(cfg, built, states, args.steps, not args.stochastic, args.seed)
+        if built.program.policy is None and built.program.samples is not None:
+            print("jaxrl: this run's episodes are token sequences; transcripts instead of frames:")
+            for line in sample_lines(built, states, seed=args.seed):
+                print(line)
+            return 0
+        frames = render_frames(built, states, args.steps, not args.stochastic, args.seed)
     except ConfigError as exc:
         print(f"jaxrl: config error: {exc}", file=sys.stderr)
         return 2

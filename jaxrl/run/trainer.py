@@ -29,81 +29,50 @@ import io
 import os
 import sys
 import time
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxrl.run import config as config_lib
+from jaxrl.algos.common.train import COMPILER_OPTIONS, train
 from jaxrl.parallel import distributed, sharding
+from jaxrl.run import config as config_lib
+from jaxrl.run import evaluate as eval_lib
 from jaxrl.run import logging as log_lib
-from jaxrl.core import registry
-from jaxrl.algos.base import COMPILER_OPTIONS, Algorithm
+from jaxrl.run.build import Built, build, seed_keys
 from jaxrl.run.checkpoint import Checkpoints, to_storable
-from jaxrl.run.config import ConfigError, Derived, RunConfig
+from jaxrl.run.config import ConfigError, RunConfig
+from jaxrl.run.files import CHECKPOINT_DIR, CONFIG_FILE, CURVE_FILE, EVAL_FILE, METRICS_FILE
 
-CONFIG_FILE = "config.yaml"
-METRICS_FILE = "metrics.jsonl"
-CURVE_FILE = "learning_curve.png"
-CHECKPOINT_DIR = "checkpoints"
-EVAL_FILE = "eval.json"
+__all__ = [
+    "CHECKPOINT_DIR", "CONFIG_FILE", "CURVE_FILE", "EVAL_FILE", "METRICS_FILE", "Built", "NonFiniteError",
+    "RunResult", "build", "make_chunk", "make_layout", "make_train", "run", "seed_keys",
+]
 
 
 class NonFiniteError(RuntimeError):
     """A loss or a state leaf went NaN/inf; the message says where and what was kept."""
 
 
-class Built(NamedTuple):
-    """A configured run: the env, its params, the algorithm and the derived counts."""
+def make_train(cfg: RunConfig, num_updates: int | None = None) -> Callable[..., tuple[Any, dict]]:
+    """A pure ``train(key, hyper=None) -> (final state, per-update metrics)`` for ``cfg``.
 
-    env: Any
-    env_params: Any
-    algo: Algorithm
-    derived: Derived
-
-
-def build(cfg: RunConfig) -> Built:
-    """Make the env and the algorithm of ``cfg`` (nothing is compiled)."""
-    env, env_params = registry.make(cfg.env.id, **cfg.env.params)
-    entry = config_lib.algo_entry(cfg.algo)
-    algo = entry.make(env, env_params, cfg.algo_config)
-    return Built(env, env_params, algo, config_lib.derive(cfg, algo.plan))
-
-
-def seed_keys(seed: int, num_seeds: int) -> jax.Array:
-    """``uint32[num_seeds, 2]``: seed ``i`` of a run uses ``fold_in(PRNGKey(seed), i)``."""
-    root = jax.random.PRNGKey(seed)
-    return jax.vmap(functools.partial(jax.random.fold_in, root))(jnp.arange(num_seeds, dtype=jnp.uint32))
-
-
-# ------------------------------------------------------------------------------------------
-# Pure training functions
-# ------------------------------------------------------------------------------------------
-
-
-def _scan_update(update: Callable, state, _):
-    return update(state)
-
-
-def train_fn(init: Callable, update: Callable, num_updates: int, key: jax.Array):
-    """``init(key)`` then ``num_updates`` updates in one scan: ``(state, metrics[num_updates])``."""
-    state = init(key)
-    return jax.lax.scan(functools.partial(_scan_update, update), state, None, length=num_updates)
-
-
-def make_train(cfg: RunConfig) -> Callable[[jax.Array], tuple[Any, dict]]:
-    """A pure ``train(key) -> (final state, per-update metrics)`` for ``cfg`` (one seed).
+    One seed, the whole run (or ``num_updates``) in one scan; ``hyper`` is a dict of traced
+    hyperparameters from ``build(cfg).program.hyperparams(...)`` (every algorithm's
+    learning rate and clipping among them), so seeds x values sweep in one program:
 
     >>> train = make_train(load_config("configs/ppo_cartpole.yaml"))
     >>> state, metrics = jax.jit(jax.vmap(train))(jax.random.split(jax.random.PRNGKey(0), 8))
 
-    ``jaxrl train`` compiles its chunks with :data:`jaxrl.algos.base.COMPILER_OPTIONS`;
-    jit with the same ``compiler_options`` to get its results bit for bit (other options
-    round differently, as any change of compiler settings may).
+    ``jaxrl train`` compiles its chunks with :data:`jaxrl.algos.common.train.COMPILER_OPTIONS`;
+    jit with the same ``compiler_options`` to get its results bit for bit.
     """
     built = build(cfg)
-    return functools.partial(train_fn, built.algo.init, built.algo.update, built.derived.num_updates)
+    n = built.derived.num_updates if num_updates is None else int(num_updates)
+    if n <= 0:
+        raise ValueError(f"num_updates: expected a positive integer, got {num_updates!r}")
+    return functools.partial(train, built.program, n)
 
 
 def _skip_update(update: Callable, state):
@@ -161,18 +130,17 @@ def make_layout(cfg: RunConfig, built: Built, keys: jax.Array) -> sharding.Layou
     """Where the ``[S, ...]`` train state lives on the ``cfg.devices`` mesh.
 
     ``shard: seeds`` (or ``auto`` when ``S`` divides over the devices, with more than one
-    device): whole seeds per device (:func:`jaxrl.parallel.sharding.seed_layout`), no collectives.
-    ``shard: envs`` (or ``auto`` otherwise): the env batch (the state leaves whose size
-    follows ``num_envs``, found by :func:`jaxrl.parallel.sharding.probe_batch_axes` against a build
-    with twice the envs) is split over the devices; everything else is replicated. Raises
-    :class:`ConfigError` when ``devices`` is not available or the split does not divide.
+    device): whole seeds per device, no collectives. ``shard: envs`` (or ``auto`` otherwise):
+    the leaves the program's ``batch_axes`` marks are split over the devices (its ``batch``
+    count must divide), everything else is replicated. Raises :class:`ConfigError` when
+    ``devices`` is not available or the split does not divide.
     """
     try:
         mesh = sharding.make_mesh(cfg.devices)
     except ValueError as exc:
         raise ConfigError(f"devices: {exc}") from None
-    init = jax.vmap(built.algo.init)
-    shapes = jax.eval_shape(init, keys)
+    program = built.program
+    shapes = jax.eval_shape(jax.vmap(program.init), keys)
     n_dev, n_seeds = sharding.mesh_size(mesh), int(keys.shape[0])
     if cfg.shard == "seeds" or (cfg.shard == "auto" and n_dev > 1 and n_seeds % n_dev == 0):
         try:
@@ -180,17 +148,13 @@ def make_layout(cfg: RunConfig, built: Built, keys: jax.Array) -> sharding.Layou
         except ValueError as exc:
             raise ConfigError(f"shard: seeds: {exc}") from None
     try:
-        field = sharding.batch_field(cfg.algo_config)
-        if field is not None:
-            sharding.check_divisible(field[1], mesh, f"{cfg.algo}.{field[0]}", unit=field[2])
+        if program.batch is not None:
+            b = program.batch
+            sharding.check_divisible(b.size, mesh, f"{cfg.algo}.{b.key}", unit=b.unit)
     except ValueError as exc:
         raise ConfigError(f"devices: {exc}") from None
-    probe = sharding.probe_config(cfg.algo_config)
-    if probe is None:  # no env batch in the state (e.g. GRPO): it shards inside update
-        axes = jax.tree_util.tree_map(lambda _: -1, shapes)
-    else:
-        big = config_lib.algo_entry(cfg.algo).make(built.env, built.env_params, probe)
-        axes = sharding.probe_batch_axes(shapes, jax.eval_shape(jax.vmap(big.init), keys))
+    one_seed = jax.eval_shape(program.init, keys[0])
+    axes = jax.tree_util.tree_map(lambda a: a + 1 if a >= 0 else -1, program.batch_axes(one_seed))  # seeds in front
     return sharding.make_layout(mesh, shapes, axes)
 
 
@@ -327,8 +291,8 @@ def run(
     primary = distributed.is_primary()  # only process 0 writes files and prints
     out = out if primary else io.StringIO()
     print(f"jaxrl: {cfg.algo} on {cfg.env.id}: {d.describe()}", file=out)
-    field = sharding.batch_field(cfg.algo_config)
-    per_device = (cfg.train.seeds, "seeds") if layout.mode == "seeds" else (field[1:] if field else ())
+    batch = built.program.batch
+    per_device = (cfg.train.seeds, "seeds") if layout.mode == "seeds" else ((batch.size, batch.unit) if batch else ())
     print(f"jaxrl: {sharding.summary(layout.mesh, *per_device)}", file=out)
     print(f"jaxrl: run directory {run_dir}", file=out)
     if primary:
@@ -336,13 +300,13 @@ def run(
         config_lib.save_config(cfg, os.path.join(run_dir, CONFIG_FILE))
     distributed.barrier("run-dir")
 
-    init = sharding.init_sharded(jax.vmap(built.algo.init), layout)
+    init = sharding.init_sharded(jax.vmap(built.program.init), layout)
     ckpts = Checkpoints(os.path.join(run_dir, CHECKPOINT_DIR), keep=cfg.train.keep_checkpoints)
     metrics_path = os.path.join(run_dir, METRICS_FILE)
     done, wall_offset, records = 0, 0.0, []
     if resume is not None and ckpts.latest_step() is not None:
         done = ckpts.latest_step()
-        template = jax.eval_shape(jax.vmap(built.algo.init), keys)
+        template = jax.eval_shape(jax.vmap(built.program.init), keys)
         restored = to_storable(ckpts.restore(template, done))  # keys as raw data for put
         state = sharding.put(restored, template, layout.state)  # same file, every process
         records = log_lib.truncate_metrics(metrics_path, done) if primary else []
@@ -363,11 +327,9 @@ def run(
         records = log_lib.read_metrics(metrics_path)
         log_lib.plot_learning_curve(records, os.path.join(run_dir, CURVE_FILE), f"{cfg.algo} on {cfg.env.id}")
     if evaluate:
-        from jaxrl.run import evaluate as eval_lib
-
         local = sharding.local_copy(state) if jax.process_count() > 1 else state
         if primary:
-            summary = eval_lib.evaluate_run(built, local, cfg, seed=cfg.train.seed)
+            summary = eval_lib.evaluate_run(built, local, seed=cfg.train.seed)
             eval_lib.write_summary(summary, os.path.join(run_dir, EVAL_FILE))
             print(eval_lib.format_summary(summary), file=out)
     return RunResult(run_dir, state, done, summary)
@@ -380,7 +342,7 @@ def _loop(
     """Run chunks from ``done`` updates to the end; returns ``(state, updates done)``."""
     d = built.derived
     k = d.updates_per_chunk
-    chunk = make_chunk(built.algo.update, k, layout)
+    chunk = make_chunk(built.program.update, k, layout)
     where = None if layout is None else layout.replicated
     n_dev = {n: jax.device_put(np.int32(n), where) for n in {k, d.num_updates % k or k}}
     primary = distributed.is_primary()

@@ -1,0 +1,207 @@
+"""The algorithm contract: everything the run machinery needs from an algorithm, typed.
+
+An algorithm is one :class:`AlgoEntry` (registered by name, built-in or from a package's
+``jaxrl.algos`` entry point, see :mod:`jaxrl.algos.registry`):
+
+* ``config_cls``: a frozen dataclass subclassing :class:`AlgoConfig`; its fields are the
+  YAML section's keys, its ``validate()`` rejects impossible settings before anything is
+  built.
+* ``build(envs, cfg) -> Program``: the pure program for one configured run, given the
+  :class:`EnvSetup` (the env, its training and evaluation params, an optional curriculum).
+
+A :class:`Program` carries the pure functions (``init``, ``update``, ``evaluate``), the
+static counts (:class:`Plan`), which axes of the train state are the batch (for sharding),
+the acting :class:`Policy` (eval, render, export), and the :class:`EvalReport` (which arrays
+of ``evaluate``'s output are per-episode scores). The config loader, the chunked trainer,
+checkpoints, eval, render and sharding read only these types, never an algorithm's fields
+or module. ``docs/writing_an_algorithm.md`` walks through a complete example.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+from typing import Any, Callable, NamedTuple
+
+import jax
+
+from jaxrl.core.curriculum import Curriculum
+from jaxrl.core.env import Environment
+
+State = Any  # an algorithm's train state: a pytree of arrays, defined in its own module
+Metrics = dict  # flat ``{name: float32[]}`` (update) or ``{name: array}`` (evaluate)
+
+
+class Plan(NamedTuple):
+    """Static counts of one run (derived, never written back into a config).
+
+    Attributes:
+      num_updates: updates in the whole run.
+      env_steps_per_update: environment transitions per update (all envs of one seed).
+      grad_steps_per_update: optimiser steps per update.
+      step_unit: what one env step is called in progress bars and summaries
+        (``"env steps"``; ``"tokens"`` for token tasks).
+    """
+
+    num_updates: int
+    env_steps_per_update: int
+    grad_steps_per_update: int
+    step_unit: str = "env steps"
+
+    @property
+    def total_env_steps(self) -> int:
+        return self.num_updates * self.env_steps_per_update
+
+    @property
+    def total_grad_steps(self) -> int:
+        return self.num_updates * self.grad_steps_per_update
+
+
+class BatchSize(NamedTuple):
+    """The config count that must divide over the devices of an env split.
+
+    ``key`` is the config key (e.g. ``"num_envs"``), ``size`` its value, ``unit`` what one
+    item is called in messages (``"envs"``, ``"prompt groups"``).
+    """
+
+    key: str
+    size: int
+    unit: str
+
+
+class Policy(NamedTuple):
+    """How a trained state acts, outside training (eval, render, export).
+
+    Attributes:
+      env: the single env the policy acts in (e.g. with its action rescaling).
+      params: ``params(state) -> agent``, what ``act`` needs from one seed's train state.
+      init_carry: ``init_carry(agent) -> carry`` at an episode start (``()`` if stateless).
+      act: ``act(agent, carry, obs, key, deterministic) -> (carry, action)``; pure,
+        ``deterministic`` static.
+    """
+
+    env: Environment
+    params: Callable[[State], Any]
+    init_carry: Callable[[Any], Any]
+    act: Callable[[Any, Any, jax.Array, jax.Array, bool], tuple[Any, jax.Array]]
+
+
+def no_carry(agent: Any) -> tuple:
+    """:attr:`Policy.init_carry` of a stateless policy."""
+    return ()
+
+
+class EvalReport(NamedTuple):
+    """What ``evaluate`` reports.
+
+    Attributes:
+      scores: ``{key of evaluate's output: label}`` of per-episode ``[E]`` arrays that
+        ``jaxrl eval`` summarises (mean, std, 95% CI); the first is the headline.
+      metric: what the scores are (``"return"``, ``"reward"``), for printed summaries.
+    """
+
+    scores: dict
+    metric: str = "return"
+
+
+class Program(NamedTuple):
+    """One configured algorithm as pure functions (see the module docstring).
+
+    Attributes:
+      init: ``init(key) -> state``, a pytree holding everything the run depends on.
+      update: ``update(state) -> (state, metrics)``, one full update; ``metrics`` a flat
+        dict of float32 scalars with the same keys every call.
+      evaluate: ``evaluate(state, key) -> metrics``, jittable; holds the ``report`` arrays.
+      plan: the static counts.
+      batch_axes: ``batch_axes(state) -> pytree of int`` with the state's structure: per
+        leaf, the axis that carries the env batch (``-1``: replicated). Applied to the
+        abstract state; seeds are vmapped in front by the trainer.
+      batch: the config count that must divide over the devices (``None``: nothing to split).
+      policy: acting outside training, or ``None`` if the algorithm cannot act alone.
+      report: which arrays of ``evaluate``'s output are per-episode scores.
+      hyperparams: ``hyperparams(**values) -> pytree`` of traced hyperparameters;
+        ``init_with(key, hyper)`` starts a run with them (sweeps: ``vmap`` over both).
+      init_with: ``init_with(key, hyper) -> state``.
+      samples: ``samples(state, key, num) -> list[str]``, a few printable episodes
+        (``jaxrl eval``, transcripts of token tasks), or ``None``.
+    """
+
+    init: Callable[[jax.Array], State]
+    update: Callable[[State], tuple[State, Metrics]]
+    evaluate: Callable[[State, jax.Array], Metrics]
+    plan: Plan
+    batch_axes: Callable[[State], Any]
+    batch: BatchSize | None
+    policy: Policy | None
+    report: EvalReport
+    hyperparams: Callable[..., Any]
+    init_with: Callable[[jax.Array, Any], State]
+    samples: Callable[[State, jax.Array, int], list[str]] | None = None
+
+
+def replicated_axes(state: State) -> Any:
+    """:attr:`Program.batch_axes` of a state with no env batch (every leaf replicated)."""
+    return jax.tree_util.tree_map(lambda _: -1, state)
+
+
+class EnvSetup(NamedTuple):
+    """The environment side of a run, as the run machinery resolved it from the config.
+
+    Attributes:
+      env: the single (unbatched) env.
+      params: its training params (config overrides applied).
+      eval_params: the params evaluation uses (held-out split for token tasks, plus the
+        config's ``env.eval_params``).
+      curriculum: raises one env param as training succeeds, or ``None``.
+    """
+
+    env: Environment
+    params: Any
+    eval_params: Any
+    curriculum: Curriculum | None = None
+
+
+class AlgoConfig(abc.ABC):
+    """Base of every algorithm's config class (a frozen dataclass).
+
+    Subclasses declare their fields with types and defaults (the YAML section's keys) and
+    implement :meth:`validate`. Nested dataclass fields become nested YAML sections.
+    """
+
+    @abc.abstractmethod
+    def validate(self) -> None:
+        """Raise ``ValueError("<key>: <what is wrong>")`` for the first impossible setting."""
+
+    def with_eval_episodes(self, episodes: int) -> "AlgoConfig":
+        """A copy evaluating ``episodes`` episodes (``jaxrl eval --episodes``).
+
+        The default replaces a field named ``eval_episodes``; raises ``ValueError`` if
+        there is none.
+        """
+        if "eval_episodes" not in {f.name for f in dataclasses.fields(self)}:
+            raise ValueError(f"{type(self).__name__} has no eval_episodes setting")
+        return dataclasses.replace(self, eval_episodes=episodes)
+
+
+@dataclasses.dataclass(frozen=True)
+class AlgoEntry:
+    """One algorithm as the registry holds it.
+
+    Attributes:
+      name: the ``algo:`` value of a run config, a lower-case identifier.
+      config_cls: a frozen dataclass subclassing :class:`AlgoConfig`.
+      build: ``build(envs: EnvSetup, cfg) -> Program``; raises ``ValueError("<key>: ...")``
+        when the config does not fit the env.
+      description: one line for ``jaxrl list``.
+    """
+
+    name: str
+    config_cls: type
+    build: Callable[[EnvSetup, Any], Program]
+    description: str = ""
+
+
+def check(ok: bool, key: str, message: str) -> None:
+    """``ValueError("<key>: <message>")`` unless ``ok``: the form ``validate`` raises."""
+    if not ok:
+        raise ValueError(f"{key}: {message}")

@@ -1,0 +1,132 @@
+"""The GRPO family (grpo, dr_grpo, dapo, rloo, cispo, gspo) on the shared env contract.
+
+Group rollouts, group-relative advantages and the clipped surrogates of LLM post-training,
+generation, scoring and the update inside one XLA program. One concern per module:
+:mod:`~jaxrl.algos.grpo.config`, :mod:`~jaxrl.algos.grpo.losses`,
+:mod:`~jaxrl.algos.grpo.policy`, :mod:`~jaxrl.algos.grpo.rollout`,
+:mod:`~jaxrl.algos.grpo.update`, :mod:`~jaxrl.algos.grpo.evaluate`. Token tasks
+(:class:`~jaxrl.core.tokens.TokenTask`) get a causal transformer; any other env with
+discrete actions an MLP, so GRPO also trains CartPole. :data:`ENTRY` registers
+``algo: grpo``.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from jaxrl.algos.contract import (
+    AlgoEntry, BatchSize, EnvSetup, EvalReport, Plan, Policy, Program, no_carry, replicated_axes,
+)
+from jaxrl.algos.grpo import config, evaluate, losses, policy, rollout, update
+from jaxrl.algos.grpo.config import GRPOConfig, GRPOHyper, hyperparams
+from jaxrl.algos.grpo.policy import MLPPolicy, mlp_policy, transformer_policy
+from jaxrl.algos.grpo.update import GRPOState, Setup
+from jaxrl.core.env import Environment
+from jaxrl.core.tokens import TokenTask
+from jaxrl.models.transformer import TransformerLM
+
+__all__ = [
+    "ENTRY", "GRPOConfig", "GRPOHyper", "GRPOState", "Setup", "build", "build_policy", "config", "evaluate",
+    "hyperparams", "losses", "make_setup", "policy", "rollout", "rollout_length", "update",
+]
+
+
+def rollout_length(env: Environment, env_params, cfg: GRPOConfig) -> int:
+    """T: ``sampling.max_steps``, else a token task's max completion length, else the env's limit."""
+    if cfg.sampling.max_steps:
+        return int(cfg.sampling.max_steps)
+    if isinstance(env, TokenTask):
+        return int(env.max_completion_len)
+    limit = getattr(env_params, "max_steps_in_episode", None)
+    if limit is None:
+        raise ValueError(f"sampling.max_steps: {env.name} has no step limit; set grpo.sampling.max_steps")
+    return int(limit)
+
+
+def build_policy(env: Environment, env_params, cfg: GRPOConfig) -> policy.Policy:
+    """The transformer for token tasks (``model.policy: auto``), else an MLP over flat obs."""
+    kind, m = cfg.model.policy, cfg.model
+    is_token = isinstance(env, TokenTask)
+    if kind == "auto":
+        kind = "transformer" if is_token else "mlp"
+    n_actions = getattr(env.action_space(env_params), "n", None)
+    if n_actions is None:
+        raise ValueError(f"model.policy: GRPO needs a Discrete action space, {env.name} has {env.action_space(env_params)}")
+    if kind == "transformer":
+        if not is_token:
+            raise ValueError(f"model.policy: 'transformer' needs a token task, {env.name} is not one")
+        model = TransformerLM(
+            env.vocab_size, env.prompt_len + env.max_completion_len, m.d_model, m.n_layers, m.n_heads,
+            positions=m.positions, tie_embeddings=m.tie_embeddings, smear_keys=m.smear_keys,
+        )
+        return transformer_policy(model, env.prompt_len)
+    return mlp_policy(MLPPolicy(n_actions, tuple(m.hidden)))
+
+
+def make_setup(envs: EnvSetup, cfg: GRPOConfig) -> Setup:
+    """The static pieces of one run."""
+    env, params = envs.env, envs.params
+    return Setup(
+        cfg, env, params, envs.eval_params, build_policy(env, params, cfg), rollout_length(env, params, cfg),
+        update.make_optimizer(cfg), update.schedule(cfg), envs.curriculum,
+    )
+
+
+def _mlp_act(model: MLPPolicy, params, carry, obs, key, deterministic: bool = False):
+    logits = model.apply(params, obs)
+    action = jnp.argmax(logits, axis=-1) if deterministic else jax.random.categorical(key, logits)
+    return carry, action.astype(jnp.int32)
+
+
+def _params(state: GRPOState):
+    return state.params
+
+
+def _acting_policy(envs: EnvSetup, cfg: GRPOConfig) -> Policy | None:
+    """Acting outside training: the MLP policy of a control env; token tasks have none
+    (their episodes are shown as transcripts, :attr:`Program.samples`)."""
+    if isinstance(envs.env, TokenTask):
+        return None
+    n_actions = envs.env.action_space(envs.params).n
+    model = MLPPolicy(n_actions, tuple(cfg.model.hidden))
+    return Policy(envs.env, _params, no_carry, functools.partial(_mlp_act, model))
+
+
+def _report(envs: EnvSetup) -> EvalReport:
+    info = jax.eval_shape(envs.env.reset, jax.random.PRNGKey(0), envs.eval_params)[1].info
+    scores = {"episode_returns": "greedy"}
+    if "exact_match" in info:
+        scores["episode_returns_exact_match"] = "exact match"
+    return EvalReport(scores, metric="reward" if isinstance(envs.env, TokenTask) else "return")
+
+
+def build(envs: EnvSetup, cfg: GRPOConfig) -> Program:
+    """The GRPO family on ``envs.env`` as a :class:`~jaxrl.algos.contract.Program`."""
+    setup = make_setup(envs, cfg)
+    token = isinstance(envs.env, TokenTask)
+    steps_per_update = cfg.sampling.oversample * cfg.num_prompts * cfg.group_size * setup.num_steps
+    plan = Plan(cfg.num_updates, steps_per_update, cfg.num_epochs * cfg.num_minibatches,
+                step_unit="tokens" if token else "env steps")
+    return Program(
+        init=functools.partial(update.init, setup),
+        update=functools.partial(update.update, setup),
+        evaluate=functools.partial(evaluate.evaluate, setup),
+        plan=plan,
+        batch_axes=replicated_axes,  # prompt groups are born inside the update and pinned there
+        batch=BatchSize("num_prompts", cfg.num_prompts, "prompt groups"),
+        policy=_acting_policy(envs, cfg),
+        report=_report(envs),
+        hyperparams=functools.partial(hyperparams, cfg),
+        init_with=functools.partial(update.init, setup),
+        samples=functools.partial(evaluate.samples, setup) if token else None,
+    )
+
+
+ENTRY = AlgoEntry(
+    name="grpo", config_cls=GRPOConfig, build=build,
+    description="the GRPO family (grpo, dr_grpo, dapo, rloo, cispo, gspo) with group rollouts",
+)

@@ -1,0 +1,164 @@
+"""GRPO's configuration: the ``grpo:`` section in four sub-sections, and its traced values.
+
+A run config reads::
+
+    grpo:
+      num_prompts: 32          # batch shape and loop counts
+      group_size: 8
+      num_updates: 100
+      model: {d_model: 64, n_layers: 2}      # the policy network
+      loss: {type: dapo, eps_high: 0.28}     # advantages and the surrogate
+      sampling: {temperature: 1.0}           # rollouts and batch shaping
+      optim: {lr: 1.0e-3}                    # the optimiser
+
+The curriculum and the evaluation params belong to the env (``env.curriculum``,
+``env.eval_params``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Literal
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+from jaxrl.algos.contract import AlgoConfig, check
+
+LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "rloo", "cispo", "gspo")
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+    """The policy network (``grpo.model``): a transformer for token tasks, else an MLP."""
+
+    policy: Literal["auto", "transformer", "mlp"] = "auto"  # auto: transformer for token tasks
+    d_model: int = 64  # transformer width
+    n_layers: int = 2  # transformer blocks
+    n_heads: int = 4  # attention heads
+    positions: Literal["learned", "rope"] = "learned"  # transformer position encoding
+    tie_embeddings: bool = False  # output head = the token embedding (GPT-2 weight tying)
+    smear_keys: bool = False  # keys mixed with the previous position's (one-layer induction heads)
+    hidden: tuple[int, ...] = (64, 64)  # MLP policy hidden widths
+
+
+@dataclasses.dataclass(frozen=True)
+class LossConfig:
+    """Advantages and the surrogate (``grpo.loss``); ``docs/grpo_losses.md`` compares them."""
+
+    type: Literal["grpo", "dr_grpo", "dapo", "rloo", "cispo", "gspo"] = "grpo"
+    eps_low: float = 0.2  # clip range below 1 (traced)
+    eps_high: float = 0.2  # clip range above 1; DAPO's clip-higher uses 0.28 (traced)
+    beta: float = 0.0  # KL-to-reference coefficient (traced); 0 skips the reference (static)
+    scale_rewards: Literal["group", "batch"] = "group"  # std-scaled losses: the group's or the batch's std
+    token_credit: bool = False  # per-token advantages: group-centred reward-to-go (not with gspo)
+    credit_discount: float = 1.0  # gamma of that reward-to-go (static)
+
+
+@dataclasses.dataclass(frozen=True)
+class SamplingConfig:
+    """Rollouts and batch shaping (``grpo.sampling``)."""
+
+    temperature: float = 1.0  # sampling temperature of rollouts and of the loss (traced)
+    max_steps: int = 0  # rollout length T; 0 = a token task's max completion length or the env's limit
+    dynamic_sampling: bool = False  # DAPO: mask groups whose rewards are all equal
+    oversample: int = 1  # generate oversample * P groups and keep P (non-zero spread first)
+    overlong_buffer: int = 0  # DAPO soft overlong punishment window L_cache (0 = off)
+    overlong_penalty: float = 1.0  # scale of that punishment
+
+
+@dataclasses.dataclass(frozen=True)
+class OptimConfig:
+    """The optimiser (``grpo.optim``): :func:`jaxrl.algos.common.optim.adam`."""
+
+    lr: float = 1e-3  # Adam learning rate (traced)
+    max_grad_norm: float = 1.0  # global-norm gradient clipping (traced)
+    adam_b1: float = 0.9
+    adam_b2: float = 0.99
+    warmup_updates: int = 0  # linear learning-rate warm-up over this many updates
+    lr_end_frac: float = 1.0  # linear decay to lr * lr_end_frac at num_updates
+
+
+@dataclasses.dataclass(frozen=True)
+class GRPOConfig(AlgoConfig):
+    """GRPO-family settings (the ``grpo:`` section of a run config)."""
+
+    num_prompts: int = 32  # P: groups (prompts / start states) per update
+    group_size: int = 8  # G: generations per group (same reset key, different sampling keys)
+    num_updates: int = 100  # updates in the run
+    num_epochs: int = 1  # optimisation passes over each batch (TRL's num_iterations)
+    num_minibatches: int = 1  # gradient steps per pass; must divide P * G
+    eval_episodes: int = 512  # held-out prompts (token tasks) or episodes for evaluate
+    model: ModelConfig = dataclasses.field(default_factory=ModelConfig)
+    loss: LossConfig = dataclasses.field(default_factory=LossConfig)
+    sampling: SamplingConfig = dataclasses.field(default_factory=SamplingConfig)
+    optim: OptimConfig = dataclasses.field(default_factory=OptimConfig)
+
+    def validate(self) -> None:
+        validate(self)
+
+
+def _positive(cfg, names: tuple[str, ...], prefix: str = "") -> None:
+    for name in names:
+        value = getattr(cfg, name)
+        check(value >= 1, prefix + name, f"must be >= 1, got {value}")
+
+
+def validate(cfg: GRPOConfig) -> None:
+    """Reject impossible configs with ``ValueError("<key>: <message>")``."""
+    _positive(cfg, ("num_prompts", "num_updates", "num_epochs", "num_minibatches", "eval_episodes"))
+    check(cfg.group_size >= 2, "group_size", f"group-relative advantages need >= 2 generations, got {cfg.group_size}")
+    n = cfg.num_prompts * cfg.group_size
+    check(n % cfg.num_minibatches == 0, "num_minibatches", f"{cfg.num_minibatches} does not divide num_prompts * group_size = {n}")
+    m, loss, s, o = cfg.model, cfg.loss, cfg.sampling, cfg.optim
+    _positive(m, ("d_model", "n_layers", "n_heads"), "model.")
+    check(len(m.hidden) > 0 and all(h >= 1 for h in m.hidden), "model.hidden", f"expected positive widths, got {m.hidden!r}")
+    check(m.d_model % m.n_heads == 0, "model.d_model", f"{m.d_model} is not divisible by model.n_heads={m.n_heads}")
+    check(0 <= loss.eps_low < 1, "loss.eps_low", f"must be in [0, 1), got {loss.eps_low}")
+    check(loss.eps_high >= 0, "loss.eps_high", f"must be >= 0, got {loss.eps_high}")
+    check(loss.beta >= 0, "loss.beta", f"must be >= 0, got {loss.beta}")
+    check(not (loss.token_credit and loss.type == "gspo"), "loss.token_credit", "gspo's ratio and advantage are per sequence; use another loss.type")
+    check(0.0 <= loss.credit_discount <= 1.0, "loss.credit_discount", f"must be in [0, 1], got {loss.credit_discount}")
+    check(s.temperature > 0, "sampling.temperature", f"must be > 0, got {s.temperature}")
+    check(s.max_steps >= 0, "sampling.max_steps", f"must be >= 0, got {s.max_steps}")
+    check(s.oversample >= 1, "sampling.oversample", f"must be >= 1, got {s.oversample}")
+    check(s.oversample == 1 or s.dynamic_sampling, "sampling.oversample", "> 1 needs sampling.dynamic_sampling: true")
+    check(s.overlong_buffer >= 0, "sampling.overlong_buffer", f"must be >= 0, got {s.overlong_buffer}")
+    check(o.lr > 0, "optim.lr", f"must be > 0, got {o.lr}")
+    check(o.max_grad_norm > 0, "optim.max_grad_norm", f"must be > 0, got {o.max_grad_norm}")
+    check(0.0 <= o.adam_b1 < 1.0, "optim.adam_b1", f"must be in [0, 1), got {o.adam_b1}")
+    check(0.0 <= o.adam_b2 < 1.0, "optim.adam_b2", f"must be in [0, 1), got {o.adam_b2}")
+    check(o.warmup_updates >= 0, "optim.warmup_updates", f"must be >= 0, got {o.warmup_updates}")
+    check(0.0 <= o.lr_end_frac <= 1.0, "optim.lr_end_frac", f"must be in [0, 1], got {o.lr_end_frac}")
+
+
+@struct.dataclass
+class GRPOHyper:
+    """Traced loss and sampling hyperparameters (float32 ``[]``; ``vmap`` for sweeps). The
+    optimiser's (``lr``, ``max_grad_norm``) live in its state."""
+
+    eps_low: jax.Array
+    eps_high: jax.Array
+    beta: jax.Array
+    temperature: jax.Array
+
+
+#: Every traced hyperparameter: the optimiser's and :class:`GRPOHyper`'s.
+TRACED = ("lr", "max_grad_norm", "eps_low", "eps_high", "beta", "temperature")
+
+
+def hyperparams(cfg: GRPOConfig, **overrides) -> dict:
+    """``{name: float32 array}`` of every traced hyperparameter, ``overrides`` applied
+    (broadcast to one common shape, so a batch of values ``vmap`` s as a whole)."""
+    unknown = sorted(set(overrides) - set(TRACED))
+    if unknown:
+        raise ValueError(f"unknown GRPO hyperparameter(s) {unknown}; traced ones are {list(TRACED)}")
+    values = {
+        "lr": cfg.optim.lr, "max_grad_norm": cfg.optim.max_grad_norm, "eps_low": cfg.loss.eps_low,
+        "eps_high": cfg.loss.eps_high, "beta": cfg.loss.beta, "temperature": cfg.sampling.temperature,
+    }
+    values.update(overrides)
+    arrays = {n: jnp.asarray(v, jnp.float32) for n, v in values.items()}
+    shape = jnp.broadcast_shapes(*(a.shape for a in arrays.values()))
+    return {n: jnp.broadcast_to(a, shape) for n, a in arrays.items()}

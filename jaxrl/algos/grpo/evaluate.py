@@ -1,0 +1,73 @@
+"""GRPO's evaluation: greedy episodes on the held-out split, and printable samples."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from jaxrl.algos.grpo.rollout import Rollout, group_rollout
+from jaxrl.algos.grpo.update import GRPOState, Setup
+from jaxrl.core.tokens import TokenTask
+
+Array = jax.Array
+
+
+def _ci95(x: Array) -> Array:
+    """Half-width of the normal-approximation 95% interval of the mean of ``x [N]``."""
+    return 1.96 * jnp.std(x, ddof=1) / jnp.sqrt(x.shape[0])
+
+
+def eval_rollout(setup: Setup, params, key: Array) -> Rollout:
+    """Greedy episodes on the evaluation params (held-out prompts for token tasks)."""
+    k_reset, k_roll = jax.random.split(key)
+    reset_keys = jax.random.split(k_reset, setup.cfg.eval_episodes)
+    return group_rollout(
+        setup.policy, setup.env, setup.eval_params, params, reset_keys, k_roll, setup.num_steps, jnp.float32(1.0),
+        greedy=True,
+    )
+
+
+def evaluate(setup: Setup, state: GRPOState, key: Array) -> dict:
+    """Greedy evaluation over ``eval_episodes`` (held-out prompts for token tasks).
+
+    Returns ``episode_returns`` (float32 ``[E]``, the trainer's eval convention: per-episode
+    return of the greedy policy, i.e. the verifier reward for token tasks), for a token
+    task ``episode_returns_exact_match`` (the per-prompt 0/1 exact match, so ``jaxrl eval``
+    summarises it with its own 95% interval), and scalars: ``return_mean``, ``return_ci95``,
+    ``length_mean`` and, for every info key (e.g. ``exact_match``), its mean and ``_ci95``
+    (normal-approximation half-width).
+    """
+    ro = eval_rollout(setup, state.params, key)
+    out = {
+        "episode_returns": ro.returns,
+        "return_mean": jnp.mean(ro.returns),
+        "return_ci95": _ci95(ro.returns),
+        "length_mean": jnp.mean(ro.length.astype(jnp.float32)),
+    }
+    for name, value in ro.final_info.items():
+        out[name] = jnp.mean(value)
+        out[f"{name}_ci95"] = _ci95(value)
+    if "exact_match" in ro.final_info:
+        out["episode_returns_exact_match"] = ro.final_info["exact_match"]
+    return out
+
+
+def sample_completions(setup: Setup, params, key: Array, num: int = 5) -> list[tuple[str, str, float]]:
+    """Host-side ``(prompt, completion, reward)`` of ``num`` greedy held-out episodes of a
+    token task (for ``jaxrl eval`` and notebooks)."""
+    env = setup.env
+    if not isinstance(env, TokenTask):
+        raise TypeError(f"{env.name} is not a token task; it has no text to show")
+    ro = jax.device_get(eval_rollout(setup, params, key))
+    lp = env.prompt_len
+    n = min(num, ro.returns.shape[0])
+    return [(env.decode(ro.obs[i, 0, :lp]), env.decode(ro.actions[i]), float(ro.returns[i])) for i in range(n)]
+
+
+def samples(setup: Setup, state: GRPOState, key: Array, num: int = 5) -> list[str]:
+    """:attr:`jaxrl.algos.contract.Program.samples` of a token task: greedy held-out
+    prompts with their completions and rewards."""
+    return [
+        f"{prompt!r} -> {completion!r}  reward {reward:.3f}"
+        for prompt, completion, reward in sample_completions(setup, state.params, key, num)
+    ]

@@ -1,0 +1,106 @@
+"""The networks GRPO drives: a small named tuple of pure functions per policy kind.
+
+A causal transformer over token tasks (prefill the prompt, decode token by token with a
+key/value cache, one pass over the whole sequence for the loss) or an MLP over flat
+observations (control envs).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Callable, NamedTuple
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from jaxrl.models.networks import MLP, orthogonal
+from jaxrl.models.transformer import TransformerLM
+
+Array = jax.Array
+
+
+class Policy(NamedTuple):
+    """How the GRPO rollout and loss talk to a network.
+
+    * ``init(key, obs) -> params`` with ``obs [N, *obs_shape]``.
+    * ``start(params, obs [N, ...]) -> (carry, logits [N, A])`` on the first observation.
+    * ``step(params, carry, obs [N, ...], action [N], t) -> (carry, logits [N, A])`` after
+      action ``t`` led to ``obs``.
+    * ``sequence_logits(params, obs [N, T, ...], actions [N, T]) -> logits [N, T, A]``: the
+      logits every action was drawn from, in one pass (what the loss differentiates).
+    """
+
+    init: Callable
+    start: Callable
+    step: Callable
+    sequence_logits: Callable
+
+
+def _lm_init(model: TransformerLM, key, obs):
+    return model.init(key, obs[:1, :1])
+
+
+def _lm_start(model: TransformerLM, prompt_len: int, params, obs):
+    logits, cache = model.apply(params, obs[:, :prompt_len], method=TransformerLM.prefill)
+    return cache, logits[:, -1]
+
+
+def _lm_step(model: TransformerLM, prompt_len: int, params, cache, obs, action, t):
+    logits, cache = model.apply(params, action.astype(jnp.int32), prompt_len + t, cache, method=TransformerLM.decode)
+    return cache, logits
+
+
+def _lm_sequence_logits(model: TransformerLM, prompt_len: int, params, obs, actions):
+    tokens = jnp.concatenate([obs[:, 0, :prompt_len], actions[:, :-1].astype(jnp.int32)], axis=1)
+    logits = model.apply(params, tokens)
+    return logits[:, prompt_len - 1 :]
+
+
+def transformer_policy(model: TransformerLM, prompt_len: int) -> Policy:
+    """A causal LM over a token task: the prompt is ``obs[:prompt_len]``, actions are tokens."""
+    return Policy(
+        functools.partial(_lm_init, model),
+        functools.partial(_lm_start, model, prompt_len),
+        functools.partial(_lm_step, model, prompt_len),
+        functools.partial(_lm_sequence_logits, model, prompt_len),
+    )
+
+
+class MLPPolicy(nn.Module):
+    """Logits of a categorical policy from a flat observation (torso: :class:`jaxrl.models.networks.MLP`)."""
+
+    num_actions: int
+    hidden: tuple[int, ...] = (64, 64)
+
+    @nn.compact
+    def __call__(self, obs: Array) -> Array:
+        x = jnp.asarray(obs, jnp.float32)
+        h = MLP(self.hidden, "tanh", name="torso")(x)
+        return nn.Dense(self.num_actions, kernel_init=orthogonal(0.01), name="head")(h)
+
+
+def _mlp_init(model, key, obs):
+    return model.init(key, obs[:1])
+
+
+def _mlp_start(model, params, obs):
+    return (), model.apply(params, obs)
+
+
+def _mlp_step(model, params, carry, obs, action, t):
+    return carry, model.apply(params, obs)
+
+
+def _mlp_sequence_logits(model, params, obs, actions):
+    return model.apply(params, obs)
+
+
+def mlp_policy(model: MLPPolicy) -> Policy:
+    """A memoryless MLP over flat observations (control envs)."""
+    return Policy(
+        functools.partial(_mlp_init, model),
+        functools.partial(_mlp_start, model),
+        functools.partial(_mlp_step, model),
+        functools.partial(_mlp_sequence_logits, model),
+    )

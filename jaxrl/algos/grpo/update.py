@@ -1,0 +1,216 @@
+"""One GRPO update as a pure function of :class:`GRPOState`.
+
+1. **Group rollout.** ``P`` reset keys, each used ``G`` times: the members of a group start
+   from the *same* prompt / start state and sample with different keys.
+2. **Batch shaping** (DAPO): optional soft overlong punishment, then dynamic sampling with
+   static shapes (over-generate ``oversample * P`` groups, keep ``P``, mask zero-spread ones).
+3. **Advantages**: group-relative, per sequence or (``token_credit``) per token.
+4. **Optimisation**: ``num_epochs`` x ``num_minibatches`` steps on the clipped surrogate
+   with importance ratios against the behaviour log-probs, and optionally a k3 KL penalty
+   to the frozen initial policy.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+from flax import struct
+
+from jaxrl.algos.common import batching, optim
+from jaxrl.algos.common.optim import Schedule
+from jaxrl.algos.common.train import epochs
+from jaxrl.algos.grpo.config import GRPOConfig, GRPOHyper, hyperparams
+from jaxrl.algos.grpo.losses import (
+    _token_mean, advantage_kind, group_advantages, overlong_shaping, policy_loss, select_groups, token_advantages,
+)
+from jaxrl.algos.grpo.policy import Policy
+from jaxrl.algos.grpo.rollout import Rollout, group_rollout
+from jaxrl.core.curriculum import Curriculum
+from jaxrl.core.env import Environment
+
+Array = jax.Array
+
+
+@struct.dataclass
+class GRPOState:
+    """Everything a GRPO run depends on (checkpointed whole; exact resume)."""
+
+    params: Any  # policy parameters
+    ref_params: Any  # frozen reference policy (the initial parameters) for the KL term
+    opt_state: Any  # jaxrl.algos.common.optim.adam state (holds the traced lr, max_grad_norm)
+    hyper: GRPOHyper  # traced loss and sampling hyperparameters
+    key: Array  # PRNG key
+    update_step: Array  # int32 [], updates done
+    level: Array  # int32 [], curriculum level (the value of the curriculum's param; 0 without one)
+
+
+class Setup(NamedTuple):
+    """Static pieces of one configured run (hashable parts and pure functions)."""
+
+    cfg: GRPOConfig
+    env: Environment
+    env_params: Any  # training params (the curriculum changes them in the update)
+    eval_params: Any  # held-out / evaluation params
+    policy: Policy
+    num_steps: int  # T
+    optimizer: optax.GradientTransformation
+    schedule: Schedule  # the learning-rate schedule (static)
+    curriculum: Curriculum | None
+
+
+@struct.dataclass
+class Batch:
+    """One minibatch of sequences for the loss."""
+
+    obs: Array  # [n, T, *obs_shape]
+    actions: Array  # int32 [n, T]
+    old_logp: Array  # float32 [n, T]
+    ref_logp: Array  # float32 [n, T] (zeros when beta == 0)
+    mask: Array  # bool [n, T]
+    advantages: Array  # float32 [n], or [n, T] with token_credit
+
+
+def _token_logp(policy: Policy, params, obs, actions, temperature) -> tuple[Array, Array]:
+    logits = policy.sequence_logits(params, obs, actions).astype(jnp.float32) / temperature
+    log_probs = jax.nn.log_softmax(logits)
+    logp = jnp.take_along_axis(log_probs, actions[..., None].astype(jnp.int32), axis=-1)[..., 0]
+    entropy = -jnp.sum(jnp.exp(log_probs) * log_probs, axis=-1)
+    return logp, entropy
+
+
+def loss_fn(setup: Setup, hyper: GRPOHyper, params, batch: Batch) -> tuple[Array, dict]:
+    """:func:`policy_loss` of ``params`` on ``batch``, plus its token entropy."""
+    logp, entropy = _token_logp(setup.policy, params, batch.obs, batch.actions, hyper.temperature)
+    ref = batch.ref_logp if setup.cfg.loss.beta > 0 else None
+    loss, metrics = policy_loss(logp, batch.old_logp, ref, batch.advantages, batch.mask, hyper, setup.cfg.loss.type)
+    return loss, {**metrics, "entropy": _token_mean(jax.lax.stop_gradient(entropy), batch.mask)}
+
+
+def _sgd_step(setup: Setup, hyper: GRPOHyper, carry, batch: Batch):
+    params, opt_state = carry
+    (loss, metrics), grads = jax.value_and_grad(functools.partial(loss_fn, setup, hyper), has_aux=True)(params, batch)
+    updates, opt_state = setup.optimizer.update(grads, opt_state, params)
+    params = optax.apply_updates(params, updates)
+    return (params, opt_state), {**metrics, "loss": loss, "grad_norm": optax.tree.norm(grads)}
+
+
+def _epoch(setup: Setup, hyper: GRPOHyper, batch: Batch, carry, key):
+    n = batch.actions.shape[0]
+    k = setup.cfg.num_minibatches
+    perm = jax.random.permutation(key, n)
+    shuffled = jax.tree_util.tree_map(lambda x: x[perm].reshape((k, n // k) + x.shape[1:]), batch)
+    shuffled = batching.constrain_batch(shuffled, axis=1)  # data mesh: each device steps on its slice
+    return jax.lax.scan(functools.partial(_sgd_step, setup, hyper), carry, shuffled)
+
+
+def _reward_metrics(rollout: Rollout, rewards: Array, group_rewards: Array, mask: Array) -> dict:
+    std_g = jnp.std(group_rewards, axis=1, ddof=1)
+    metrics = {
+        "reward": jnp.mean(rewards),
+        "reward_std": jnp.mean(std_g),
+        "return_mean": jnp.mean(rollout.returns),
+        "frac_reward_zero_std": jnp.mean((std_g == 0).astype(jnp.float32)),
+        "completions/mean_length": jnp.mean(rollout.length.astype(jnp.float32)),
+        "completions/clipped_ratio": jnp.mean(rollout.truncated.astype(jnp.float32)),
+        "tokens_trained_frac": jnp.mean(mask.astype(jnp.float32)),
+    }
+    for name, value in rollout.final_info.items():
+        metrics[f"rewards/{name}/mean"] = jnp.mean(value)
+        metrics[f"rewards/{name}/std"] = jnp.std(value)
+    return metrics
+
+
+def _env_params_at(setup: Setup, level: Array):
+    if setup.curriculum is None:
+        return setup.env_params
+    return setup.curriculum.params_at(setup.env_params, level)
+
+
+def _next_level(setup: Setup, level: Array, rollout: Rollout) -> Array:
+    if setup.curriculum is None:
+        return level
+    return setup.curriculum.next_level(level, rollout.final_info, rollout.returns)
+
+
+def collect(setup: Setup, state: GRPOState, key: Array) -> tuple[Rollout, Batch, dict]:
+    """Group rollout, shaping, selection and advantages: the batch of one update."""
+    cfg = setup.cfg
+    p_all, g = cfg.sampling.oversample * cfg.num_prompts, cfg.group_size
+    k_reset, k_roll = jax.random.split(key)
+    reset_keys = jnp.repeat(jax.random.split(k_reset, p_all), g, axis=0)  # [P' * G]: groups share keys
+    reset_keys = batching.constrain_batch(reset_keys)  # whole groups per device on a data mesh; no-op otherwise
+    env_params = _env_params_at(setup, state.level)
+    ro = group_rollout(setup.policy, setup.env, env_params, state.params, reset_keys, k_roll, setup.num_steps, state.hyper.temperature)
+    penalty = cfg.sampling.overlong_penalty * overlong_shaping(ro.length, setup.num_steps, cfg.sampling.overlong_buffer)
+    rewards = ro.returns + penalty
+    grouped = rewards.reshape(p_all, g)
+    if cfg.sampling.dynamic_sampling:
+        idx, group_valid = select_groups(grouped, cfg.num_prompts)
+    else:
+        idx, group_valid = jnp.arange(cfg.num_prompts), jnp.ones((cfg.num_prompts,), jnp.bool_)
+    members = (idx[:, None] * g + jnp.arange(g)[None]).reshape(-1)
+    ro = jax.tree_util.tree_map(lambda x: x[members], ro)
+    grouped = grouped[idx]
+    valid = jnp.broadcast_to(group_valid[:, None], grouped.shape)
+    if cfg.loss.token_credit:
+        last = jnp.arange(setup.num_steps)[None] == (ro.length - 1)[:, None]  # the penalty lands on the last step
+        step_r = (ro.rewards + penalty[members][:, None] * last).reshape(cfg.num_prompts, g, -1)
+        adv = token_advantages(step_r, valid, advantage_kind(cfg.loss.type, cfg.loss.scale_rewards), cfg.loss.credit_discount).reshape(cfg.num_prompts * g, -1)
+    else:
+        adv = group_advantages(grouped, valid, advantage_kind(cfg.loss.type, cfg.loss.scale_rewards)).reshape(-1)
+    mask = ro.mask & jnp.repeat(group_valid, g)[:, None]
+    ref_logp = jnp.zeros_like(ro.logp)
+    if cfg.loss.beta > 0:
+        ref_logp, _ = _token_logp(setup.policy, state.ref_params, ro.obs, ro.actions, state.hyper.temperature)
+    batch = Batch(ro.obs, ro.actions, ro.logp, jax.lax.stop_gradient(ref_logp), mask, adv)
+    return ro, batch, _reward_metrics(ro, grouped.reshape(-1), grouped, mask)
+
+
+def update(setup: Setup, state: GRPOState) -> tuple[GRPOState, dict]:
+    """One GRPO update: collect a group batch, then epochs x minibatches of gradient steps."""
+    key, k_collect, k_epochs = jax.random.split(state.key, 3)
+    ro, batch, metrics = collect(setup, state, k_collect)
+    metrics["lr"] = optim.current_lr(state.opt_state, setup.schedule)
+    epoch = functools.partial(_epoch, setup, state.hyper, batch)
+    (params, opt_state), losses = epochs(epoch, (state.params, state.opt_state), k_epochs, setup.cfg.num_epochs)
+    metrics.update(jax.tree_util.tree_map(jnp.mean, losses))
+    level = _next_level(setup, state.level, ro)
+    metrics["curriculum_level"] = state.level.astype(jnp.float32)
+    new = state.replace(params=params, opt_state=opt_state, key=key, update_step=state.update_step + 1, level=level)
+    return new, {k: jnp.asarray(v, jnp.float32) for k, v in metrics.items()}
+
+
+def init(setup: Setup, key: Array, hyper: dict | None = None) -> GRPOState:
+    """A fresh state: random policy, reference = a copy of it, optimiser state, counters at 0.
+
+    ``hyper``: traced hyperparameters from :func:`~jaxrl.algos.grpo.config.hyperparams`
+    (default: the config's values).
+    """
+    cfg = setup.cfg
+    optim_hyper, rest = optim.split_traced(hyperparams(cfg, **(hyper or {})))
+    k_params, k_obs, key = jax.random.split(key, 3)
+    _, ts = setup.env.reset(k_obs, setup.env_params)
+    params = setup.policy.init(k_params, ts.obs[None])
+    ref = params if cfg.loss.beta > 0 else None
+    level = setup.curriculum.first_level() if setup.curriculum is not None else jnp.zeros((), jnp.int32)
+    optimizer = make_optimizer(cfg, optim_hyper["lr"], optim_hyper["max_grad_norm"])
+    return GRPOState(params, ref, optimizer.init(params), GRPOHyper(**rest), key, jnp.zeros((), jnp.int32), level)
+
+
+def schedule(cfg: GRPOConfig) -> Schedule:
+    """Warm-up and decay in updates (every optimiser step of an update uses one rate)."""
+    o = cfg.optim
+    return Schedule(total=cfg.num_updates, end_frac=o.lr_end_frac, warmup=o.warmup_updates,
+                    every=cfg.num_epochs * cfg.num_minibatches)
+
+
+def make_optimizer(cfg: GRPOConfig, lr=None, max_grad_norm=None) -> optax.GradientTransformation:
+    """:func:`jaxrl.algos.common.optim.adam` for ``cfg`` (``lr``/``max_grad_norm`` may be traced)."""
+    o = cfg.optim
+    lr = o.lr if lr is None else lr
+    max_grad_norm = o.max_grad_norm if max_grad_norm is None else max_grad_norm
+    return optim.adam(lr, max_grad_norm, schedule(cfg), b1=o.adam_b1, b2=o.adam_b2)

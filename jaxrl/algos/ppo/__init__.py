@@ -1,0 +1,146 @@
+"""Proximal Policy Optimisation (discrete and continuous), one program per update.
+
+The pieces, one concern per module: :mod:`~jaxrl.algos.ppo.config` (the ``ppo:`` section),
+:mod:`~jaxrl.algos.ppo.losses` (GAE and the losses), :mod:`~jaxrl.algos.ppo.update` (one
+update, ``init``), :mod:`~jaxrl.algos.ppo.acting` and :mod:`~jaxrl.algos.ppo.evaluate`.
+This module assembles them into the :class:`~jaxrl.algos.contract.Program` that
+:data:`ENTRY` registers under ``algo: ppo``.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Any
+
+import jax
+
+from jaxrl.algos.contract import (
+    AlgoEntry, BatchSize, EnvSetup, EvalReport, Policy, Program, no_carry, replicated_axes,
+)
+from jaxrl.algos.ppo import acting, config, evaluate, losses, update
+from jaxrl.algos.ppo.config import PPOConfig, PPOHyperparams, hyperparams
+from jaxrl.algos.ppo.state import AgentState, Batch, LearnerState, PPOTrainState, Setup
+from jaxrl.core import spaces
+from jaxrl.core.env import Environment
+from jaxrl.core.wrappers import AutoReset, EpisodeStatistics, RescaleAction, VmapEnv
+from jaxrl.models.networks import ActorCritic
+
+__all__ = [
+    "ENTRY", "PPOConfig", "PPOHyperparams", "PPOTrainState", "AgentState", "Batch", "LearnerState", "Setup",
+    "acting", "agent_env", "build", "build_network", "config", "evaluate", "hyperparams", "losses", "make_setup",
+    "make_act", "make_value", "resolve_dist", "update",
+]
+
+
+def resolve_dist(env: Environment, env_params: Any, cfg: PPOConfig) -> str:
+    """The distribution kind for ``env``'s action space (``cfg.dist`` or the "auto" choice)."""
+    space = env.action_space(env_params)
+    discrete = isinstance(space, spaces.Discrete)
+    dist = cfg.dist if cfg.dist != "auto" else ("categorical" if discrete else "gaussian")
+    if discrete != (dist == "categorical"):
+        raise ValueError(f"dist: {dist!r} does not fit the action space {space!r} of {env.name}")
+    if not discrete and not isinstance(space, spaces.Box):
+        raise ValueError(f"dist: PPO supports Discrete and Box action spaces, got {space!r}")
+    return dist
+
+
+def agent_env(env: Environment, env_params: Any, cfg: PPOConfig) -> Environment:
+    """The single env the policy acts in: continuous actions in ``[-1, 1]`` rescaled to the box.
+
+    Drive it with :func:`make_act`'s ``act`` (for rendering, evaluation).
+    """
+    if isinstance(env.action_space(env_params), spaces.Box):
+        return RescaleAction(env, -1.0, 1.0)
+    return env
+
+
+def build_network(env: Environment, env_params: Any, cfg: PPOConfig) -> ActorCritic:
+    """The :class:`ActorCritic` for ``env`` and ``cfg``."""
+    dist = resolve_dist(env, env_params, cfg)
+    space = env.action_space(env_params)
+    action_dim = space.n if dist == "categorical" else int(math.prod(space.shape))
+    obs_ndim = max(len(env.observation_space(env_params).shape), 1)
+    return ActorCritic(
+        action_dim=action_dim,
+        dist=dist,
+        hidden=tuple(cfg.hidden),
+        activation=cfg.activation,
+        shared_torso=cfg.shared_torso,
+        log_std=cfg.log_std,
+        init_log_std=cfg.init_log_std,
+        obs_ndim=obs_ndim,
+    )
+
+
+def make_setup(env: Environment, env_params: Any, cfg: PPOConfig) -> Setup:
+    """The static pieces of one run: the batched auto-resetting env, the network, counts."""
+    plan = config.plan(cfg)
+    network = build_network(env, env_params, cfg)
+    train_env = VmapEnv(EpisodeStatistics(AutoReset(agent_env(env, env_params, cfg))), cfg.num_envs)
+    schedule = update.schedule(cfg, plan)
+    return Setup(train_env, env_params, network, cfg, plan, schedule, update.make_optimizer(cfg, plan))
+
+
+def _eval_max_steps(env_params: Any, cfg: PPOConfig) -> int:
+    if cfg.eval_max_steps is not None:
+        return cfg.eval_max_steps
+    limit = getattr(env_params, "max_steps_in_episode", None)
+    if limit is None:
+        raise ValueError("eval_max_steps: the env params have no max_steps_in_episode; set eval_max_steps")
+    return int(limit)
+
+
+def batch_axes(state: PPOTrainState) -> PPOTrainState:
+    """The env batch is axis 0 of the env states, observations and return accumulators."""
+    axes = replicated_axes(state)
+    env = jax.tree_util.tree_map(lambda _: 0, state.env)
+    return axes.replace(env=env, return_acc=0)
+
+
+def make_value(env: Environment, env_params: Any, cfg: PPOConfig):
+    """``value(agent, obs) -> V(obs)``, the critic of a trained agent (probes, diagnostics)."""
+    return functools.partial(acting.value, build_network(env, env_params, cfg), cfg)
+
+
+def make_act(env: Environment, env_params: Any, cfg: PPOConfig):
+    """``act(agent, obs, key, deterministic=False) -> action`` for :func:`agent_env`'s env."""
+    return functools.partial(acting.act, build_network(env, env_params, cfg), cfg)
+
+
+def _agent(state: PPOTrainState) -> AgentState:
+    return state.agent
+
+
+def build(envs: EnvSetup, cfg: PPOConfig) -> Program:
+    """PPO on ``envs.env`` as a :class:`~jaxrl.algos.contract.Program`."""
+    if envs.curriculum is not None:
+        raise ValueError("env.curriculum: PPO does not run a curriculum; remove it or use algo: grpo")
+    setup = make_setup(envs.env, envs.params, cfg)
+    eval_env = VmapEnv(agent_env(envs.env, envs.params, cfg), 2 * cfg.eval_episodes)
+    network = setup.network
+    return Program(
+        init=functools.partial(update.init, setup),
+        update=functools.partial(update.update, setup),
+        evaluate=functools.partial(
+            evaluate.evaluate, setup, eval_env, envs.eval_params, _eval_max_steps(envs.eval_params, cfg)
+        ),
+        plan=setup.plan,
+        batch_axes=batch_axes,
+        batch=BatchSize("num_envs", cfg.num_envs, "envs"),
+        policy=Policy(
+            env=agent_env(envs.env, envs.params, cfg),
+            params=_agent,
+            init_carry=no_carry,
+            act=functools.partial(acting.policy_act, network, cfg),
+        ),
+        report=EvalReport({"episode_returns": "deterministic", "episode_returns_stochastic": "stochastic"}),
+        hyperparams=functools.partial(hyperparams, cfg),
+        init_with=functools.partial(update.init, setup),
+    )
+
+
+ENTRY = AlgoEntry(
+    name="ppo", config_cls=PPOConfig, build=build,
+    description="PPO (clipped surrogate, GAE with truncation bootstrap), discrete and continuous",
+)

@@ -1,0 +1,169 @@
+"""PPO's configuration: the ``ppo:`` section, its validation, counts and traced values."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+from jaxrl.algos.contract import AlgoConfig, Plan, check
+from jaxrl.models.networks import ACTIVATIONS, DISTRIBUTIONS, LOG_STD_MODES
+
+
+@dataclasses.dataclass(frozen=True)
+class PPOConfig(AlgoConfig):
+    """PPO settings (the ``ppo:`` section). Never mutated: counts come from :func:`plan`.
+
+    *Static* fields fix shapes, loop counts and program structure (changing one
+    recompiles): ``num_envs``, ``num_steps``, ``total_env_steps``, ``update_epochs``,
+    ``num_minibatches``, ``anneal_lr``, ``normalize_*``, ``hidden``, ``activation``,
+    ``shared_torso``, ``dist``, ``log_std``, ``init_log_std``, ``adam_eps``,
+    ``eval_episodes``, ``eval_max_steps`` and whether ``vf_clip_eps`` is ``None``.
+
+    *Traced* fields live in the train state (``lr`` and ``max_grad_norm`` in the optimiser's,
+    the rest in :class:`PPOHyperparams`), so a ``vmap`` over seeds x values of them is one
+    compiled program (:func:`hyperparams`): ``lr``, ``clip_eps``,
+    ``vf_clip_eps`` (its value), ``ent_coef``, ``vf_coef``, ``max_grad_norm``, ``gamma``,
+    ``gae_lambda``.
+    """
+
+    # --- rollout and loop counts (static) ---
+    num_envs: int = 8  # parallel envs B
+    num_steps: int = 64  # rollout length T per update; batch = num_envs * num_steps
+    total_env_steps: int = 61_440  # whole run; a multiple of the batch
+    update_epochs: int = 4  # passes over each batch
+    num_minibatches: int = 4  # minibatches per epoch; must divide the batch
+    # --- optimisation (traced) ---
+    lr: float = 2.5e-4  # Adam learning rate (initial value when annealed)
+    anneal_lr: bool = True  # static: linear decay to 0 over all optimiser steps
+    max_grad_norm: float = 0.5  # global-norm gradient clipping threshold
+    adam_eps: float = 1e-5  # static: Adam epsilon
+    # --- PPO objective (traced) ---
+    gamma: float = 0.99  # discount
+    gae_lambda: float = 0.95  # GAE lambda
+    clip_eps: float = 0.2  # surrogate clip range: ratio in [1 - eps, 1 + eps]
+    vf_clip_eps: float | None = None  # value clip range; None: no value clipping (static)
+    ent_coef: float = 0.01  # entropy bonus coefficient
+    vf_coef: float = 0.5  # value loss coefficient
+    # --- normalisation (static switches) ---
+    normalize_advantages: bool = True  # per minibatch, zero mean and unit std
+    normalize_obs: bool = False  # running mean/std of observations (agent state)
+    normalize_reward: bool = False  # divide rewards by the std of discounted returns
+    # --- network (static) ---
+    hidden: tuple[int, ...] = (64, 64)  # hidden widths of each torso
+    activation: str = "tanh"  # one of networks.ACTIVATIONS
+    shared_torso: bool = False  # one torso for actor and critic
+    dist: str = "auto"  # "auto" | "categorical" | "gaussian" | "tanh_gaussian"
+    log_std: str = "state_independent"  # "state_independent" | "learned" (Gaussians)
+    init_log_std: float = 0.0  # initial log std of the Gaussians
+    # --- evaluation (static) ---
+    eval_episodes: int = 16  # episodes per policy (deterministic and stochastic)
+    eval_max_steps: int | None = None  # episode cap; None: env params' max_steps_in_episode
+
+    def validate(self) -> None:
+        validate(self)
+
+
+@struct.dataclass
+class PPOHyperparams:
+    """The traced hyperparameters (float32 ``[]`` each, or ``[S]`` under a vmap)."""
+
+    clip_eps: jax.Array
+    vf_clip_eps: jax.Array  # unused when PPOConfig.vf_clip_eps is None
+    ent_coef: jax.Array
+    vf_coef: jax.Array
+    gamma: jax.Array
+    gae_lambda: jax.Array
+
+
+#: Every traced hyperparameter: the optimiser's (kept in its state) and :class:`PPOHyperparams`.
+TRACED = ("lr", "max_grad_norm", "clip_eps", "vf_clip_eps", "ent_coef", "vf_coef", "gamma", "gae_lambda")
+
+
+def hyperparams(cfg: PPOConfig, **overrides) -> dict:
+    """``{name: float32 array}`` of every traced hyperparameter, ``overrides`` applied.
+
+    ``hyperparams(cfg, lr=jnp.array([1e-3, 3e-4]))`` builds a batch to ``vmap`` over (the
+    other values are broadcast to the same ``[2]`` shape).
+    """
+    unknown = sorted(set(overrides) - set(TRACED))
+    if unknown:
+        raise ValueError(f"unknown PPO hyperparameter(s) {unknown}; traced ones are {list(TRACED)}")
+    values = {n: getattr(cfg, n) for n in TRACED}
+    if values["vf_clip_eps"] is None:
+        values["vf_clip_eps"] = math.inf
+    values.update(overrides)
+    arrays = {n: jnp.asarray(v, jnp.float32) for n, v in values.items()}
+    shape = jnp.broadcast_shapes(*(a.shape for a in arrays.values()))
+    return {n: jnp.broadcast_to(a, shape) for n, a in arrays.items()}
+
+
+def loss_hyperparams(cfg: PPOConfig, **overrides) -> PPOHyperparams:
+    """The loss's traced values (:class:`PPOHyperparams`) of ``cfg``, ``overrides`` applied."""
+    values = hyperparams(cfg, **overrides)
+    return PPOHyperparams(**{f.name: values[f.name] for f in dataclasses.fields(PPOHyperparams)})
+
+
+def validate(cfg: PPOConfig) -> None:
+    """Raise ``ValueError("<key>: <what is wrong>")`` for the first impossible setting."""
+    for key in ("num_envs", "num_steps", "total_env_steps", "update_epochs", "num_minibatches", "eval_episodes"):
+        value = getattr(cfg, key)
+        check(isinstance(value, int) and value > 0, key, f"expected a positive integer, got {value!r}")
+    batch = cfg.num_envs * cfg.num_steps
+    if cfg.total_env_steps % batch:
+        lo = max(cfg.total_env_steps // batch, 1) * batch
+        check(
+            False,
+            "total_env_steps",
+            f"{cfg.total_env_steps} is not a multiple of num_envs * num_steps = {batch} "
+            f"(e.g. use {lo} or {lo + batch})",
+        )
+    check(
+        batch % cfg.num_minibatches == 0,
+        "num_minibatches",
+        f"{cfg.num_minibatches} does not divide the batch num_envs * num_steps = {batch}",
+    )
+    check(0.0 < cfg.gamma <= 1.0, "gamma", f"expected 0 < gamma <= 1, got {cfg.gamma}")
+    check(0.0 <= cfg.gae_lambda <= 1.0, "gae_lambda", f"expected 0 <= gae_lambda <= 1, got {cfg.gae_lambda}")
+    check(cfg.lr > 0.0, "lr", f"expected lr > 0, got {cfg.lr}")
+    check(cfg.clip_eps > 0.0, "clip_eps", f"expected clip_eps > 0, got {cfg.clip_eps}")
+    check(
+        cfg.vf_clip_eps is None or cfg.vf_clip_eps > 0.0,
+        "vf_clip_eps",
+        f"expected null (no value clipping) or > 0, got {cfg.vf_clip_eps}",
+    )
+    check(cfg.ent_coef >= 0.0, "ent_coef", f"expected ent_coef >= 0, got {cfg.ent_coef}")
+    check(cfg.vf_coef >= 0.0, "vf_coef", f"expected vf_coef >= 0, got {cfg.vf_coef}")
+    check(cfg.max_grad_norm > 0.0, "max_grad_norm", f"expected max_grad_norm > 0, got {cfg.max_grad_norm}")
+    check(cfg.adam_eps > 0.0, "adam_eps", f"expected adam_eps > 0, got {cfg.adam_eps}")
+    check(
+        len(cfg.hidden) > 0 and all(isinstance(h, int) and h > 0 for h in cfg.hidden),
+        "hidden",
+        f"expected a non-empty list of positive integers, got {cfg.hidden!r}",
+    )
+    check(cfg.activation in ACTIVATIONS, "activation", f"expected one of {sorted(ACTIVATIONS)}, got {cfg.activation!r}")
+    check(cfg.dist in ("auto",) + DISTRIBUTIONS, "dist", f"expected one of {['auto', *DISTRIBUTIONS]}, got {cfg.dist!r}")
+    check(cfg.log_std in LOG_STD_MODES, "log_std", f"expected one of {list(LOG_STD_MODES)}, got {cfg.log_std!r}")
+    check(
+        cfg.eval_max_steps is None or (isinstance(cfg.eval_max_steps, int) and cfg.eval_max_steps > 0),
+        "eval_max_steps",
+        f"expected null or a positive integer, got {cfg.eval_max_steps!r}",
+    )
+
+
+def plan(cfg: PPOConfig) -> Plan:
+    """Static counts of a (valid) config: updates, env steps and optimiser steps."""
+    batch = cfg.num_envs * cfg.num_steps
+    return Plan(
+        num_updates=cfg.total_env_steps // batch,
+        env_steps_per_update=batch,
+        grad_steps_per_update=cfg.update_epochs * cfg.num_minibatches,
+    )
+
+
+def minibatch_size(cfg: PPOConfig) -> int:
+    """Transitions per minibatch."""
+    return cfg.num_envs * cfg.num_steps // cfg.num_minibatches

@@ -1,0 +1,68 @@
+"""Config to program, once: resolve the env side, build the algorithm's program, count.
+
+``build(cfg)`` is the only place a run's env and program are made (train, eval, render and
+``make_train`` all call it): parse -> validate (:mod:`jaxrl.run.config`) -> build once ->
+run. Errors only a built env or program can find (bad env parameters, a policy that does not
+fit the action space) come back as :class:`~jaxrl.run.config.ConfigError`.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from jaxrl.algos.contract import EnvSetup, Program
+from jaxrl.core import registry
+from jaxrl.core.curriculum import Curriculum
+from jaxrl.core.env import replace_params
+from jaxrl.core.tokens import TokenTask
+from jaxrl.run import config as config_lib
+from jaxrl.run.config import ConfigError, Derived, RunConfig
+
+
+class Built(NamedTuple):
+    """A configured run: the env side, the algorithm's program and the derived counts."""
+
+    envs: EnvSetup
+    program: Program
+    derived: Derived
+
+
+def env_setup(cfg: RunConfig) -> EnvSetup:
+    """The env, its training and evaluation params and the curriculum of ``cfg``."""
+    e = cfg.env
+    try:
+        env, params = registry.make(e.id, **e.params)
+        eval_params = env.held_out_params(params) if isinstance(env, TokenTask) else params
+        eval_params = replace_params(eval_params, **e.eval_params)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"env.params: {' '.join(str(exc).split())}") from None
+    curriculum = None
+    if e.curriculum is not None:
+        c = e.curriculum
+        try:
+            replace_params(params, **{c.param: c.start})
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"env.curriculum.param: {exc}") from None
+        curriculum = Curriculum(c.param, c.start, c.stop, c.metric, c.threshold, c.step)
+    return EnvSetup(env, params, eval_params, curriculum)
+
+
+def build(cfg: RunConfig) -> Built:
+    """Make the env side and the program of ``cfg`` (nothing is compiled)."""
+    envs = env_setup(cfg)
+    entry = config_lib.algo_entry(cfg.algo)
+    try:
+        program = entry.build(envs, cfg.algo_config)
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(config_lib.prefixed(cfg.algo, str(exc))) from None
+    return Built(envs, program, config_lib.derive(cfg, program.plan))
+
+
+def seed_keys(seed: int, num_seeds: int) -> jax.Array:
+    """``uint32[num_seeds, 2]``: seed ``i`` of a run uses ``fold_in(PRNGKey(seed), i)``."""
+    root = jax.random.PRNGKey(seed)
+    return jax.vmap(functools.partial(jax.random.fold_in, root))(jnp.arange(num_seeds, dtype=jnp.uint32))
