@@ -264,7 +264,7 @@ def grpo_checks(env, env_params, mesh) -> dict:
     single-device program."""
     from jaxrl.algos import grpo
 
-    cfg = grpo.GRPOConfig(num_prompts=8, group_size=2, num_updates=K * CHUNKS, num_minibatches=2, hidden=(16,))
+    cfg = grpo.GRPOConfig(num_prompts=8, group_size=2, num_updates=K * CHUNKS, num_minibatches=2, model=grpo.config.ModelConfig(hidden=(16,)))
     algo = program(grpo, env, env_params, cfg)
     key = jax.random.PRNGKey(3)
     chunk = functools.partial(scan_chunk, algo.update)

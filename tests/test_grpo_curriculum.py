@@ -7,14 +7,20 @@ import numpy as np
 import pytest
 
 from jaxrl.algos import grpo
+from jaxrl.algos.common import optim
+from jaxrl.algos.contract import EnvSetup
+from jaxrl.core.curriculum import Curriculum
 from jaxrl_envs.text import Addition
+
+
+def _make_setup(env, params, cfg, curriculum=None):
+    return grpo.make_setup(EnvSetup(env, params, params, curriculum), cfg)
 
 
 def _setup(**kw):
     env = Addition(max_digits=3)
-    cfg = grpo.GRPOConfig(num_prompts=2, group_size=2, curriculum_param="num_digits", curriculum_start=1,
-                          curriculum_stop=3, curriculum_metric="exact_match", curriculum_threshold=0.5, **kw)
-    return grpo.make_setup(env, env.default_params.replace(min_digits=1), cfg)
+    cfg = grpo.GRPOConfig(num_prompts=2, group_size=2, **kw)
+    return _make_setup(env, env.default_params.replace(min_digits=1), cfg, Curriculum("num_digits", 1, 3, "exact_match", 0.5))
 
 
 def _rollout(exact, returns=None):
@@ -22,7 +28,7 @@ def _rollout(exact, returns=None):
     z = jnp.zeros((n, 1))
     info = {"exact_match": jnp.asarray(exact, jnp.float32)} if exact is not None else {}
     returns = jnp.asarray(returns if returns is not None else np.zeros(n), jnp.float32)
-    return grpo.Rollout(z, z.astype(jnp.int32), z, z.astype(bool), z, z, returns, jnp.ones((n,), jnp.int32),
+    return grpo.rollout.Rollout(z, z.astype(jnp.int32), z, z.astype(bool), z, z, returns, jnp.ones((n,), jnp.int32),
                         jnp.zeros((n,), bool), info)
 
 
@@ -34,35 +40,32 @@ def _rollout(exact, returns=None):
 ])
 def test_curriculum_advances_on_the_measured_success_rate(exact, level, expected):
     setup = _setup()
-    new = grpo._next_level(setup, jnp.int32(level), _rollout(exact))
+    new = grpo.update._next_level(setup, jnp.int32(level), _rollout(exact))
     assert int(new) == expected and new.dtype == jnp.int32
 
 
 @pytest.mark.parametrize("level, expected", [(1, 3), (2, 4), (4, 5), (5, 5)])
 def test_curriculum_step_raises_by_that_much_capped_at_the_stop(level, expected):
     env = Addition(max_digits=3)
-    cfg = grpo.GRPOConfig(num_prompts=2, group_size=2, curriculum_param="num_digits", curriculum_start=1,
-                          curriculum_stop=5, curriculum_step=2, curriculum_threshold=0.5)
-    setup = grpo.make_setup(env, env.default_params, cfg)
-    assert int(grpo._next_level(setup, jnp.int32(level), _rollout([1, 1]))) == expected
-    assert int(grpo._next_level(setup, jnp.int32(level), _rollout([0, 0]))) == level  # below the threshold
-    with pytest.raises(ValueError, match="curriculum_step"):
-        grpo.config.validate(grpo.GRPOConfig(curriculum_param="num_digits", curriculum_step=0))
+    cfg = grpo.GRPOConfig(num_prompts=2, group_size=2)
+    setup = _make_setup(env, env.default_params, cfg, Curriculum("num_digits", 1, 5, threshold=0.5, step=2))
+    assert int(grpo.update._next_level(setup, jnp.int32(level), _rollout([1, 1]))) == expected
+    assert int(grpo.update._next_level(setup, jnp.int32(level), _rollout([0, 0]))) == level  # below the threshold
 
 
 def test_curriculum_uses_the_return_without_the_metric_and_sets_the_env_param():
     setup = _setup()
-    assert int(grpo._next_level(setup, jnp.int32(1), _rollout(None, [0.2, 0.9]))) == 2  # mean return 0.55
-    assert int(grpo._next_level(setup, jnp.int32(1), _rollout(None, [0.2, 0.3]))) == 1
-    params = grpo._env_params_at(setup, jnp.int32(2))
+    assert int(grpo.update._next_level(setup, jnp.int32(1), _rollout(None, [0.2, 0.9]))) == 2  # mean return 0.55
+    assert int(grpo.update._next_level(setup, jnp.int32(1), _rollout(None, [0.2, 0.3]))) == 1
+    params = grpo.update._env_params_at(setup, jnp.int32(2))
     assert int(params.num_digits) == 2 and int(params.min_digits) == 1  # only the curriculum field changes
 
 
 def test_no_curriculum_keeps_the_params():
     env = Addition(max_digits=2)
-    setup = grpo.make_setup(env, env.default_params, grpo.GRPOConfig(num_prompts=2, group_size=2))
-    assert int(grpo._next_level(setup, jnp.int32(0), _rollout([1, 1]))) == 0
-    assert grpo._env_params_at(setup, jnp.int32(5)) is setup.env_params
+    setup = _make_setup(env, env.default_params, grpo.GRPOConfig(num_prompts=2, group_size=2))
+    assert int(grpo.update._next_level(setup, jnp.int32(0), _rollout([1, 1]))) == 0
+    assert grpo.update._env_params_at(setup, jnp.int32(5)) is setup.env_params
 
 
 @pytest.mark.parametrize("warmup, end_frac, step, expected", [
@@ -76,7 +79,10 @@ def test_no_curriculum_keeps_the_params():
 ])
 def test_learning_rate_warmup_and_linear_decay(warmup, end_frac, step, expected):
     env = Addition(max_digits=2)
-    cfg = grpo.GRPOConfig(num_prompts=2, group_size=2, num_updates=1000, lr=1.0, warmup_updates=warmup, lr_end_frac=end_frac)
-    setup = grpo.make_setup(env, env.default_params, cfg)
-    state = grpo.GRPOState(None, None, None, grpo.hyperparams(cfg), None, jnp.int32(step), jnp.int32(0))
-    assert float(grpo.current_lr(setup, state)) == pytest.approx(expected, rel=1e-6)
+    o = grpo.config.OptimConfig(lr=1.0, warmup_updates=warmup, lr_end_frac=end_frac)
+    cfg = grpo.GRPOConfig(num_prompts=2, group_size=2, num_updates=1000, num_minibatches=2, optim=o)
+    schedule = grpo.update.schedule(cfg)  # 2 optimiser steps per update share one rate
+    state = grpo.update.make_optimizer(cfg).init(jnp.zeros(2))
+    for count in (2 * step, 2 * step + 1):
+        state = state._replace(count=jnp.int32(count))
+        assert float(optim.current_lr(state, schedule)) == pytest.approx(expected, rel=1e-6)

@@ -9,6 +9,7 @@ import jax
 import numpy as np
 import pytest
 
+from jaxrl.algos.contract import EnvSetup
 from jaxrl.run import config as config_lib
 from jaxrl.algos import grpo
 from jaxrl.run.checkpoint import Checkpoints
@@ -31,11 +32,11 @@ def _chunk(setup, state):
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     env = Reverse(max_digits=4)
-    cfg = grpo.GRPOConfig(num_prompts=32, group_size=8, lr=5e-4, num_minibatches=4, eval_episodes=256)
-    setup = grpo.make_setup(env, env.default_params, cfg)
+    cfg = grpo.GRPOConfig(num_prompts=32, group_size=8, num_minibatches=4, eval_episodes=256, optim=grpo.config.OptimConfig(lr=5e-4))
+    setup = grpo.make_setup(EnvSetup(env, env.default_params, env.default_params), cfg)
     chunk = jax.jit(lambda s: _chunk(setup, s))
     evaluate = jax.jit(lambda s, k: grpo.evaluate(setup, s, k))
-    state = jax.jit(lambda k: grpo.init(setup, k))(jax.random.PRNGKey(0))
+    state = jax.jit(lambda k: grpo.update.init(setup, k))(jax.random.PRNGKey(0))
     hlo = chunk.lower(state).as_text()
     ckpt_dir = str(tmp_path_factory.mktemp("grpo_ckpt"))
     history = []
@@ -106,7 +107,7 @@ def test_bad_grpo_config_names_the_key(tmp_path):
 
 def test_eval_samples_show_held_out_prompts_with_greedy_completions(trained):
     setup = trained["setup"]
-    lines = grpo.eval_samples(setup.env, setup.env_params, setup.cfg, trained["state"], jax.random.PRNGKey(7), num=5)
+    lines = grpo.evaluate.samples(setup, trained["state"], jax.random.PRNGKey(7), num=5)
     assert len(lines) == 5
     rewards = [float(line.rsplit("reward ", 1)[1]) for line in lines]
     assert all(0.0 <= r <= 1.0 for r in rewards)

@@ -31,22 +31,22 @@ PART = jnp.array([[True, True], [True, False]])  # seq 1's second token is paddi
 
 
 def hyper(eps_low=0.2, eps_high=0.2, beta=0.0):
-    return grpo.GRPOHyper(*(jnp.float32(x) for x in (1e-3, eps_low, eps_high, beta, 1.0)))
+    return grpo.GRPOHyper(*(jnp.float32(x) for x in (eps_low, eps_high, beta, 1.0)))
 
 
 @functools.partial(jax.jit, static_argnums=0)
 def _loss(loss_type, logp, mask, adv, h, ref):
-    return grpo.policy_loss(logp, OLD, ref, adv, mask, h, loss_type)
+    return grpo.losses.policy_loss(logp, OLD, ref, adv, mask, h, loss_type)
 
 
 @functools.partial(jax.jit, static_argnums=0)
 def _grad(loss_type, logp, mask, adv, h):
-    return jax.grad(lambda lp: grpo.policy_loss(lp, OLD, None, adv, mask, h, loss_type)[0])(logp)
+    return jax.grad(lambda lp: grpo.losses.policy_loss(lp, OLD, None, adv, mask, h, loss_type)[0])(logp)
 
 
 def loss(loss_type, logp=LOGP, mask=FULL, adv=ADV, h=None, ref=None):
-    if loss_type not in grpo.LOSS_TYPES:  # the eager call raises the library's own error
-        return grpo.policy_loss(logp, OLD, ref, adv, mask, h or hyper(), loss_type)
+    if loss_type not in grpo.config.LOSS_TYPES:  # the eager call raises the library's own error
+        return grpo.losses.policy_loss(logp, OLD, ref, adv, mask, h or hyper(), loss_type)
     return _loss(loss_type, logp, mask, adv, h or hyper(), ref)
 
 
@@ -120,7 +120,7 @@ def test_gspo_sequence_ratio_and_clip():
 
 def test_rloo_advantages_exact():
     r = jnp.array([[1.0, 2.0, 4.0]])
-    adv = grpo.group_advantages(r, jnp.ones_like(r, bool), "loo")
+    adv = grpo.losses.group_advantages(r, jnp.ones_like(r, bool), "loo")
     # R_i minus the mean of the other two: 1 - 3, 2 - 2.5, 4 - 1.5
     np.testing.assert_allclose(adv, [[-2.0, -0.5, 2.5]], atol=1e-6)
 
@@ -129,8 +129,8 @@ def test_grpo_and_dr_grpo_advantages():
     r = jnp.array([[1.0, 2.0, 4.0]])
     valid = jnp.ones_like(r, bool)
     mean, std = 7 / 3, math.sqrt(42 / 18)  # unbiased: sum of squares 42/9 over n - 1 = 2
-    np.testing.assert_allclose(grpo.group_advantages(r, valid, "std"), (np.array(r) - mean) / (std + 1e-4), atol=1e-5)
-    np.testing.assert_allclose(grpo.group_advantages(r, valid, "mean"), np.array(r) - mean, atol=1e-6)
+    np.testing.assert_allclose(grpo.losses.group_advantages(r, valid, "std"), (np.array(r) - mean) / (std + 1e-4), atol=1e-5)
+    np.testing.assert_allclose(grpo.losses.group_advantages(r, valid, "mean"), np.array(r) - mean, atol=1e-6)
 
 
 def test_batch_std_advantages_use_the_whole_batch_std():
@@ -142,23 +142,23 @@ def test_batch_std_advantages_use_the_whole_batch_std():
     batch_std = np.std(vals, ddof=1)
     means = np.array([[0.975], [1 / 3]])
     expected = (np.array(r) - means) / (batch_std + 1e-4) * np.array(valid)
-    np.testing.assert_allclose(grpo.group_advantages(r, valid, "batch_std"), expected, atol=1e-5)
+    np.testing.assert_allclose(grpo.losses.group_advantages(r, valid, "batch_std"), expected, atol=1e-5)
     # the group-std version blows the 0.1 gap of group 0 up to ~1.5 standard deviations
-    assert float(jnp.max(jnp.abs(grpo.group_advantages(r, valid, "std")[0]))) > 1.4
-    assert float(jnp.max(jnp.abs(grpo.group_advantages(r, valid, "batch_std")[0]))) < 0.2
+    assert float(jnp.max(jnp.abs(grpo.losses.group_advantages(r, valid, "std")[0]))) > 1.4
+    assert float(jnp.max(jnp.abs(grpo.losses.group_advantages(r, valid, "batch_std")[0]))) < 0.2
     # identical rewards everywhere: zero advantages, no NaN
-    same = grpo.group_advantages(jnp.ones((2, 3)), jnp.ones((2, 3), bool), "batch_std")
+    same = grpo.losses.group_advantages(jnp.ones((2, 3)), jnp.ones((2, 3), bool), "batch_std")
     assert np.all(np.asarray(same) == 0.0)
-    assert grpo.advantage_kind("dapo", "batch") == "batch_std" and grpo.advantage_kind("dr_grpo", "batch") == "mean"
-    assert grpo.advantage_kind("grpo") == "std"
+    assert grpo.losses.advantage_kind("dapo", "batch") == "batch_std" and grpo.losses.advantage_kind("dr_grpo", "batch") == "mean"
+    assert grpo.losses.advantage_kind("grpo") == "std"
     with pytest.raises(ValueError, match="batch_std"):
-        grpo.group_advantages(r, valid, "bogus")
+        grpo.losses.group_advantages(r, valid, "bogus")
 
 
 def test_k3_kl_term():
     ref = jnp.full((2, 2), math.log(0.5), jnp.float32)
     logp = jnp.full((2, 2), math.log(0.75), jnp.float32)
-    value, m = grpo.policy_loss(logp, logp, ref, jnp.zeros(2), FULL, hyper(beta=0.1), "grpo")
+    value, m = grpo.losses.policy_loss(logp, logp, ref, jnp.zeros(2), FULL, hyper(beta=0.1), "grpo")
     k3 = 2 / 3 - math.log(2 / 3) - 1  # exp(d) - d - 1 with d = log(0.5 / 0.75)
     assert float(m["kl"]) == pytest.approx(k3, abs=1e-6)
     assert float(value) == pytest.approx(0.1 * k3, abs=1e-6)
@@ -166,10 +166,10 @@ def test_k3_kl_term():
 
 def test_overlong_shaping_and_group_selection():
     lengths = jnp.array([6, 7, 9, 10])
-    np.testing.assert_allclose(grpo.overlong_shaping(lengths, 10, 4), [0.0, -0.25, -0.75, -1.0], atol=1e-6)
-    np.testing.assert_allclose(grpo.overlong_shaping(lengths, 10, 0), 0.0)
+    np.testing.assert_allclose(grpo.losses.overlong_shaping(lengths, 10, 4), [0.0, -0.25, -0.75, -1.0], atol=1e-6)
+    np.testing.assert_allclose(grpo.losses.overlong_shaping(lengths, 10, 0), 0.0)
     rewards = jnp.array([[1.0, 1.0], [0.0, 1.0], [2.0, 2.0], [3.0, 0.0]])
-    idx, valid = grpo.select_groups(rewards, 3)
+    idx, valid = grpo.losses.select_groups(rewards, 3)
     np.testing.assert_array_equal(idx, [1, 3, 0])
     np.testing.assert_array_equal(valid, [True, True, False])
 
@@ -179,10 +179,10 @@ def test_overlong_shaping_and_group_selection():
 # ---------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("loss_type", grpo.LOSS_TYPES)
+@pytest.mark.parametrize("loss_type", grpo.config.LOSS_TYPES)
 def test_identical_rewards_give_zero_policy_gradient(loss_type):
     r = jnp.full((1, 2), 0.7)
-    adv = grpo.group_advantages(r, jnp.ones_like(r, bool), grpo.advantage_kind(loss_type))[0]
+    adv = grpo.losses.group_advantages(r, jnp.ones_like(r, bool), grpo.losses.advantage_kind(loss_type))[0]
     np.testing.assert_array_equal(adv, 0.0)
     np.testing.assert_array_equal(grad(loss_type, adv=adv, mask=PART), 0.0)
 
@@ -191,9 +191,9 @@ def test_identical_rewards_give_zero_policy_gradient(loss_type):
 def test_single_valid_member_gives_zero_not_nan(kind):
     r = jnp.array([[3.0, 1.0, 2.0], [5.0, 5.0, 5.0]])
     valid = jnp.array([[True, False, False], [False, False, False]])
-    adv = grpo.group_advantages(r, valid, kind)
+    adv = grpo.losses.group_advantages(r, valid, kind)
     np.testing.assert_array_equal(adv, 0.0)
-    for loss_type in grpo.LOSS_TYPES:
+    for loss_type in grpo.config.LOSS_TYPES:
         value, m = loss(loss_type, adv=adv[:, :2].reshape(-1)[:2], mask=jnp.zeros((2, 2), bool))
         assert np.isfinite(float(value)) and all(np.isfinite(float(v)) for v in m.values())
 
@@ -211,23 +211,23 @@ def test_rloo_advantage_is_rescaled_dr_grpo_advantage():
     r = jax.random.normal(jax.random.PRNGKey(0), (4, 5))
     valid = jnp.ones_like(r, bool)
     np.testing.assert_allclose(
-        grpo.group_advantages(r, valid, "loo"), grpo.group_advantages(r, valid, "mean") * 5 / 4, atol=1e-6
+        grpo.losses.group_advantages(r, valid, "loo"), grpo.losses.group_advantages(r, valid, "mean") * 5 / 4, atol=1e-6
     )
 
 
 def test_gspo_equals_grpo_for_single_token_sequences():
     logp, old = LOGP[:, :1], OLD[:, :1]
     for h in (hyper(), hyper(0.1, 0.1)):
-        a = grpo.policy_loss(logp, old, None, ADV, FULL[:, :1], h, "gspo")[0]
-        b = grpo.policy_loss(logp, old, None, ADV, FULL[:, :1], h, "grpo")[0]
+        a = grpo.losses.policy_loss(logp, old, None, ADV, FULL[:, :1], h, "gspo")[0]
+        b = grpo.losses.policy_loss(logp, old, None, ADV, FULL[:, :1], h, "grpo")[0]
         np.testing.assert_allclose(a, b, atol=1e-7)
 
 
 def test_cispo_gradient_equals_token_level_pg_on_policy():
     # At r = 1 every objective's gradient is the plain policy gradient A * dlogp (token mean).
     on = OLD
-    g_cispo = jax.grad(lambda lp: grpo.policy_loss(lp, OLD, None, ADV, PART, hyper(), "cispo")[0])(on)
-    g_dapo = jax.grad(lambda lp: grpo.policy_loss(lp, OLD, None, ADV, PART, hyper(), "dapo")[0])(on)
+    g_cispo = jax.grad(lambda lp: grpo.losses.policy_loss(lp, OLD, None, ADV, PART, hyper(), "cispo")[0])(on)
+    g_dapo = jax.grad(lambda lp: grpo.losses.policy_loss(lp, OLD, None, ADV, PART, hyper(), "dapo")[0])(on)
     np.testing.assert_allclose(g_cispo, g_dapo, atol=1e-7)
     np.testing.assert_allclose(g_dapo, -np.array([[1.0, 1.0], [-0.5, 0.0]]) / 3, atol=1e-7)
 
@@ -235,8 +235,8 @@ def test_cispo_gradient_equals_token_level_pg_on_policy():
 def test_unknown_loss_type_is_rejected():
     with pytest.raises(ValueError, match="loss_type"):
         loss("ppo")
-    with pytest.raises(ValueError, match="loss_type"):
-        grpo.config.validate(grpo.GRPOConfig(loss_type="nope"))
+    with pytest.raises(ValueError, match="loss.type"):
+        grpo.config.validate(grpo.GRPOConfig(loss=grpo.config.LossConfig(type="nope")))
     with pytest.raises(ValueError, match="num_minibatches"):
         grpo.config.validate(grpo.GRPOConfig(num_prompts=3, group_size=3, num_minibatches=2))
     with pytest.raises(ValueError, match="group_size"):
@@ -254,8 +254,8 @@ def test_token_advantages_equal_sequence_advantages_for_final_rewards(kind):
     returns = jnp.array([[1.0, 0.0, 0.5, 0.25], [0.3, 0.3, 0.9, 0.1]], jnp.float32)  # [P=2, G=4]
     step = jnp.zeros((2, 4, 3), jnp.float32).at[..., -1].set(returns)
     valid = jnp.array([[True] * 4, [True, True, True, False]])
-    tok = grpo.token_advantages(step, valid, kind)
-    seq = grpo.group_advantages(returns, valid, kind)
+    tok = grpo.losses.token_advantages(step, valid, kind)
+    seq = grpo.losses.group_advantages(returns, valid, kind)
     np.testing.assert_allclose(tok, jnp.broadcast_to(seq[..., None], tok.shape), rtol=1e-6, atol=1e-6)
 
 
@@ -267,16 +267,16 @@ def test_token_advantages_hand_example():
     step = jnp.array([[[0.25, 0.0, 0.75], [0.5, 0.25, 0.0]]], jnp.float32)
     valid = jnp.ones((1, 2), jnp.bool_)
     centred = np.array([[[0.125, 0.25, 0.375], [-0.125, -0.25, -0.375]]])
-    np.testing.assert_allclose(grpo.token_advantages(step, valid, "mean"), centred, atol=1e-6)
+    np.testing.assert_allclose(grpo.losses.token_advantages(step, valid, "mean"), centred, atol=1e-6)
     std = np.std([1.0, 0.75], ddof=1)  # the group's return std scales every step ("std" kind)
-    np.testing.assert_allclose(grpo.token_advantages(step, valid, "std"), centred / (std + grpo.ADV_EPS), rtol=1e-5)
-    np.testing.assert_allclose(grpo.token_advantages(step, valid, "loo"), 2.0 * centred, atol=1e-6)  # G/(G-1)
+    np.testing.assert_allclose(grpo.losses.token_advantages(step, valid, "std"), centred / (std + grpo.losses.ADV_EPS), rtol=1e-5)
+    np.testing.assert_allclose(grpo.losses.token_advantages(step, valid, "loo"), 2.0 * centred, atol=1e-6)  # G/(G-1)
     # discount 0: each token only with its own step reward (step means [0.375, 0.125, 0.375]);
     # 0.5: Q m0 [0.4375, 0.375, 0.75], m1 [0.625, 0.25, 0] (step means [0.53125, 0.3125, 0.375])
-    np.testing.assert_allclose(grpo.token_advantages(step, valid, "mean", 0.0), [[[-0.125, -0.125, 0.375], [0.125, 0.125, -0.375]]], atol=1e-6)
-    np.testing.assert_allclose(grpo.token_advantages(step, valid, "mean", 0.5), [[[-0.09375, 0.0625, 0.375], [0.09375, -0.0625, -0.375]]], atol=1e-6)
+    np.testing.assert_allclose(grpo.losses.token_advantages(step, valid, "mean", 0.0), [[[-0.125, -0.125, 0.375], [0.125, 0.125, -0.375]]], atol=1e-6)
+    np.testing.assert_allclose(grpo.losses.token_advantages(step, valid, "mean", 0.5), [[[-0.09375, 0.0625, 0.375], [0.09375, -0.0625, -0.375]]], atol=1e-6)
     # the token that earned a reward is credited with it; the later tokens are not
-    adv = np.asarray(grpo.token_advantages(step, valid, "mean"))
+    adv = np.asarray(grpo.losses.token_advantages(step, valid, "mean"))
     assert adv[0, 0, 0] < adv[0, 0, 2]
 
 
@@ -293,6 +293,6 @@ def test_per_token_advantages_in_the_loss():
 
 def test_token_credit_is_rejected_with_gspo_and_a_bad_discount():
     with pytest.raises(ValueError, match="token_credit"):
-        grpo.config.validate(grpo.GRPOConfig(loss_type="gspo", token_credit=True))
+        grpo.config.validate(grpo.GRPOConfig(loss=grpo.config.LossConfig(type="gspo", token_credit=True)))
     with pytest.raises(ValueError, match="credit_discount"):
-        grpo.config.validate(grpo.GRPOConfig(token_credit=True, credit_discount=1.5))
+        grpo.config.validate(grpo.GRPOConfig(loss=grpo.config.LossConfig(token_credit=True, credit_discount=1.5)))

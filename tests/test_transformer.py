@@ -5,6 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from jaxrl.algos.contract import EnvSetup
 from jaxrl.algos import grpo
 from jaxrl.models.transformer import TransformerLM, num_params, smear
 from jaxrl_envs.text import Reverse
@@ -75,13 +76,13 @@ def test_rollout_log_probs_equal_one_pass_log_probs():
     assign the same log-probability to every generated token (so ratios start at 1)."""
     env = Reverse(max_digits=4)
     cfg = grpo.GRPOConfig(num_prompts=2, group_size=2, eval_episodes=2)
-    setup = grpo.make_setup(env, env.default_params, cfg)
-    state = grpo.init(setup, jax.random.PRNGKey(0))
+    setup = grpo.make_setup(EnvSetup(env, env.default_params, env.default_params), cfg)
+    state = grpo.update.init(setup, jax.random.PRNGKey(0))
 
     def both(params, key):
         keys = jnp.repeat(jax.random.split(key, 2), 2, axis=0)
-        ro = grpo.group_rollout(setup.policy, env, env.default_params, params, keys, key, setup.num_steps, jnp.float32(1.3))
-        lp, _ = grpo._token_logp(setup.policy, params, ro.obs, ro.actions, jnp.float32(1.3))
+        ro = grpo.rollout.group_rollout(setup.policy, env, env.default_params, params, keys, key, setup.num_steps, jnp.float32(1.3))
+        lp, _ = grpo.update._token_logp(setup.policy, params, ro.obs, ro.actions, jnp.float32(1.3))
         return ro, lp
 
     ro, lp = jax.jit(both)(state.params, jax.random.PRNGKey(5))

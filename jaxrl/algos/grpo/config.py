@@ -112,6 +112,7 @@ def validate(cfg: GRPOConfig) -> None:
     n = cfg.num_prompts * cfg.group_size
     check(n % cfg.num_minibatches == 0, "num_minibatches", f"{cfg.num_minibatches} does not divide num_prompts * group_size = {n}")
     m, loss, s, o = cfg.model, cfg.loss, cfg.sampling, cfg.optim
+    check(loss.type in LOSS_TYPES, "loss.type", f"expected one of {LOSS_TYPES}, got {loss.type!r}")
     _positive(m, ("d_model", "n_layers", "n_heads"), "model.")
     check(len(m.hidden) > 0 and all(h >= 1 for h in m.hidden), "model.hidden", f"expected positive widths, got {m.hidden!r}")
     check(m.d_model % m.n_heads == 0, "model.d_model", f"{m.d_model} is not divisible by model.n_heads={m.n_heads}")
