@@ -79,7 +79,7 @@ class ReinforceState:
     env: rollout.EnvCarry  # env states and observations, leaves [B, ...]
     key: jax.Array  # the PRNG key the next update splits
     update_step: jax.Array  # int32 [], updates done
-    hyper: LossHyper
+    hyper: LossHyper  # gamma, ent_coef, vf_coef: float32 []
 
 
 class Setup(NamedTuple):  # static pieces, bound with functools.partial
@@ -87,6 +87,7 @@ class Setup(NamedTuple):  # static pieces, bound with functools.partial
     env_params: Any
     network: networks.ActorCritic
     cfg: ReinforceConfig
+    optimizer: optax.GradientTransformation  # its update reads lr and max_grad_norm from opt_state
 
 
 def discounted_returns(reward, next_value, terminated, truncated, gamma) -> jax.Array:
@@ -125,8 +126,9 @@ def act(network, params, carry, obs, key, deterministic: bool = False):
     return carry, policy_step(network, params, obs, key, deterministic).action
 
 
-def optimizer(lr=1.0, max_grad_norm=1.0) -> optax.GradientTransformation:
-    return optim.adam(lr, max_grad_norm, optim.Schedule(total=1))  # constant rate; update reads both from its state
+def optimizer(lr, max_grad_norm) -> optax.GradientTransformation:
+    """The shared optimiser path (clip, Adam) at a constant rate; both values may be traced."""
+    return optim.adam(lr, max_grad_norm, optim.Schedule(total=1))
 
 
 def init(setup: Setup, key: jax.Array, hyper: dict | None = None) -> ReinforceState:
@@ -148,7 +150,7 @@ def update(setup: Setup, state: ReinforceState) -> tuple[ReinforceState, dict]:
     returns = discounted_returns(traj.reward, next_value, traj.terminated, traj.truncated, state.hyper.gamma)
     grad_fn = jax.grad(reinforce_loss, has_aux=True)
     grads, metrics = grad_fn(state.params, setup.network, state.hyper, traj.obs, traj.action, returns)
-    updates, opt_state = optimizer().update(grads, state.opt_state, state.params)
+    updates, opt_state = setup.optimizer.update(grads, state.opt_state, state.params)
     count = jnp.sum(traj.episode_done.astype(jnp.float32))  # episodes that ended in this rollout
     metrics.update(grad_norm=optax.global_norm(grads), episode_count=count, episode_return=jnp.sum(
         jnp.where(traj.episode_done, traj.episode_return, 0.0)) / jnp.maximum(count, 1.0))
@@ -182,7 +184,8 @@ def build(envs: EnvSetup, cfg: ReinforceConfig) -> Program:
     max_steps = getattr(envs.eval_params, "max_steps_in_episode", None)
     check(max_steps is not None, "env", "the eval params have no max_steps_in_episode to cap an episode")
     network = networks.ActorCritic(action_dim=space.n, hidden=tuple(cfg.hidden), obs_ndim=max(len(obs_shape), 1))
-    setup = Setup(VmapEnv(EpisodeStatistics(AutoReset(envs.env)), cfg.num_envs), envs.params, network, cfg)
+    train_env = VmapEnv(EpisodeStatistics(AutoReset(envs.env)), cfg.num_envs)
+    setup = Setup(train_env, envs.params, network, cfg, optimizer(cfg.lr, cfg.max_grad_norm))
     eval_env = VmapEnv(EpisodeStatistics(AutoReset(envs.env)), cfg.eval_episodes)
     batch = cfg.num_envs * cfg.num_steps
     return Program(
