@@ -58,8 +58,7 @@ def scan_chunk(update, state):
 
 def ppo_layout(env, env_params, mesh, key):
     algo = program(ppo, env, env_params, PPO_CFG)
-    big = program(ppo, env, env_params, sharding.probe_config(PPO_CFG))
-    axes = sharding.probe_batch_axes(jax.eval_shape(algo.init, key), jax.eval_shape(big.init, key))
+    axes = algo.batch_axes(jax.eval_shape(algo.init, key))
     return algo, axes, sharding.make_layout(mesh, jax.eval_shape(algo.init, key), axes)
 
 
@@ -156,8 +155,7 @@ def main() -> dict:
     try:
         bad_cfg = ppo.PPOConfig(num_envs=6, num_steps=16, total_env_steps=6 * 16, num_minibatches=2, hidden=(8,))
         bad = program(ppo, env, env_params, bad_cfg)
-        big = program(ppo, env, env_params, sharding.probe_config(bad_cfg))
-        ax = sharding.probe_batch_axes(jax.eval_shape(bad.init, key), jax.eval_shape(big.init, key))
+        ax = bad.batch_axes(jax.eval_shape(bad.init, key))
         sharding.make_layout(mesh4, jax.eval_shape(bad.init, key), ax)
         out["indivisible_layout_error"] = None
     except ValueError as exc:

@@ -22,7 +22,7 @@ TRACES = {"update": 0}
 
 def _counted_update(setup, state):
     TRACES["update"] += 1  # runs at trace time only
-    return grpo.update(setup, state)
+    return grpo.update.update(setup, state)
 
 
 def _chunk(setup, state):
@@ -35,7 +35,7 @@ def trained(tmp_path_factory):
     cfg = grpo.GRPOConfig(num_prompts=32, group_size=8, num_minibatches=4, eval_episodes=256, optim=grpo.config.OptimConfig(lr=5e-4))
     setup = grpo.make_setup(EnvSetup(env, env.default_params, env.default_params), cfg)
     chunk = jax.jit(lambda s: _chunk(setup, s))
-    evaluate = jax.jit(lambda s, k: grpo.evaluate(setup, s, k))
+    evaluate = jax.jit(lambda s, k: grpo.evaluate.evaluate(setup, s, k))
     state = jax.jit(lambda k: grpo.update.init(setup, k))(jax.random.PRNGKey(0))
     hlo = chunk.lower(state).as_text()
     ckpt_dir = str(tmp_path_factory.mktemp("grpo_ckpt"))
@@ -101,8 +101,8 @@ def test_bad_grpo_config_names_the_key(tmp_path):
     path = os.path.join(os.path.dirname(__file__), "..", "configs", "grpo_reverse.yaml")
     with pytest.raises(config_lib.ConfigError, match="grpo.num_minibatches"):
         config_lib.load_config(path, ["grpo.num_minibatches=7"])
-    with pytest.raises(config_lib.ConfigError, match="grpo.loss_type"):
-        config_lib.load_config(path, ["grpo.loss_type=ppo"])
+    with pytest.raises(config_lib.ConfigError, match="grpo.loss.type"):
+        config_lib.load_config(path, ["grpo.loss.type=ppo"])
 
 
 def test_eval_samples_show_held_out_prompts_with_greedy_completions(trained):

@@ -7,6 +7,7 @@ tests below assert on; the rest runs in-process on the single CPU device.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -17,6 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import jaxrl
 from jaxrl.algos.common import batching
 from jaxrl.parallel import distributed, sharding
 
@@ -161,29 +163,31 @@ def test_check_divisible_and_summary():
     assert "processes: 1" in sharding.summary(mesh)
 
 
-def test_probe_batch_axes_by_hand():
-    s = jax.ShapeDtypeStruct
-    small = {"params": s((4, 4), jnp.float32), "obs": s((4, 3), jnp.float32), "seeded": s((2, 4, 3), jnp.float32),
-             "key": s((2,), jnp.uint32)}
-    large = {"params": s((4, 4), jnp.float32), "obs": s((8, 3), jnp.float32), "seeded": s((2, 8, 3), jnp.float32),
-             "key": s((2,), jnp.uint32)}
-    # params [4, 4] equal num_envs=4 by coincidence: only the probe, not the shape, decides
-    assert sharding.probe_batch_axes(small, large) == {"params": -1, "obs": 0, "seeded": 1, "key": -1}
-    with pytest.raises(ValueError, match=r"\['obs'\].*more than one axis"):
-        sharding.probe_batch_axes({"obs": s((4, 4), jnp.float32)}, {"obs": s((8, 8), jnp.float32)})
-    layout = sharding.make_layout(sharding.make_mesh(1), small, sharding.probe_batch_axes(small, large))
-    assert layout.state["seeded"].spec == jax.sharding.PartitionSpec(None, sharding.DATA)
-    assert layout.state["params"].spec == jax.sharding.PartitionSpec()
+def _changed_axes(small, large):
+    """Per leaf, the one axis whose size differs between two abstract states (-1: none)."""
+    def axis(a, b):
+        changed = [i for i, (x, y) in enumerate(zip(a.shape, b.shape)) if x != y]
+        assert len(changed) <= 1, (a.shape, b.shape)
+        return changed[0] if changed else -1
+    return jax.tree_util.tree_map(axis, small, large)
 
 
-def test_probe_config_doubles_the_batch_without_mutating():
+def test_ppo_declares_exactly_the_leaves_that_follow_num_envs():
+    """PPO's ``batch_axes`` marks axis 0 of every leaf whose size follows ``num_envs`` (checked
+    against the state built with twice the envs), and nothing else."""
     from jaxrl.algos import ppo
+    from jaxrl.algos.common.train import program_on
 
-    cfg = ppo.PPOConfig(num_envs=4, num_steps=8, total_env_steps=64)
-    big = sharding.probe_config(cfg)
-    assert (big.num_envs, big.total_env_steps, big.num_steps) == (8, 128, 8)
-    assert (cfg.num_envs, cfg.total_env_steps) == (4, 64)
-    assert sharding.probe_config({"no": "dataclass"}) is None
+    env, params = jaxrl.make("CartPole-v1")
+    cfg = ppo.PPOConfig(num_envs=4, num_steps=8, total_env_steps=64, num_minibatches=2, hidden=(4,))
+    key = jax.random.PRNGKey(0)
+    small = program_on(ppo, env, params, cfg)
+    large = program_on(ppo, env, params, dataclasses.replace(cfg, num_envs=8, total_env_steps=128))
+    shapes = jax.eval_shape(small.init, key)
+    assert small.batch_axes(shapes) == _changed_axes(shapes, jax.eval_shape(large.init, key))
+    layout = sharding.make_layout(sharding.make_mesh(1), shapes, small.batch_axes(shapes))
+    assert layout.state.env.obs.spec == jax.sharding.PartitionSpec(sharding.DATA)
+    assert layout.state.key.spec == jax.sharding.PartitionSpec()
 
 
 def test_constrain_batch_is_a_noop_without_a_mesh():
