@@ -32,7 +32,8 @@ State = Any  # an algorithm's train state: a pytree of arrays, defined in its ow
 Metrics = dict  # flat ``{name: float32[]}`` (update) or ``{name: array}`` (evaluate)
 
 
-class Plan(NamedTuple):
+@dataclasses.dataclass(frozen=True)
+class Plan:
     """Static counts of one run (derived, never written back into a config).
 
     Attributes:

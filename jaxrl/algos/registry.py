@@ -15,10 +15,9 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import warnings
-from importlib import metadata
 
 from jaxrl.algos.contract import AlgoConfig, AlgoEntry
+from jaxrl.core.registry import load_entry_points
 
 ENTRY_POINT_GROUP = "jaxrl.algos"
 _NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
@@ -63,13 +62,11 @@ def _load_plugins() -> None:
     if _plugins_loaded:
         return
     _plugins_loaded = True
-    for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
-        try:
-            obj = ep.load()
-            entry = obj if isinstance(obj, AlgoEntry) else obj()
-            register_algorithm(entry)
-        except Exception as exc:  # a broken plugin must not break the others
-            warnings.warn(f"jaxrl: algorithm plugin {ep.name!r} ({ep.value}) failed to load: {exc}")
+    load_entry_points(ENTRY_POINT_GROUP, "algorithm", _register_plugin)
+
+
+def _register_plugin(obj) -> None:
+    register_algorithm(obj if isinstance(obj, AlgoEntry) else obj())
 
 
 def algorithms() -> dict[str, AlgoEntry]:

@@ -101,13 +101,24 @@ def _load_plugins() -> None:
     if _plugins_loaded:
         return
     _plugins_loaded = True
-    for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
+    load_entry_points(ENTRY_POINT_GROUP, "env", _call)
+
+
+def _call(obj: Any) -> None:
+    obj()
+
+
+def load_entry_points(group: str, kind: str, use: Callable[[Any], None]) -> None:
+    """``use(object)`` for every entry point of ``group``; a plugin that fails to load or to
+    register is reported as a warning naming it (``kind`` plugin), never an exception, so
+    one broken package cannot break the others."""
+    for ep in metadata.entry_points(group=group):
         try:
-            ep.load()()
-        except Exception as exc:  # a broken plugin must not break the registry
+            use(ep.load())
+        except Exception as exc:
             import warnings
 
-            warnings.warn(f"jaxrl: env plugin {ep.name!r} ({ep.value}) failed to load: {exc}")
+            warnings.warn(f"jaxrl: {kind} plugin {ep.name!r} ({ep.value}) failed to load: {exc}")
 
 
 def registered_ids() -> list[str]:

@@ -50,7 +50,6 @@ from typing import Any, Callable, Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.flatten_util import ravel_pytree
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
 from jaxrl.algos.common.batching import DATA, batch_spec  # noqa: F401  (re-exported: the mesh's axis)

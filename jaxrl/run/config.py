@@ -44,6 +44,8 @@ from typing import Any, Literal, Union
 
 import yaml
 
+from jaxrl.algos.contract import Plan
+
 
 class ConfigError(ValueError):
     """A bad config: the message is one line and names the offending key."""
@@ -331,9 +333,11 @@ def _validate_algo(cfg: RunConfig) -> None:
 
 
 def prefixed(section: str, message: str) -> str:
-    """``message`` on one line, starting with ``section.`` (the key it is about)."""
+    """``message`` on one line, starting with ``section.`` (the key it is about), unless it
+    already names a key of the run's own sections (``env.curriculum: ...``)."""
     message = " ".join(message.split())  # one line
-    return message if message.startswith(section + ".") else f"{section}.{message}"
+    own = tuple(f"{key}." for key in (section, *_RUN_KEYS)) + tuple(f"{key}:" for key in _RUN_KEYS)
+    return message if message.startswith(own) else f"{section}.{message}"
 
 
 def config_from_dict(raw) -> RunConfig:
@@ -421,26 +425,14 @@ def save_config(cfg: RunConfig, path) -> None:
 # ------------------------------------------------------------------------------------------
 
 
-@dataclasses.dataclass(frozen=True)
-class Derived:
-    """Counts derived from a config by :func:`derive` (never written back into it)."""
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Derived(Plan):
+    """The program's :class:`~jaxrl.algos.contract.Plan` plus the run's chunking, from
+    :func:`derive` (never written back into the config)."""
 
-    num_updates: int  # updates in the whole run (per seed)
-    env_steps_per_update: int  # transitions per update, all envs of one seed
-    grad_steps_per_update: int  # optimiser steps per update
     updates_per_chunk: int  # K: updates scanned per jitted call
     num_chunks: int  # ceil(num_updates / K); the last chunk may run fewer than K
     seeds: int
-    step_unit: str = "env steps"  # what one step is called (tokens for token tasks)
-
-    @property
-    def total_env_steps(self) -> int:
-        """Env steps of one seed over the whole run."""
-        return self.num_updates * self.env_steps_per_update
-
-    @property
-    def total_grad_steps(self) -> int:
-        return self.num_updates * self.grad_steps_per_update
 
     def describe(self) -> str:
         seeds = f" x {self.seeds} seeds" if self.seeds > 1 else ""
@@ -460,10 +452,10 @@ def derive(cfg: RunConfig, plan) -> Derived:
         num_updates=int(plan.num_updates),
         env_steps_per_update=int(plan.env_steps_per_update),
         grad_steps_per_update=int(plan.grad_steps_per_update),
+        step_unit=plan.step_unit,
         updates_per_chunk=int(k),
         num_chunks=-(-int(plan.num_updates) // k),
         seeds=cfg.train.seeds,
-        step_unit=plan.step_unit,
     )
 
 

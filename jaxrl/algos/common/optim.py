@@ -88,3 +88,15 @@ def split_traced(hyper: dict) -> tuple[dict, dict]:
     """``hyper`` split into (optimiser hyperparameters of :data:`TRACED`, the rest)."""
     optim = {k: v for k, v in hyper.items() if k in TRACED}
     return optim, {k: v for k, v in hyper.items() if k not in TRACED}
+
+
+def traced_values(defaults: dict, overrides: dict, algo: str) -> dict:
+    """``{name: float32 array}``: ``defaults`` with ``overrides`` applied, every value
+    broadcast to one common shape (so a batch of values ``vmap`` s as a whole). An override
+    not in ``defaults`` raises ``ValueError`` naming ``algo``'s traced hyperparameters."""
+    unknown = sorted(set(overrides) - set(defaults))
+    if unknown:
+        raise ValueError(f"unknown {algo} hyperparameter(s) {unknown}; traced ones are {list(defaults)}")
+    arrays = {n: jnp.asarray(v, jnp.float32) for n, v in {**defaults, **overrides}.items()}
+    shape = jnp.broadcast_shapes(*(a.shape for a in arrays.values()))
+    return {n: jnp.broadcast_to(a, shape) for n, a in arrays.items()}

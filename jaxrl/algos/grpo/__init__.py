@@ -13,7 +13,6 @@ discrete actions an MLP, so GRPO also trains CartPole. :data:`ENTRY` registers
 from __future__ import annotations
 
 import functools
-from typing import Any
 
 import jax
 import jax.numpy as jnp

@@ -21,9 +21,9 @@ import dataclasses
 from typing import Literal
 
 import jax
-import jax.numpy as jnp
 from flax import struct
 
+from jaxrl.algos.common.optim import traced_values
 from jaxrl.algos.contract import AlgoConfig, check
 
 LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "rloo", "cispo", "gspo")
@@ -145,21 +145,11 @@ class GRPOHyper:
     temperature: jax.Array
 
 
-#: Every traced hyperparameter: the optimiser's and :class:`GRPOHyper`'s.
-TRACED = ("lr", "max_grad_norm", "eps_low", "eps_high", "beta", "temperature")
-
-
 def hyperparams(cfg: GRPOConfig, **overrides) -> dict:
     """``{name: float32 array}`` of every traced hyperparameter, ``overrides`` applied
     (broadcast to one common shape, so a batch of values ``vmap`` s as a whole)."""
-    unknown = sorted(set(overrides) - set(TRACED))
-    if unknown:
-        raise ValueError(f"unknown GRPO hyperparameter(s) {unknown}; traced ones are {list(TRACED)}")
     values = {
         "lr": cfg.optim.lr, "max_grad_norm": cfg.optim.max_grad_norm, "eps_low": cfg.loss.eps_low,
         "eps_high": cfg.loss.eps_high, "beta": cfg.loss.beta, "temperature": cfg.sampling.temperature,
     }
-    values.update(overrides)
-    arrays = {n: jnp.asarray(v, jnp.float32) for n, v in values.items()}
-    shape = jnp.broadcast_shapes(*(a.shape for a in arrays.values()))
-    return {n: jnp.broadcast_to(a, shape) for n, a in arrays.items()}
+    return traced_values(values, overrides, "GRPO")

@@ -6,9 +6,9 @@ import dataclasses
 import math
 
 import jax
-import jax.numpy as jnp
 from flax import struct
 
+from jaxrl.algos.common.optim import traced_values
 from jaxrl.algos.contract import AlgoConfig, Plan, check
 from jaxrl.models.networks import ACTIVATIONS, DISTRIBUTIONS, LOG_STD_MODES
 
@@ -89,16 +89,10 @@ def hyperparams(cfg: PPOConfig, **overrides) -> dict:
     ``hyperparams(cfg, lr=jnp.array([1e-3, 3e-4]))`` builds a batch to ``vmap`` over (the
     other values are broadcast to the same ``[2]`` shape).
     """
-    unknown = sorted(set(overrides) - set(TRACED))
-    if unknown:
-        raise ValueError(f"unknown PPO hyperparameter(s) {unknown}; traced ones are {list(TRACED)}")
     values = {n: getattr(cfg, n) for n in TRACED}
     if values["vf_clip_eps"] is None:
         values["vf_clip_eps"] = math.inf
-    values.update(overrides)
-    arrays = {n: jnp.asarray(v, jnp.float32) for n, v in values.items()}
-    shape = jnp.broadcast_shapes(*(a.shape for a in arrays.values()))
-    return {n: jnp.broadcast_to(a, shape) for n, a in arrays.items()}
+    return traced_values(values, overrides, "PPO")
 
 
 def loss_hyperparams(cfg: PPOConfig, **overrides) -> PPOHyperparams:
