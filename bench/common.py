@@ -186,6 +186,29 @@ def metadata(extra: dict[str, Any] | None = None, libraries: Iterable[str] = DEF
     return meta
 
 
+def dumps(obj: Any, indent: int = 1) -> str:
+    """JSON text with every innermost list or dict (scalars only) on one line.
+
+    Curves and per-point records stay one line per point, so a study record with thousands
+    of points remains readable and its diffs small.
+    """
+
+    def flat(x: Any) -> bool:
+        items = x.values() if isinstance(x, dict) else x
+        return all(not isinstance(v, (dict, list)) for v in items)
+
+    def go(x: Any, depth: int) -> str:
+        if isinstance(x, (dict, list)) and x and not flat(x):
+            pad, inner = " " * (indent * depth), " " * (indent * (depth + 1))
+            if isinstance(x, dict):
+                body = ",\n".join(f"{inner}{json.dumps(str(k))}: {go(v, depth + 1)}" for k, v in x.items())
+                return "{\n" + body + "\n" + pad + "}"
+            return "[\n" + ",\n".join(inner + go(v, depth + 1) for v in x) + "\n" + pad + "]"
+        return json.dumps(x, default=str)
+
+    return go(obj, 0) + "\n"
+
+
 def write_results(
     name: str,
     records: list[dict[str, Any]],
