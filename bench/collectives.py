@@ -5,12 +5,13 @@
 
 Why it exists: GSPMD all-reduces a gradient as a *tuple* (one piece per kernel and bias),
 and XLA's CPU collectives pay a rendezvous per tuple element. This measures the gap that
-made ``jaxrl.parallel.batching.batch_mean`` all-reduce one flat vector instead (the pieces are the
+made ``jaxrl.algos.common.batching.batch_mean`` all-reduce one flat vector instead (the pieces are the
 17 gradient/metric pieces of the two-layer actor-critic in ``bench/scaling.py``'s PPO).
 
 Each program is ``K`` all-reduces in a ``lax.scan`` (the carry feeds the next one, so none
 can be dropped or merged), under ``shard_map`` over the first ``n`` devices; the compile is
-apart, the steady state is the best of the repeats. Writes ``bench/results/collectives.*``.
+apart, the steady state is the best of the repeats. Writes ``bench/results/collectives.*``
+(forced host devices) or ``collectives_real.*`` (``--real``), one current record each.
 """
 
 from __future__ import annotations
@@ -71,7 +72,6 @@ def main(argv=None) -> int:
     p.add_argument("--devices", type=int, nargs="+", default=[2, 4])
     p.add_argument("--repeats", type=int, default=7)
     p.add_argument("--real", action="store_true", help="use the machine's real devices")
-    p.add_argument("--name", default="collectives")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.worker:
@@ -87,7 +87,7 @@ def main(argv=None) -> int:
         raise RuntimeError(f"worker failed:\n{proc.stderr[-3000:]}")
     records = json.loads(proc.stdout.strip().splitlines()[-1])
     meta = common.metadata({"forced_host_devices": not args.real, "all_reduces_per_call": K})
-    paths = common.write_results(args.name, records, meta)
+    paths = common.write_results("collectives_real" if args.real else "collectives", records, meta)
     for r in records:
         print(f"{r['devices']} devices  {r['kind']:5s} ({r['pieces']:2d} pieces, {r['floats']} floats): "
               f"{r['us_per_all_reduce']:8.1f} us per all-reduce")

@@ -186,29 +186,71 @@ def metadata(extra: dict[str, Any] | None = None, libraries: Iterable[str] = DEF
     return meta
 
 
+def dumps(obj: Any, indent: int = 1) -> str:
+    """JSON text with every innermost list or dict (scalars only) on one line.
+
+    Curves and per-point records stay one line per point, so a study record with thousands
+    of points remains readable and its diffs small.
+    """
+
+    def flat(x: Any) -> bool:
+        items = x.values() if isinstance(x, dict) else x
+        return all(not isinstance(v, (dict, list)) for v in items)
+
+    def go(x: Any, depth: int) -> str:
+        if isinstance(x, (dict, list)) and x and not flat(x):
+            pad, inner = " " * (indent * depth), " " * (indent * (depth + 1))
+            if isinstance(x, dict):
+                body = ",\n".join(f"{inner}{json.dumps(str(k))}: {go(v, depth + 1)}" for k, v in x.items())
+                return "{\n" + body + "\n" + pad + "}"
+            return "[\n" + ",\n".join(inner + go(v, depth + 1) for v in x) + "\n" + pad + "]"
+        return json.dumps(x, default=str)
+
+    return go(obj, 0) + "\n"
+
+
+def run_meta(libraries: Iterable[str] = DEFAULT_LIBRARIES) -> dict[str, Any]:
+    """The provenance of one record inside a study record that merges several runs: when,
+    the command, the CPU, the load and the installed versions (``None`` ones left out)."""
+    machine = machine_info()
+    return {
+        "utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "command": command_line(),
+        "cpu_model": machine["cpu_model"],
+        "cpus_usable": machine["cpus_usable"],
+        "load_average_1m": machine.get("load_average_1m"),
+        "versions": {k: v for k, v in library_versions(libraries).items() if v is not None},
+    }
+
+
 def write_results(
     name: str,
     records: list[dict[str, Any]],
     meta: dict[str, Any],
     results_dir: Path | str = RESULTS_DIR,
 ) -> dict[str, Path]:
-    """Write ``<name>.json`` (meta + records) and ``<name>.csv`` (records) in ``results_dir``.
+    """Write ``<name>.json`` (meta + records) and ``<name>.csv`` in ``results_dir``.
 
-    Returns the written paths by format.
+    The CSV has one row per record and only its scalar fields (nested curves and
+    provenance stay in the JSON). Returns the written paths by format.
     """
     results_dir = Path(results_dir)
     results_dir.mkdir(parents=True, exist_ok=True)
     json_path = results_dir / f"{name}.json"
-    json_path.write_text(json.dumps({"meta": meta, "records": records}, indent=2, default=str) + "\n")
+    json_path.write_text(dumps({"meta": meta, "records": records}))
     csv_path = results_dir / f"{name}.csv"
     fields: list[str] = []
     for rec in records:
-        fields.extend(k for k in rec if k not in fields)
+        fields.extend(k for k, v in rec.items() if k not in fields and not isinstance(v, dict) and not _nested_list(v))
     with csv_path.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=fields)
+        writer = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
         writer.writeheader()
         writer.writerows(records)
     return {"json": json_path, "csv": csv_path}
+
+
+def _nested_list(v: Any) -> bool:
+    return isinstance(v, list) and any(isinstance(x, (dict, list)) for x in v)
 
 
 def plot_series(

@@ -24,6 +24,10 @@ round) so that load from other processes hits all sides alike.
 
     python bench/env_throughput.py --peers                       # full sweep
     python bench/env_throughput.py --envs CartPole-v1 --sizes 1024 16384 --steps 200 --peers
+
+Results go to ``bench/results/<study>.{json,csv,png}``, one current record per study in
+:data:`STUDIES` (``--name``); a re-run replaces its study's record. The command behind each
+record is in its ``meta``; ``docs/autoreset.md`` quotes them.
 """
 
 from __future__ import annotations
@@ -238,6 +242,14 @@ def steps_for(num_envs: int, target_env_steps: int, min_steps: int, max_steps: i
     return int(min(max_steps, max(min_steps, target_env_steps // num_envs)))
 
 
+#: The studies this script records, by results name (``--name``), and what each is for.
+STUDIES = {
+    "env_throughput": "every classic env against gymnax and Gymnasium (--peers)",
+    "env_throughput_autoreset": "the reset-chunk sweep against the per-env schemes (--chunk-divisors, --naive)",
+    "env_throughput_cartpole": "CartPole only, more repeats, peers and per-env baselines together",
+}
+
+
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--envs", nargs="+", default=list(CLASSIC_ENVS), help="env ids (unregistered ones are skipped)")
@@ -251,7 +263,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--chunk-divisors", type=int, nargs="*", default=[],
                    help="also time VectorEnv(reset_chunk=N // d) for each d (the reset-chunk sweep)")
     p.add_argument("--gymnasium-max-size", type=int, default=65536, help="largest N for Gymnasium (slow at small N)")
-    p.add_argument("--name", default="env_throughput", help="results file stem in bench/results/")
+    p.add_argument("--name", default="env_throughput", choices=sorted(STUDIES),
+                   help="which study's record to write: " + "; ".join(f"{k}: {v}" for k, v in STUDIES.items()))
     p.add_argument("--no-plot", action="store_true")
     return p.parse_args(argv)
 

@@ -15,12 +15,19 @@ time is reported on its own (``chunk_compile_s``). Next to wall time every point
 process CPU seconds spent training (``train_cpu_s``, all threads, evaluation excluded): on
 the shared machine wall time depends on the load, CPU seconds much less so.
 
-Writes ``bench/results/grpo_<name>.json`` and appends a line to ``bench/results/grpo_summary.md``.
+One study record per recipe: ``bench/results/<recipe>.json`` (``<recipe>`` is the config's
+file name, e.g. ``grpo_addition``) holds a ``seeds`` list, one entry per ``train.seed`` with
+its figures, curve, machine, versions, command and the overrides it ran with. A run replaces
+its seed's entry and keeps the others, so ``--seed 3`` adds or refreshes seed 3 of the study.
+``bench/results/grpo_summary.md`` is then regenerated from every study record. A tuning run
+(overrides that change the recipe) belongs in ``docs/grpo_tuning_log.md``: pass
+``--no-record`` to print its figures without touching the study record.
 """
 
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 import os
 import platform
@@ -30,10 +37,14 @@ import time
 import jax
 import numpy as np
 
-from jaxrl.run import config as config_lib
-from jaxrl.run import trainer
-from jaxrl.algos import grpo
-from jaxrl.algos.common.train import COMPILER_OPTIONS
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from bench import common  # noqa: E402
+
+from jaxrl.run import config as config_lib  # noqa: E402
+from jaxrl.run import trainer  # noqa: E402
+from jaxrl.algos import grpo  # noqa: E402
+from jaxrl.algos.common.train import COMPILER_OPTIONS  # noqa: E402
 
 RESULTS = os.path.join(os.path.dirname(__file__), "results")
 
@@ -96,8 +107,7 @@ def run(cfg_path: str, overrides: list[str], target: float, metric: str, name: s
             solved_at = curve[-1]
             break
     return {
-        "name": name,
-        "config": cfg_path,
+        "seed": int(cfg.train.seed),
         "overrides": overrides,
         "target": {metric: target},
         "solved": solved_at is not None,
@@ -111,7 +121,83 @@ def run(cfg_path: str, overrides: list[str], target: float, metric: str, name: s
         "machine": {"cpu": _cpu_model(), "cores": os.cpu_count(), "load_avg_1m_at_end": os.getloadavg()[0]},
         "versions": {"jax": jax.__version__, "python": sys.version.split()[0]},
         "command": " ".join(["python"] + sys.argv),
+        "utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
+
+
+def update_study(path: str, config: str, entry: dict) -> dict:
+    """Merge ``entry`` into the study record at ``path``: it replaces the entry of the same
+    seed, the others stay; seeds are kept in order. Returns the record written."""
+    study = {"study": os.path.splitext(os.path.basename(path))[0], "config": config, "seeds": []}
+    if os.path.exists(path):
+        with open(path) as f:
+            study = json.load(f)
+        if study.get("config") != config:
+            raise ValueError(f"{path} is the study of {study.get('config')!r}, not of {config!r}")
+    seeds = [e for e in study["seeds"] if e["seed"] != entry["seed"]] + [entry]
+    study["seeds"] = sorted(seeds, key=lambda e: e["seed"])
+    with open(path, "w") as f:
+        f.write(common.dumps(study))
+    return study
+
+
+def _changes(config: str, overrides: list[str]) -> list[str]:
+    """The overrides that differ from the config's current values (``train.seed`` aside):
+    an entry recorded before the recipe adopted a value shows only what still differs."""
+    import yaml
+
+    try:
+        with open(config) as f:
+            cfg = yaml.safe_load(f)
+    except OSError:
+        return [o for o in overrides if not o.startswith("train.seed=")]
+    out = []
+    for o in overrides:
+        path, _, value = o.partition("=")
+        if path == "train.seed":
+            continue
+        node = cfg
+        for part in path.split("."):
+            node = node.get(part) if isinstance(node, dict) else None
+        if node != yaml.safe_load(value):
+            out.append(o)
+    return out
+
+
+def _row(study: dict, e: dict) -> str:
+    metric, target = next(iter(e["target"].items()))
+    at = e["solved_at"] or e["final"]
+    changed = _changes(study["config"], e["overrides"])
+    note = f" ({', '.join(changed)})" if changed else ""
+    return (
+        f"| {study['study']}{note} | {e['seed']} | {metric} >= {target} | {'yes' if e['solved'] else 'NO'} | {at['updates']} | "
+        f"{at['train_wall_s']} | {at.get('train_cpu_s', '')} | {e['final'][metric]:.3f} | {e['first_chunk_s_incl_compile']} | "
+        f"{e['machine']['load_avg_1m_at_end']:.1f} |"
+    )
+
+
+def write_summary(results_dir: str = RESULTS) -> str:
+    """Regenerate ``grpo_summary.md``: one row per seed of every ``grpo_*.json`` study record."""
+    lines = [
+        "# GRPO time-to-solve: the current record of every recipe",
+        "",
+        "Generated by `bench/grpo_time_to_solve.py` from the study records `grpo_<recipe>.json`",
+        "next to this file (each seed's curve, machine, versions and exact command are there).",
+        "Train wall time includes compile and excludes the periodic held-out evaluations; CPU",
+        "seconds count every thread of the process. Tuning history: `docs/grpo_tuning_log.md`.",
+        "",
+        "| study | seed | target | solved | updates | train wall s | train CPU s | final eval | first chunk s (compile incl.) | load avg 1m |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for path in sorted(glob.glob(os.path.join(results_dir, "grpo_*.json"))):
+        with open(path) as f:
+            study = json.load(f)
+        if isinstance(study, dict) and "seeds" in study:
+            lines += [_row(study, e) for e in study["seeds"]]
+    out = os.path.join(results_dir, "grpo_summary.md")
+    with open(out, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    return out
 
 
 def main(argv=None) -> int:
@@ -119,23 +205,23 @@ def main(argv=None) -> int:
     p.add_argument("config")
     p.add_argument("--target", type=float, default=0.95)
     p.add_argument("--metric", default="exact_match")
-    p.add_argument("--name", default=None)
+    p.add_argument("--seed", type=int, default=None, help="train.seed (default: the config's)")
     p.add_argument("--set", action="append", default=[], help="config override a.b=value")
+    p.add_argument("--no-record", action="store_true", help="print the figures; leave the study record alone")
     args = p.parse_args(argv)
-    name = args.name or os.path.splitext(os.path.basename(args.config))[0]
-    result = run(args.config, args.set, args.target, args.metric, name)
+    if any(o.startswith("train.seed=") for o in args.set):
+        p.error("give the seed with --seed, not --set train.seed=...")
+    overrides = args.set + ([f"train.seed={args.seed}"] if args.seed is not None else [])
+    name = os.path.splitext(os.path.basename(args.config))[0]
+    entry = run(args.config, overrides, args.target, args.metric, name)
+    if args.no_record:
+        print(common.dumps(entry))
+        return 0
     os.makedirs(RESULTS, exist_ok=True)
-    with open(os.path.join(RESULTS, f"{name}.json"), "w") as f:
-        json.dump(result, f, indent=1)
-    line = (
-        f"| {name} | {args.metric} >= {args.target} | {'yes' if result['solved'] else 'NO'} | "
-        f"{(result['solved_at'] or result['final'])['updates']} | {(result['solved_at'] or result['final'])['train_wall_s']} s "
-        f"({(result['solved_at'] or result['final'])['train_cpu_s']} cpu-s) | "
-        f"{result['final'][args.metric]:.3f} | {result['first_chunk_s_incl_compile']} s | {result['machine']['load_avg_1m_at_end']:.1f} |"
-    )
-    with open(os.path.join(RESULTS, "grpo_summary.md"), "a") as f:
-        f.write(line + "\n")
-    print(line)
+    study = update_study(os.path.join(RESULTS, f"{name}.json"), args.config, entry)
+    summary = write_summary()
+    print(_row(study, entry))
+    print(f"updated {os.path.join(RESULTS, name + '.json')} (seeds {[e['seed'] for e in study['seeds']]}) and {summary}")
     return 0
 
 

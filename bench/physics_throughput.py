@@ -25,7 +25,8 @@ per side, interleaved (one call of each side per round, a new key per call) so t
 drift hits them alike; the best wall time is the headline, the median wall time and the
 median CPU time of the process (all threads; steadier than wall time when other jobs share
 the cores) are recorded too, each with its ratio to raw Brax. Load averages at the start and
-end go into the metadata. Results: ``bench/results/physics_throughput.{json,csv,png}``.
+end go into the metadata. Results: ``bench/results/<study>.{json,csv,png}``, one current record
+per study in :data:`STUDIES` (``--name``); a re-run replaces its study's record.
 
     python bench/physics_throughput.py                       # defaults above
     python bench/physics_throughput.py --envs inverted_pendulum --batch 128 --steps 100
@@ -162,6 +163,14 @@ def _call(compiled, keys):
     return compiled(jax.random.PRNGKey(next(keys)))
 
 
+#: The studies this script records, by results name (``--name``), and what each is for.
+STUDIES = {
+    "physics_throughput": "every side on the three default envs",
+    "physics_throughput_inverted_pendulum": "inverted_pendulum: raw Brax, the pool and VmapEnv(AutoReset), more repeats",
+    "physics_throughput_idp_reacher": "inverted_double_pendulum and reacher: raw Brax against the pool",
+}
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--envs", nargs="+", default=["inverted_pendulum", "inverted_double_pendulum", "reacher"])
@@ -169,7 +178,8 @@ def main(argv=None) -> int:
     parser.add_argument("--steps", type=int, default=100, help="env steps per timed call (per env)")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--sides", nargs="+", default=list(SIDES), choices=SIDES)
-    parser.add_argument("--name", default="physics_throughput", help="results file stem in bench/results/")
+    parser.add_argument("--name", default="physics_throughput", choices=sorted(STUDIES),
+                        help="which study's record to write: " + "; ".join(f"{k}: {v}" for k, v in STUDIES.items()))
     args = parser.parse_args(argv)
     load_start = os.getloadavg()
     records = []

@@ -7,24 +7,24 @@ fresh process, so compile time is included as a user sees it, and records:
 * wall time of the whole run (compile included; a fresh process, no compilation cache),
   and of the first chunk (an upper bound on compile time) apart from the rest,
 * the final evaluation (deterministic and stochastic policy: mean, std, 95% CI),
-* the learning curve (``metrics.jsonl`` and its PNG) and the resolved config,
-* whether the target mean eval return (issue 3) was reached within the time budget.
+* the learning curve (training episode return against env steps),
+* whether the target mean eval return (issue 3) was reached within the time budget,
+* its own provenance (``meta``: time, command, CPU, load average, versions).
 
-Results: ``bench/results/recipes.json`` / ``recipes.csv`` (one record per recipe, with the
-machine, versions and command) and ``bench/results/recipes/<name>/`` (curve, metrics,
-config, eval). Usage::
+One record per recipe and override set, all in one study: ``bench/results/recipes.json``
+(``.csv`` without the curves, ``.png`` one panel per record, ``.md`` the table). A run
+replaces the records it re-measures and keeps the others. The run directory itself
+(checkpoints, ``metrics.jsonl``) is temporary. Usage::
 
-    python bench/recipes.py                       # all four recipes
+    python bench/recipes.py                       # the recipes in TARGETS, one seed each
     python bench/recipes.py ppo_pendulum --set ppo.lr=1e-3
-    python bench/recipes.py ppo_acrobot --set train.seeds=4 --name recipes_4seeds
+    python bench/recipes.py ppo_acrobot ppo_pendulum --set train.seeds=4
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench import common  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
-OUT = common.RESULTS_DIR / "recipes"
+NAME = "recipes"
 
 #: name -> (target mean deterministic eval return, time budget in seconds), from issue 3.
 TARGETS = {
@@ -57,8 +57,8 @@ print("TOTAL_S", time.perf_counter() - t0)
 """
 
 
-def run_recipe(name: str, overrides: list[str], out: Path = OUT) -> dict:
-    """Train one recipe in a fresh process; returns its record and copies its artifacts."""
+def run_recipe(name: str, overrides: list[str]) -> dict:
+    """Train one recipe in a fresh process; returns its record (curve included)."""
     path = REPO / "configs" / f"{name}.yaml"
     with tempfile.TemporaryDirectory() as tmp:
         run_dir = Path(tmp) / "run"
@@ -68,24 +68,24 @@ def run_recipe(name: str, overrides: list[str], out: Path = OUT) -> dict:
         wall = time.perf_counter() - start
         if proc.returncode != 0:
             raise RuntimeError(f"{name} failed:\n{proc.stderr[-3000:]}")
-        dest = out / name
-        dest.mkdir(parents=True, exist_ok=True)
-        for item in ("config.yaml", "metrics.jsonl", "learning_curve.png", "eval.json"):
-            shutil.copy(run_dir / item, dest / item)
         records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
         summary = json.loads((run_dir / "eval.json").read_text())
-    target, budget = TARGETS.get(name, (float("nan"), float("nan")))
+    return make_record(name, " ".join(overrides), records, summary, round(wall, 2), common.run_meta())
+
+
+def make_record(name: str, overrides: str, records: list[dict], summary: dict, wall_s_total: float | None, meta: dict) -> dict:
+    """The record of one run from its ``metrics.jsonl`` rows and ``eval.json`` summary."""
+    target, budget = TARGETS.get(name, (None, None))
     det = summary["policies"]["deterministic"]
     sto = summary["policies"].get("stochastic", {})
-    first_chunk = records[0]["wall_time"]
-    steps = records[-1]["env_steps"]
     return {
         "recipe": name,
-        "overrides": " ".join(overrides),
-        "env_steps_per_seed": steps,
+        "overrides": overrides,
+        "env_steps_per_seed": records[-1]["env_steps"],
         "seeds": summary["seeds"],
-        "wall_s_total": round(wall, 2),
-        "wall_s_first_chunk_incl_compile": round(first_chunk, 2),
+        "wall_s_total": wall_s_total,
+        "wall_s_first_chunk_incl_compile": round(records[0]["wall_time"], 2),
+        "train_wall_s": round(records[-1]["wall_time"], 2),
         "steps_per_s_after_first_chunk": _steady_rate(records, summary["seeds"]),
         "eval_det_mean": round(det["mean"], 2),
         "eval_det_std": round(det["std"], 2),
@@ -95,8 +95,14 @@ def run_recipe(name: str, overrides: list[str], out: Path = OUT) -> dict:
         "eval_det_mean_per_seed": [round(v, 2) for v in summary.get("per_seed", {}).get("return_mean", [])],
         "target": target,
         "budget_s": budget,
-        "reached_target": bool(det["mean"] >= target),
-        "within_budget": bool(wall <= budget),
+        "reached_target": None if target is None else bool(det["mean"] >= target),
+        "within_budget": None if wall_s_total is None or budget is None else bool(wall_s_total <= budget),
+        "meta": meta,
+        # Updates in which an episode ended; with several seeds, the mean over seeds.
+        "curve": {
+            "env_steps": [r["env_steps"] for r in records if "episode_return" in r],
+            "episode_return": [round(r["episode_return"], 3) for r in records if "episode_return" in r],
+        },
     }
 
 
@@ -110,49 +116,87 @@ def _steady_rate(records: list[dict], seeds: int) -> float | None:
     return round((later[-1]["env_steps"] - first_steps) * seeds / (later[-1]["wall_time"] - first), 1)
 
 
-def plot_all(names: list[str], out: Path = OUT, png: str = "recipes.png") -> None:
+def _label(rec: dict) -> str:
+    return rec["recipe"] + (f" ({rec['overrides']})" if rec["overrides"] else "")
+
+
+def plot_all(records: list[dict], path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(names), figsize=(4 * len(names), 3.2), squeeze=False)
-    for ax, name in zip(axes[0], names):
-        records = [json.loads(line) for line in (out / name / "metrics.jsonl").read_text().splitlines()]
-        records = [r for r in records if "episode_return" in r]  # updates in which an episode ended
-        x = [r["env_steps"] for r in records]
-        y = [r["episode_return"] for r in records]  # the mean over seeds with several seeds
-        ax.plot(x, y, lw=1.5)
-        if name in TARGETS:
-            ax.axhline(TARGETS[name][0], color="r", ls="--", lw=1, label="target")
-        ax.set_title(name)
+    cols = min(4, len(records))
+    rows = -(-len(records) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4 * cols, 3.2 * rows), squeeze=False)
+    for ax in axes.flat[len(records):]:
+        ax.axis("off")
+    for ax, rec in zip(axes.flat, records):
+        ax.plot(rec["curve"]["env_steps"], rec["curve"]["episode_return"], lw=1.5)
+        if rec["recipe"] in TARGETS:
+            ax.axhline(TARGETS[rec["recipe"]][0], color="r", ls="--", lw=1, label="target")
+        ax.set_title(_label(rec), fontsize=8)
         ax.set_xlabel("env steps")
         ax.grid(alpha=0.3)
-    axes[0][0].set_ylabel("training episode return")
+    for row in axes:
+        row[0].set_ylabel("training episode return")
     fig.tight_layout()
-    fig.savefig(common.RESULTS_DIR / png, dpi=90)
+    fig.savefig(path, dpi=90)
     plt.close(fig)
+
+
+def markdown(records: list[dict]) -> str:
+    """``recipes.md``: one row per record, with where and when it was measured."""
+    lines = [
+        "# Recipe results (issue 3 and 5 targets)",
+        "",
+        "Generated by `bench/recipes.py` from `recipes.json` (each record's curve, exact command,",
+        "machine, load and versions are there). Wall time: the whole `jaxrl train` command in a",
+        "fresh process, compile included; eval: mean return of the deterministic policy with a",
+        "Student-t 95% CI of the mean, the stochastic policy's mean beside it.",
+        "",
+        "| recipe | seeds | env steps per seed | wall s (whole command) | eval return (det.) | 95% CI | per seed | stochastic | target | met | load avg 1m | measured |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in records:
+        wall = r["wall_s_total"] if r["wall_s_total"] is not None else f"{r['train_wall_s']} (training only)"
+        per_seed = ", ".join(str(v) for v in r["eval_det_mean_per_seed"]) if r["seeds"] > 1 else ""
+        target = "" if r["target"] is None else f">= {r['target']}"
+        met = {None: "", True: "yes", False: "no"}[r["reached_target"]]
+        load = r["meta"].get("load_average_1m")
+        lines.append(
+            f"| {_label(r)} | {r['seeds']} | {r['env_steps_per_seed']:,} | {wall} | {r['eval_det_mean']} ({r['eval_episodes']} ep.) | "
+            f"{r['eval_det_ci95']} | {per_seed} | {r['eval_sto_mean']} | {target} | {met} | "
+            f"{'' if load is None else f'{load:.1f}'} | {(r['meta'].get('utc') or '')[:10]} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def write_study(records: dict[tuple[str, str], dict]) -> None:
+    """Write ``recipes.{json,csv,png,md}`` from the records, the ``TARGETS`` recipes first."""
+    order = {name: i for i, name in enumerate(TARGETS)}
+    ordered = sorted(records.values(), key=lambda r: (order.get(r["recipe"], len(order)), r["recipe"], r["overrides"]))
+    meta = {"note": "one record per recipe and override set; each carries its own provenance in 'meta'; "
+                    "wall_s_total is the whole command in a fresh process (imports and compilation included)"}
+    common.write_results(NAME, ordered, meta)
+    plot_all(ordered, common.RESULTS_DIR / f"{NAME}.png")
+    (common.RESULTS_DIR / f"{NAME}.md").write_text(markdown(ordered))
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("names", nargs="*", default=list(TARGETS), help="recipe names (configs/<name>.yaml)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override for every recipe")
-    parser.add_argument("--name", default="recipes", help="results name: bench/results/<name>.json and <name>/")
     args = parser.parse_args(argv)
-    out = common.RESULTS_DIR / args.name
-    results_path = common.RESULTS_DIR / f"{args.name}.json"
-    previous = {}
-    if results_path.exists():  # keep the records of recipes not re-run this time
-        previous = {r["recipe"]: r for r in json.loads(results_path.read_text()).get("records", [])}
+    results_path = common.RESULTS_DIR / f"{NAME}.json"
+    records = {}
+    if results_path.exists():  # keep the records not re-run this time
+        records = {(r["recipe"], r["overrides"]): r for r in json.loads(results_path.read_text()).get("records", [])}
     for name in args.names:
-        record = run_recipe(name, args.set, out)
-        previous[name] = record
-        print(json.dumps(record), flush=True)
-    names = [n for n in TARGETS if n in previous] + [n for n in previous if n not in TARGETS]
-    meta = common.metadata({"note": "one fresh process per recipe; wall_s_total includes imports and compilation"})
-    common.write_results(args.name, [previous[n] for n in names], meta)
-    plot_all(names, out, f"{args.name}.png")
+        record = run_recipe(name, args.set)
+        records[(name, record["overrides"])] = record
+        print(json.dumps({k: v for k, v in record.items() if k != "curve"}), flush=True)
+    write_study(records)
     return 0
 
 

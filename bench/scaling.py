@@ -24,8 +24,8 @@ the 1-device program), not a speed-up; on a machine with several accelerators
 (``--real``) they are real scaling figures.
 
 Compile time is reported apart; steady state is the best (headline) and the median of
-``--repeats`` timed calls. Results: ``bench/results/scaling.{json,csv,png}`` and
-``bench/results/scaling.md`` (or ``--name``).
+``--repeats`` timed calls. Results: ``bench/results/scaling.{json,csv,png,md}`` (forced host
+devices) or ``scaling_real.*`` (``--real``), one current record each.
 
 Usage::
 
@@ -151,8 +151,10 @@ def _compile(kind: str, num_envs: int, n_devices: int):
     shapes = jax.eval_shape(init, key)
     if kind == "ppo_seeds":  # whole seeds per device: no collectives
         layout = sharding.seed_layout(mesh, shapes)
-    elif kind == "ppo":  # as the trainer does it: probe against twice the envs
-        axes = sharding.probe_batch_axes(shapes, jax.eval_shape(_ppo_program(2 * num_envs)[0], key))
+    elif kind == "ppo":  # as the trainer does it: the axes PPO declares
+        from jaxrl.algos import ppo
+
+        axes = ppo.batch_axes(shapes)
         layout = sharding.make_layout(mesh, shapes, axes)
     elif kind == "grpo":  # no env batch in the state: the prompt groups are born inside update
         layout = sharding.make_layout(mesh, shapes, jax.tree_util.tree_map(lambda _: -1, shapes))
@@ -286,7 +288,6 @@ def main(argv=None) -> int:
                    help=f"prompt counts of the grpo workload ({GRPO_GROUP} generations each)")
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--real", action="store_true", help="use the machine's real devices (no forced CPU devices)")
-    p.add_argument("--name", default="scaling", help="results file stem in bench/results/")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.worker:
@@ -298,15 +299,16 @@ def main(argv=None) -> int:
     meta = common.metadata({"forced_host_devices": not args.real, "devices_seen": out["devices"],
                             "env_steps_per_call": ENV_STEPS, "ppo_updates_per_call": PPO_UPDATES,
                             "overhead": rows})
-    paths = common.write_results(args.name, records, meta)
-    (common.RESULTS_DIR / f"{args.name}.md").write_text(_markdown(records, rows, meta, args.real))
+    name = "scaling_real" if args.real else "scaling"
+    paths = common.write_results(name, records, meta)
+    (common.RESULTS_DIR / f"{name}.md").write_text(_markdown(records, rows, meta, args.real))
     common.plot_series(
         records, x="envs_per_device", y="steps_per_s_best",
-        series=lambda r: f"{r['workload']} {r['devices']} dev", path=common.RESULTS_DIR / f"{args.name}.png",
+        series=lambda r: f"{r['workload']} {r['devices']} dev", path=common.RESULTS_DIR / f"{name}.png",
         title="steps/s vs envs per device", xlabel="envs per device", ylabel="steps/s (best)",
     )
     print(_markdown(records, rows, meta, args.real))
-    print(f"wrote {paths['json']}, {paths['csv']}, {args.name}.md, {args.name}.png")
+    print(f"wrote {paths['json']}, {paths['csv']}, {name}.md, {name}.png")
     return 0
 
 

@@ -2,10 +2,10 @@
 
 A :class:`Verifier` is a named tuple ``(score, low, high)``: ``score(task, completion)
 -> (reward, metrics)`` is a pure JAX function and ``[low, high]`` is the documented range
-of ``reward``. *Total* means: every int32 array of the declared shape — garbage,
-out-of-vocabulary or negative ids, no end-of-sequence token, an empty completion — gives a
-finite float32 reward inside ``[low, high]`` (malformed output earns ``low``), never NaN and
-never an exception. ``metrics`` is a flat ``dict[str, float32[]]`` of logged terms.
+of ``reward``. *Total*: every int32 array of the declared shape (garbage, out-of-vocabulary
+or negative ids, no end-of-sequence token, empty) gives a finite float32 reward in ``[low,
+high]`` (malformed output earns ``low``), never NaN, never an exception. ``metrics`` is a
+flat ``dict[str, float32[]]`` of logged terms.
 
 Shapes, for one example (``vmap`` for a batch)::
 
@@ -16,14 +16,13 @@ Shapes, for one example (``vmap`` for a batch)::
                                  (exclusive) or at ``Lc`` when there is none
 
 Base verifiers (all in ``[0, 1]``): :func:`exact_match`, :func:`has_eos`,
-:func:`token_accuracy`, :func:`similarity` (the LCS ratio, see :func:`lcs_ratio`),
-:func:`length_match`. Combinators build rubrics from them the way ``optax.chain`` builds
-optimisers from transforms: :func:`weighted_sum` (weight 0 = logged metric only),
-:func:`gate` (format must hold before correctness counts), :func:`power` and
-:func:`per_turn_mean`.
+:func:`token_accuracy`, :func:`similarity` (the LCS ratio, :func:`lcs_ratio`),
+:func:`length_match`. Combinators build rubrics the way ``optax.chain`` builds optimisers:
+:func:`weighted_sum` (weight 0 = logged metric only), :func:`gate` (format must hold before
+correctness counts), :func:`power` and :func:`per_turn_mean`.
 
-Token ids are the task's business; the only ids verifiers know are ``EOS`` (end of a
-completion) and ``PAD``, fixed here so that every token task shares them.
+Token ids are the task's business; verifiers know only ``EOS`` (end of a completion) and
+``PAD``, fixed here so every token task shares them. Guide: ``docs/rlvr.md``.
 """
 
 from __future__ import annotations
@@ -125,14 +124,13 @@ def lcs_ratio(a: Array, len_a: Array, b: Array, len_b: Array) -> Array:
     blocks. Those blocks are found greedily (longest contiguous block first, earliest in
     ``a`` on ties, then recurse left and right of it), so they always form *a* common
     subsequence and ``M <= LCS``: the two ratios are equal whenever difflib's greedy blocks
-    happen to be a longest common subsequence — always when one sequence is a contiguous
-    block of the other or they share no tokens, and on ~98% of random pairs of length <= 6
-    over 4 symbols — and this ratio is larger otherwise. Smallest disagreement:
-    ``a = [2, 0, 1, 2], b = [0, 2]``: difflib matches the leading ``2`` (M = 1, ratio 1/3)
-    which blocks ``[0, 2]`` (LCS = 2, ratio 2/3). On permutations they disagree often
-    (a third of random pairs of 8 out of 10 symbols), so the LCS ratio is the one to
-    reason about: it is the order-aware edit similarity, not a greedy heuristic.
-    Unlike difflib there is no junk heuristic (``autojunk=False`` matches that).
+    happen to be a longest common subsequence (always when one sequence is a contiguous
+    block of the other or they share no tokens) and this ratio is larger otherwise.
+    Smallest disagreement: ``a = [2, 0, 1, 2], b = [0, 2]``: difflib matches the leading
+    ``2`` (M = 1, ratio 1/3) which blocks ``[0, 2]`` (LCS = 2, ratio 2/3). The LCS ratio is
+    the one to reason about: the order-aware edit similarity, not a greedy heuristic. How
+    often the two disagree is in ``docs/rlvr.md``. Unlike difflib there is no junk
+    heuristic (``autojunk=False`` matches that).
     """
     la = jnp.clip(len_a, 0, a.shape[0])
     lb = jnp.clip(len_b, 0, b.shape[0])

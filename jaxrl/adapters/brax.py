@@ -4,13 +4,10 @@ The adapter drives Brax's *raw* environment (``brax.envs.get_environment``), nev
 ``brax.envs.create``'s wrappers, and adds what the contract needs:
 
 * ``terminated`` is the env's own ``done`` (the pole fell, the robot is unhealthy);
-  ``truncated`` comes from our own step counter reaching ``params.max_steps_in_episode``
-  (1000 by default, Brax's episode length). Brax's ``EpisodeWrapper`` folds the time limit
-  into ``done``; here the two never merge.
-* New episodes come from a real ``reset`` with a fresh key, done by
-  :class:`jaxrl.core.wrappers.AutoReset` / :class:`jaxrl.core.vector.VectorEnv`, which also keep the
-  final observation. Brax's ``AutoResetWrapper`` restores one cached first state per env
-  (Brax issues #167 and #275, MuJoCo Playground #169); that trap is not used.
+  ``truncated`` is our step counter reaching ``params.max_steps_in_episode`` (default
+  1000). Brax's ``EpisodeWrapper`` folds the time limit into ``done``; here they never merge.
+* New episodes come from a real ``reset`` with a fresh key, by our auto-reset wrappers,
+  never Brax's ``AutoResetWrapper`` (one cached first state per env, Brax issue #167).
 * Spaces: ``Box(-inf, inf, (observation_size,))`` and ``Box(-1, 1, (action_size,))``.
   Invalid-action rule: actions are clipped into ``[-1, 1]`` (non-finite entries become 0).
 
@@ -21,17 +18,11 @@ changes the compiled program), so it lives in the id, not in the params.
 
 Physical params (:class:`BraxParams`) are dynamic and can be ``vmap``-ed for domain
 randomisation: ``mass_scale`` multiplies every body's mass and inertia, ``friction_scale``
-every geom's friction, ``gravity_scale`` gravity. They are applied to the Brax ``System``
-inside ``reset``/``step`` (the env's compiled constants stay untouched). Quantities Brax
-derives from masses when it loads a model (e.g. ``link.invweight``, used to regularise
-constraints) keep their nominal values; at scale 1 the physics is exactly Brax's.
-
-Not exposed (:data:`EXCLUDED_BRAX_ENVS` says why): Brax's ``fast`` env, its unit-test stub
-(no physics system, dict observations, Python counters mutated inside ``reset``), and
-``swimmer``, whose fluid model cannot be traced under JAX 0.10 (and which Brax builds for
-the ``generalized`` backend only). Every other env is registered under every backend, and
-``tests/test_brax.py`` builds every registered id, so an id that cannot be made is never
-offered.
+every geom's friction, ``gravity_scale`` gravity, applied to the Brax ``System`` inside
+``reset``/``step``. Quantities Brax derives from masses at load time (e.g.
+``link.invweight``) keep their nominal values; at scale 1 the physics is exactly Brax's.
+Every Brax env except :data:`EXCLUDED_BRAX_ENVS` is registered under every backend. Guide:
+``docs/physics.md``.
 """
 
 from __future__ import annotations

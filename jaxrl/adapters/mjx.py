@@ -5,28 +5,24 @@ Writing an env takes a model file and four module-level pure functions::
     def init(key, model: mjx.Model, params) -> (qpos float32[nq], qvel float32[nv])
     def observation(data: mjx.Data, params) -> float32[obs_dim]
     def reward(state: MjxState, action: float32[nu], next_data: mjx.Data, params) -> float32[]
-        # state: the carried physics before the step (qpos, qvel, ...); action clipped
-        # into [-1, 1]; next_data: the full mjx.Data after it
+        # state: carried physics before the step; action in [-1, 1]; next_data: after it
     def terminated(data: mjx.Data, params) -> bool[]
 
-    env = MjxEnv.from_xml("cartpole.xml", init=init, observation=observation,
-                          reward=reward, terminated=terminated, frame_skip=2, name="mjx/CartPole-v0")
+    env = MjxEnv.from_xml("cartpole.xml", init=init, observation=observation, reward=reward,
+                          terminated=terminated, frame_skip=2, name="mjx/CartPole-v0")
 
 ``reset`` draws ``(qpos, qvel)`` from ``init`` with its own key and runs ``mjx.forward`` so
-that every derived quantity (body positions, sensors) is valid for ``observation``.
-``step`` maps the action from ``[-1, 1]`` onto each actuator's ``ctrlrange`` (the model
-must declare ``ctrllimited`` actuators), runs ``frame_skip`` ``mjx.step`` calls, then asks
-the pure functions for observation, reward and termination (as after MuJoCo's ``mj_step``,
-``next_data.qpos``/``qvel`` are current while derived quantities such as ``xpos`` come
-from the forward pass at the start of the last physics step). Truncation comes from the
-step counter reaching ``params.max_steps_in_episode``. Auto-reset is a wrapper, as for
-every jaxrl env.
+every derived quantity is valid for ``observation``. ``step`` maps the action from
+``[-1, 1]`` onto each actuator's ``ctrlrange`` (``ctrllimited`` actuators required), runs
+``frame_skip`` ``mjx.step`` calls, then asks the pure functions for observation, reward and
+termination (as after MuJoCo's ``mj_step``, ``qpos``/``qvel`` are current while derived
+quantities such as ``xpos`` come from the last physics step's forward pass). Truncation is
+the step counter reaching ``params.max_steps_in_episode``; auto-reset is a wrapper.
 
 Params (:class:`MjxParams`, or any flax struct with the same fields plus the task's own)
-are dynamic: ``mass_scale``, ``friction_scale`` and ``gravity_scale`` are applied to the
-``mjx.Model`` inside ``reset``/``step``, so they can be ``vmap``-ed for domain
-randomisation. The model itself is loaded once per XML path and cached; the env object
-holds only the path, the functions and ``frame_skip`` (hashable, no arrays).
+are dynamic: the mass, friction and gravity scales are applied to the ``mjx.Model`` inside
+``reset``/``step``, so they can be ``vmap``-ed. The model is loaded once per XML path and
+cached; the env holds only the path, functions and ``frame_skip``. See ``docs/physics.md``.
 """
 
 from __future__ import annotations

@@ -1,55 +1,28 @@
-"""``ResetPoolVectorEnv``: batched envs whose new episodes start from a pool of fresh
-start states drawn ahead, in bulk.
+"""``ResetPoolVectorEnv``: batched envs whose new episodes start from a pool of fresh draws.
 
-Made for physics envs (Brax, MJX), where a real ``reset`` runs forward kinematics and
-costs a sizeable fraction of a step (Brax inverted_pendulum, generalized backend: ~12% of a
-step per env on the 2-core CPU). Resetting every env at every step (``VmapEnv(AutoReset)``)
-pays that for all ``N`` envs; drawing only for the finished envs in small dynamic chunks
-(:class:`jaxrl.core.vector.VectorEnv`) pays a per-iteration overhead that dominates on CPU for
-pipeline states with many leaves. Raw Brax's ``AutoResetWrapper`` pays nothing because it
-restores one cached first state per env slot, which the contract forbids. Here the fresh
-states are computed ``P`` at a time (one well-vectorised batched ``reset``) and handed out
-one per new episode. Nothing here is Brax-specific: any env works.
+Made for physics envs (Brax, MJX), where a real ``reset`` runs forward kinematics and costs
+a sizeable part of a step: resetting every env at every step (``VmapEnv(AutoReset)``) pays
+it for all ``N`` envs, and :class:`jaxrl.core.vector.VectorEnv`'s small dynamic chunks pay a
+per-iteration scatter into every leaf of a large pipeline state. Raw Brax's
+``AutoResetWrapper`` pays nothing because it restores one cached first state per env slot,
+which the contract forbids. Here fresh states are computed ``P`` at a time (one batched
+``reset``, default ``P = 2N``) and handed out one per new episode; any env works.
 
-Scheme (``N`` envs, pool of ``P >= N`` states, default ``P = 2N``):
+Scheme: ``reset`` draws ``N + P`` states (``N`` running episodes, ``P`` in the pool,
+``cursor = 0``). ``step`` steps every env, ranks the finished ones (``rank[i]`` = finished
+envs among ``0..i``, :func:`jaxrl.core.vector.done_rank`; ``count = rank[N-1]``) and, when
+``cursor + count > P`` or ``params`` differ from the pool's, first *refills* the pool with
+``P`` draws from this step's own key (``lax.cond``; leftovers are discarded). Finished env
+``i`` takes entry ``cursor + rank[i] - 1``; then ``cursor += count``.
 
-1. ``reset(key, params)``: one batched ``reset`` of ``N + P`` independent draws (keys
-   ``split(key, N + P)``): the first ``N`` start the running episodes, the other ``P``
-   fill the pool; ``cursor = 0``.
-2. ``step(key, state, action, params)`` steps every env. ``done = terminated |
-   truncated``; ``rank[i]`` = number of finished envs among ``0..i`` (inclusive, from
-   :func:`jaxrl.core.vector.done_rank`), ``count = rank[N-1]``. If the pool has fewer than
-   ``count`` unused states left (``cursor + count > P``), or ``params`` differ from those
-   the pool was drawn with, it is *refilled*: ``P`` new draws with keys ``split(k_refill,
-   P)`` from this step's own ``k_refill`` (the leftover states are discarded) and
-   ``cursor = 0``. Finished env ``i`` then starts its new episode from pool entry ``cursor
-   + rank[i] - 1``, and ``cursor += count``. ``obs`` of a finished env is its new first
-   observation; ``info["final_obs"]`` keeps the finished episode's last observation;
-   ``reward``, ``terminated``, ``truncated`` and the rest of ``info`` are the step's own.
-
-Why this is exact. Each pool state comes from ``env.reset`` with its own key, used for
-nothing else, under the params in force when it is used (a change forces a refill). Each
-is used for at most one episode (the cursor only moves forward; a refill brings new
-draws). Which entry goes to which env, and which entries are discarded, depends only on
-*when* episodes end, never on the drawn values (the pool is not seen by the running
-episodes), so every episode starts from an independent draw of the env's own reset
-distribution, exactly as with ``VmapEnv(AutoReset(env))``; only the keys differ. No start
-state is cached or reused (``tests/test_brax.py`` checks it).
-
-Cost per step: the batched ``step``, the rank (bit-packed popcounts), one gather of ``N``
-pool rows and one ``where`` over the state (raw Brax does the ``where`` too), and a
-``lax.cond`` that runs the ``P``-wide ``reset`` of a refill. A refill's leftover is less
-than one step's ``count <= N``, so at least ``P - N`` of its ``P`` draws start episodes
-(about all but half a step's worth, typically): the pool computes at most ``P / (P - N)``
-(2 for the default) resets per new episode, at full batch width. ``state.refills`` counts
-the refills.
-
-Caveats: shared params only (per-env params need per-env draws: use
-:class:`jaxrl.core.vector.VectorEnv` with ``params_axis=0``). Under ``vmap`` (e.g. over seeds)
-``lax.cond`` becomes a select and the ``P``-wide refill runs at every step; prefer one
-larger batch. Params are compared leaf by leaf at every step (a few scalars); a NaN param
-compares unequal to itself and forces a refill each step, which is still exact. Episode
-statistics: wrap the per-env env, ``ResetPoolVectorEnv(EpisodeStatistics(env), N)``.
+Exact: each pool state is ``env.reset`` under its own key and the params in force, used
+for at most one episode, and which entry goes where depends only on *when* episodes end,
+never on the drawn values; so every episode starts from an independent draw of the reset
+distribution, as with ``VmapEnv(AutoReset(env))``. A refill wastes fewer than ``N`` draws, so
+at most ``P / (P - N)`` resets are computed per new episode. Shared params only (per-env
+params: ``VectorEnv(..., params_axis=0)``); under ``vmap`` the refill runs every step. Episode
+statistics: wrap the env, ``ResetPoolVectorEnv(EpisodeStatistics(env), N)``. Measured in
+``docs/physics.md`` ("Batching physics envs") and ``docs/performance.md``.
 """
 
 from __future__ import annotations
@@ -94,7 +67,11 @@ def _strong_array(x) -> jax.Array:
 
 
 def params_differ(old, new) -> jax.Array:
-    """bool ``[]``: some leaf of ``new`` differs (elementwise) from ``old``."""
+    """bool ``[]``: some leaf of ``new`` differs (elementwise) from ``old``.
+
+    Compared at every step (a few scalars). A NaN param compares unequal to itself and
+    forces a refill at each step, which is still exact.
+    """
     leaves = jax.tree_util.tree_leaves(jax.tree_util.tree_map(lambda a, b: jnp.any(a != b), old, new))
     return jnp.any(jnp.stack(leaves)) if leaves else jnp.zeros((), jnp.bool_)
 
@@ -121,7 +98,10 @@ class ResetPoolVectorEnv(Wrapper):
     """``num_envs`` copies of ``env`` with exact auto-reset from a pool of fresh draws.
 
     See the module docstring for the scheme and why every episode's start state is a
-    fresh, independent draw of ``env.reset``.
+    fresh, independent draw of ``env.reset``. On a step that ends an episode, ``obs`` is
+    the new episode's first observation and ``info["final_obs"]`` the finished one's last;
+    ``reward``, ``terminated``, ``truncated`` and the rest of ``info`` are the step's own.
+    ``state.refills`` counts the pool refills.
 
     Args:
       env: the env to batch (unbatched ``reset``/``step``).

@@ -6,44 +6,19 @@ It runs an env through every promise the contract makes and reports each as a na
     >>> report = check_env(env, params)            # prints one line per check
     >>> report.passed, report.failed_names()
 
-================== ==========================================================================
-``jit``            ``reset`` and ``step`` compile and run under ``jax.jit``.
-``vmap``           ``reset``/``step`` under ``vmap`` give a leading batch axis on every leaf
-                   and agree with unbatched calls (float tolerance 1e-5).
-``timestep_dtypes`` ``reward`` is float32 ``[]``, ``terminated``/``truncated`` are bool ``[]``,
-                   none weakly typed, at reset and at step.
-``stable_types``   state, obs, reward and flags have the same tree structure, shapes, dtypes and
-                   weak types after reset, after one step and after two (so a ``scan`` carry
-                   never changes type; "weak-type flips" are caught here).
-``info_structure`` ``info`` has the same structure, shapes and dtypes at reset and at step.
-``observation_space`` obs has the space's shape and dtype, and every observation of a random
-                   rollout (``num_envs`` x ``num_steps``, auto-reset, so many episodes) lies
-                   inside ``observation_space(params)``.
-``finite``         every reward and float observation of that rollout is finite.
-``truncation``     when params have ``max_steps_in_episode``: ``truncated`` is never set before
-                   the episode's step counter reaches the limit and always set (or the episode
-                   terminated) when it does, checked at the env's own limit and at a small one
-                   set with :func:`jaxrl.core.env.replace_params`; the counter restarts after reset.
-``determinism``    the same key gives a bit-identical rollout on a second call, and two fresh
-                   traces lower to the same program (catches hidden Python state read at
-                   trace time, without paying for another compile).
-``invalid_actions`` out-of-range actions (ints below 0 / at or above ``n`` / int32 extremes for
-                   ``Discrete``; +-1e6 and +-float32 max for ``Box``) give finite outputs; when
-                   ``env.invalid_action_rule`` starts with "clip", the outputs equal those of
-                   the clipped action.
-``no_retrace``     repeated ``reset``/``step`` calls with new keys, states, actions and param
-                   values trace once each (params are dynamic, types are stable).
-``render``         if implemented, ``render(state, params)`` returns ``uint8[H, W, 3]``.
-================== ==========================================================================
+The checks, in order (:data:`CHECKS`; each ``check_<name>`` function's docstring says
+exactly what it verifies, ``docs/writing_an_env.md`` has the table): ``jit``, ``vmap``,
+``timestep_dtypes``, ``stable_types`` (no weak-type flips between steps),
+``info_structure``, ``observation_space``, ``finite``, ``truncation``, ``determinism``,
+``invalid_actions``, ``no_retrace`` and ``render``. Several read one random rollout
+(``num_envs`` x ``num_steps``, actions from ``action_space.sample``, auto-reset by a full
+``reset`` per step, every output consumed); the throughput figure is that rollout's env
+steps per second on a second call, after compilation.
 
-The throughput is env steps per second of the rollout above (random actions from
-``action_space.sample``, auto-reset by a full ``reset`` per step, every output consumed),
-timed on a second call, after compilation. ``check_env(..., only=[...])`` (``jaxrl check-env
-ID --only a,b``) runs a subset of the checks. A check that raises is reported as FAIL with
-the exception; the others still run.
-
-Compiles are the checker's cost (about four programs per env: jitted ``reset``, ``step``, a
-vmapped reset-then-step and the rollout), so keep ``num_steps``/``num_envs`` small in tests.
+``check_env(..., only=[...])`` (``jaxrl check-env ID --only a,b``) runs a subset. A check
+that raises is reported as FAIL with the exception; the others still run. Compiles are the
+checker's cost (about four programs per env: jitted ``reset``, ``step``, a vmapped
+reset-then-step and the rollout), so keep ``num_steps``/``num_envs`` small in tests.
 """
 
 from __future__ import annotations
@@ -335,6 +310,7 @@ def _sample_action(ctx: _Context, key):
 
 
 def check_jit(ctx: _Context) -> tuple[str, str]:
+    """``reset`` and ``step`` compile and run under ``jax.jit``."""
     env, params = ctx.env, ctx.params
     ctx.obs_space = env.observation_space(params)
     ctx.act_space = env.action_space(params)
@@ -349,6 +325,9 @@ def check_jit(ctx: _Context) -> tuple[str, str]:
 
 
 def check_vmap(ctx: _Context) -> tuple[str, str]:
+    """``reset``/``step`` under ``vmap`` give a leading batch axis on every leaf and agree
+    with unbatched calls (float tolerance 1e-5).
+    """
     params, n = ctx.params, SMALL_BATCH
     k_reset, k_step, k_act = jax.random.split(jax.random.fold_in(ctx.key, 1), 3)
     reset_keys, step_keys = jax.random.split(k_reset, n), jax.random.split(k_step, n)
@@ -380,6 +359,9 @@ def _timesteps(ctx: _Context):
 
 
 def check_timestep_dtypes(ctx: _Context) -> tuple[str, str]:
+    """``reward`` is float32 ``[]``, ``terminated``/``truncated`` bool ``[]``, none weakly
+    typed, at reset and at step.
+    """
     (_, t0), (_, t1), _ = _timesteps(ctx)
     want = {"reward": ("float32", ()), "terminated": ("bool", ()), "truncated": ("bool", ())}
     for when, ts in (("reset", t0), ("step", t1)):
@@ -398,6 +380,9 @@ def _core(state_ts):
 
 
 def check_stable_types(ctx: _Context) -> tuple[str, str]:
+    """State, obs, reward and flags have the same tree structure, shapes, dtypes and weak
+    types after reset, one step and two, so a ``scan`` carry never changes type.
+    """
     r0, r1, r2 = _timesteps(ctx)
     for label, a, b in (("reset vs step", r0, r1), ("step vs step", r1, r2)):
         diff = _type_diff(_core(a), _core(b), "")
@@ -407,6 +392,7 @@ def check_stable_types(ctx: _Context) -> tuple[str, str]:
 
 
 def check_info_structure(ctx: _Context) -> tuple[str, str]:
+    """``info`` has the same structure, shapes and dtypes at reset and at step."""
     (_, t0), (_, t1), (_, t2) = _timesteps(ctx)
     for label, a, b in (("reset vs step", t0, t1), ("step vs step", t1, t2)):
         diff = _type_diff(a.info, b.info, "info")
@@ -456,6 +442,9 @@ def _first_bad(mask: np.ndarray) -> str:
 
 
 def check_observation_space(ctx: _Context) -> tuple[str, str]:
+    """obs has the space's shape and dtype, and every observation of the random rollout
+    lies inside ``observation_space(params)``.
+    """
     space = ctx.obs_space
     _, ts = ctx.reset_j(ctx.key, ctx.params)
     obs = ts.obs
@@ -473,6 +462,7 @@ def check_observation_space(ctx: _Context) -> tuple[str, str]:
 
 
 def check_finite(ctx: _Context) -> tuple[str, str]:
+    """Every reward and float observation of the random rollout is finite."""
     _ensure_rollouts(ctx)
     mask = np.asarray(ctx.main.finite)
     if not mask.all():
@@ -481,6 +471,11 @@ def check_finite(ctx: _Context) -> tuple[str, str]:
 
 
 def check_truncation(ctx: _Context) -> tuple[str, str]:
+    """With ``max_steps_in_episode`` in params: ``truncated`` is never set before the
+    episode's step counter reaches the limit and always set (or the episode terminated) when
+    it does, at the env's own limit and at :data:`SMALL_LIMIT` (set with
+    :func:`jaxrl.core.env.replace_params`); the counter restarts after reset.
+    """
     limit = _limit_of(ctx.params)
     if limit < 0:
         return SKIP, "params have no max_steps_in_episode"
@@ -500,6 +495,10 @@ def check_truncation(ctx: _Context) -> tuple[str, str]:
 
 
 def check_determinism(ctx: _Context) -> tuple[str, str]:
+    """The same key gives a bit-identical rollout on a second call, and two fresh traces
+    lower to the same program (hidden Python state read at trace time, without another
+    compile).
+    """
     _ensure_rollouts(ctx)
     if not _bit_equal(ctx.main, ctx.again):
         return FAIL, "two calls with the same key gave different rollouts"
@@ -527,6 +526,10 @@ def _invalid_actions(space: spaces.Space) -> tuple[jax.Array, jax.Array] | None:
 
 
 def check_invalid_actions(ctx: _Context) -> tuple[str, str]:
+    """Out-of-range actions (ints below 0, at or above ``n`` and the int32 extremes for
+    ``Discrete``; +-1e6 and +-float32 max for ``Box``) give finite outputs; when
+    ``env.invalid_action_rule`` starts with "clip", the outputs equal the clipped action's.
+    """
     rule = ctx.env.invalid_action_rule
     if not isinstance(rule, str) or not rule.strip():
         return FAIL, "env.invalid_action_rule is empty: document what step does with invalid actions"
@@ -553,6 +556,9 @@ def check_invalid_actions(ctx: _Context) -> tuple[str, str]:
 
 
 def check_no_retrace(ctx: _Context) -> tuple[str, str]:
+    """Repeated ``reset``/``step`` calls with new keys, states, actions and param values
+    trace once each (params are dynamic, types are stable).
+    """
     params = ctx.params
     other = params
     if _limit_of(params) > 0:  # a new param value must not retrace: params are dynamic
@@ -571,6 +577,7 @@ def check_no_retrace(ctx: _Context) -> tuple[str, str]:
 
 
 def check_render(ctx: _Context) -> tuple[str, str]:
+    """If implemented, ``render(state, params)`` returns ``uint8[H, W, 3]``."""
     state, _ = ctx.reset_j(ctx.key, ctx.params)
     try:
         frame = ctx.env.render(state, ctx.params)
@@ -629,8 +636,8 @@ def check_env(
       key: PRNG key (default ``jax.random.PRNGKey(0)``).
       only: run just these checks (``jit`` always runs first: the others need it).
       compiler_options: XLA options for every program the checker compiles, e.g.
-        ``{"xla_backend_optimization_level": 1}`` to compile ~20% faster in test suites
-        (the checks' verdicts do not depend on it; the throughput figure may).
+        ``{"xla_backend_optimization_level": 1}`` to compile faster in test suites (the
+        checks' verdicts do not depend on it; the throughput figure may).
       verbose: print the report.
 
     Returns:

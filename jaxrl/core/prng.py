@@ -3,10 +3,9 @@
 ``jax.random.normal(key, (B, A))`` and ``jax.random.normal(key, (B * A,)).reshape(B, A)``
 give the same bits (JAX's default partitionable threefry numbers elements by their
 flat index). Under ``vmap`` over keys, though, the N-d form lowers to a counter
-computation per dimension: on CPU it compiled 2x (2-D) to 4x (3-D) slower than the flat
-form (jaxlib 0.10: 0.54 s vs 0.32 s for a vmapped ``[8, 2]`` normal, 1.29 s vs 0.29 s
-for ``[6, 64, 64]`` bits). A PPO program has a handful of such draws, every one paid at
-every compile. These helpers draw flat and reshape: same values, fewer kernels.
+computation per dimension, which compiles markedly slower than the flat form, and a PPO
+program has a handful of such draws, every one paid at every compile. These helpers draw
+flat and reshape: same values, fewer kernels. Compile times: ``docs/performance.md``.
 """
 
 from __future__ import annotations

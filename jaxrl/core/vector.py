@@ -1,55 +1,27 @@
 """``VectorEnv``: a batch of envs with exact, cheap auto-reset done at the *batch* level.
 
-Semantics (per env ``i`` of the batch, exactly those of ``VmapEnv(AutoReset(env))``):
+Per env ``i`` of the batch the semantics are exactly those of
+``VmapEnv(EpisodeStatistics(AutoReset(env)))``:
 
-* ``reset(key, params)`` splits ``key`` into ``num_envs`` independent keys and resets every
-  env; ``info["final_obs"]`` equals ``obs``.
+* ``reset(key, params)`` splits ``key`` into ``num_envs`` keys and resets every env;
+  ``info["final_obs"]`` equals ``obs``.
 * ``step(key, state, action, params)`` steps every env. Where a step ends an episode
-  (``terminated | truncated``) the returned TimeStep keeps that step's ``reward``,
-  ``terminated``, ``truncated`` and ``info``; ``info["final_obs"]`` is the last observation
-  of the finished episode (for bootstrapping on truncation) and ``obs`` is the first
-  observation of a *new* episode whose start state is a fresh, independent draw from the
-  env's own ``reset`` distribution. On other steps ``info["final_obs"]`` equals ``obs``.
-* With ``episode_stats=True`` (default), ``info["episode_return"]`` (float32 ``[N]``) and
-  ``info["episode_length"]`` (int32 ``[N]``) hold the totals of the episodes that ended on
-  this step (0 elsewhere) and ``info["episode_done"]`` (bool ``[N]``) marks them, exactly as
-  :class:`jaxrl.core.wrappers.EpisodeStatistics` does.
-* Pass a fresh ``key`` to every ``step`` call (as with any env): the new episodes of a step
-  are drawn from that key.
+  (``terminated | truncated``) the TimeStep keeps that step's ``reward``, flags and
+  ``info``; ``info["final_obs"]`` is the last observation of the finished episode (bootstrap
+  truncated steps from it) and ``obs`` the first of a new episode, drawn fresh and
+  independently from the env's own ``reset``. Elsewhere ``info["final_obs"]`` equals ``obs``.
+* With ``episode_stats=True`` (default), ``info["episode_return"]`` (float32 ``[N]``),
+  ``info["episode_length"]`` (int32 ``[N]``) and ``info["episode_done"]`` (bool ``[N]``)
+  report the episodes that ended on this step, as :class:`~jaxrl.core.wrappers.EpisodeStatistics`.
 
-How the auto-reset stays cheap and exact. A per-env auto-reset (``AutoReset`` under
-``vmap``) runs a full ``reset`` for *every* env at *every* step and throws most of them away:
-for CartPole that is a key split and 4 uniform draws per env per step, several times the
-cost of the step itself. Here a step draws fresh start states only for the envs that
-finished, in chunks of ``C = reset_chunk``:
-
-1. ``rank = done_rank(done)``: the inclusive prefix count of the done mask (bit-packed
-   popcounts; ``jnp.cumsum`` is quadratic on XLA:CPU). ``count = rank[-1]``.
-2. A ``lax.while_loop`` runs ``ceil(count / C)`` iterations (none when nothing finished).
-   Iteration ``j`` draws ``C`` fresh states with ``vmap(env.reset)`` over
-   ``split(fold_in(key, j), C)``, finds the envs of ranks ``jC+1 .. (j+1)C`` with a
-   ``searchsorted`` over ``rank`` and scatters the draws into those envs' rows of the state
-   and the observation; draws past ``count`` are dropped.
-
-Which draws are used depends only on *how many* envs finished, never on the drawn values,
-and every draw comes from its own key, used once: every new episode starts from an
-independent draw of ``reset``. The distribution is exact; no state is cached or reused.
-A step draws fewer than ``count + C`` states and touches ``O(count)`` rows, plus one
-``O(N)`` pass for the rank. With ``C >= N`` (small batches) the loop is replaced by one
-full-batch reset with a select, which is the per-env scheme. The default ``C`` and its
-measurement against the per-env scheme are in ``docs/autoreset.md``.
-
-Notes:
-
-* Per-env step keys are split off the step key; when ``env.step`` ignores its key (all the
-  classic-control envs) XLA removes that split, so deterministic dynamics cost no random
-  numbers at all.
-* The loop is a real ``while`` only at the top level. If you ``vmap`` a ``VectorEnv``
-  (e.g. over seeds) every member runs as many iterations as the busiest one (results stay
-  exact): prefer one larger ``VectorEnv`` over a ``vmap`` of small ones.
-* Spaces are those of one env; every array carries a leading ``num_envs`` axis. With
-  ``params_axis=0`` the params pytree carries a leading ``num_envs`` axis too (domain
-  randomisation) and each fresh start state is drawn with the params of the env it goes to.
+Why batch level: a per-env auto-reset runs a full ``reset`` for every env at every step
+and throws most draws away. Here a step ranks the finished envs (:func:`done_rank`) and a
+``lax.while_loop`` draws fresh start states for them only, ``C = reset_chunk`` per
+iteration, scattering each draw into the env of matching rank. Which draws are used
+depends only on how many envs finished, never on the drawn values, and each comes from its
+own key: the start distribution is exact, nothing is cached. ``C >= N`` gives the per-env
+scheme. Under ``vmap`` every member runs as many iterations as the busiest one (still exact):
+prefer one larger ``VectorEnv``. Scheme, alternatives and measurements: ``docs/autoreset.md``.
 """
 
 from __future__ import annotations
@@ -85,11 +57,9 @@ class VectorState:
 def default_reset_chunk(num_envs: int) -> int:
     """Fresh start states drawn per loop iteration: ``max(min(N, 16), N // 32)``.
 
-    Measured in ``docs/autoreset.md``: random numbers dominate the cost, so the draws
-    wasted in a step's last chunk (up to ``C - 1``) cost more than the fixed overhead of an
-    extra iteration; ``N/4`` and ``N/8`` were clearly slower, ``N/16`` to ``N/64`` equal
-    within the noise of the shared machine. Random-action CartPole (~N/22 episodes end per
-    step) takes 1 or 2 iterations.
+    A draw costs more than a loop iteration, so ``C`` is kept well below ``N`` (the draws
+    wasted in a step's last chunk are up to ``C - 1``) but large enough that a typical step
+    needs one or two iterations. The sweep that chose it is in ``docs/autoreset.md``.
     """
     n = int(num_envs)
     return max(min(n, 16), n // 32)
@@ -115,11 +85,11 @@ def done_rank(done: jax.Array) -> jax.Array:
     """Inclusive prefix count of ``done``: int32 ``[N]``, ``rank[i] = sum(done[:i + 1])``.
 
     Same values as ``jnp.cumsum(done)``, which XLA:CPU lowers to a full-width
-    ``reduce_window`` whose cost grows as ``N^2`` (1.3 ms at N=65,536 on the 2-core dev box,
-    more than a whole CartPole step). Here the mask is packed 32 envs to a uint32 word,
-    ``population_count`` counts each word, a (blocked) ``cumsum`` over the ``N / 32`` words
-    gives the envs done before each word, and a popcount of each word masked to bits ``0..j`` gives
-    the count inside it: all elementwise work, ~10x cheaper at N=16,384.
+    ``reduce_window`` whose cost grows as ``N^2``. Here the mask is packed 32 envs to a
+    uint32 word, ``population_count`` counts each word, a (blocked) ``cumsum`` over the
+    ``N / 32`` words gives the envs done before each word, and a popcount of each word masked
+    to bits ``0..j`` gives the count inside it: all elementwise work. Timings:
+    ``docs/performance.md`` ("Auto-reset").
     """
     n = done.shape[0]
     num_words = -(-n // 32)
@@ -198,13 +168,17 @@ class VectorEnv(Wrapper):
     """``num_envs`` copies of ``env`` with exact, cheap batch-level auto-reset.
 
     See the module docstring for the semantics of ``info["final_obs"]``, the episode
-    statistics and the reset scheme.
+    statistics and the reset scheme. Spaces are those of one env; every array carries a
+    leading ``[N]`` axis. Pass a fresh ``key`` to every ``step``: a step's new episodes are
+    drawn from it. Per-env step keys are split off it, and XLA removes that split when
+    ``env.step`` ignores its key, so deterministic dynamics draw no random numbers.
 
     Args:
       env: the env to batch (unbatched ``reset``/``step``).
       num_envs: ``N``, the batch size.
       params_axis: ``None`` for params shared by every env, ``0`` for params with a
-        leading ``[N]`` axis.
+        leading ``[N]`` axis (domain randomisation; each fresh start state is drawn with
+        the params of the env it goes to).
       reset_chunk: ``C``, fresh start states drawn per iteration of the reset loop (a
         step with ``c`` finished envs runs ``ceil(c / C)`` iterations). ``None`` picks
         :func:`default_reset_chunk`; ``C >= N`` gives the per-env scheme (a full-batch

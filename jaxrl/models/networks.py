@@ -14,9 +14,9 @@ fewer kernels.
 The orthogonal initialiser is our own (:func:`orthogonal`), not flax's: flax/JAX draw it
 with ``jnp.linalg.qr``, which on CPU is a LAPACK custom call that, batched (e.g. under
 ``jax.vmap(train)`` over seeds), splits the batch over XLA's intra-op thread pool from
-*inside* a task of that same pool and can deadlock it (seen on 2-core machines with
-jaxlib 0.10: both pool threads blocked in ``jax::ParallelBatchMap``). Ours is plain XLA
-arithmetic and gives the same matrix up to float rounding.
+*inside* a task of that same pool and can deadlock it (both pool threads blocked in
+``jax::ParallelBatchMap``; seen with jaxlib 0.10, diagnosis in ``docs/results.md``). Ours is
+plain XLA arithmetic and gives the same matrix up to float rounding.
 """
 
 from __future__ import annotations

@@ -1,32 +1,16 @@
 """One training program over every device: a data-parallel ``Mesh`` and the state's layout.
 
-The same jitted chunk runs on one CPU, on all GPUs of a node, or on every device of many
-hosts (after :func:`jaxrl.parallel.distributed.initialize`). Nothing here is ``pmap``: the program
-is written for the *global* batch and ``jax.jit`` with ``NamedSharding`` s partitions it
-(GSPMD), so
+The same jitted chunk runs on one CPU, all GPUs of a node, or every device of many hosts
+(:func:`jaxrl.parallel.distributed.initialize`). No ``pmap``: the program is written for the
+*global* batch and ``jax.jit`` with ``NamedSharding`` s partitions it (GSPMD). The env
+batch is split along the mesh axis :data:`DATA`; params, optimiser state, keys and counters
+are replicated; gradients and metrics are global means, equal to the single-device run up
+to float32 summation order. Random numbers do not depend on the layout (partitionable
+threefry draws each shard's slice in place). Collectives an algorithm controls itself:
+:mod:`jaxrl.algos.common.batching`. Layout table and costs: ``docs/scale_out.md``.
 
-* the env batch (leading ``num_envs`` axis of env states, last observations, rollout
-  buffers) is split along the mesh axis :data:`DATA` -- each device steps
-  ``num_envs / n_devices`` envs;
-* parameters, optimiser and normaliser state, RNG keys and counters are replicated;
-* gradients and metrics are means over the *global* batch, so the result equals the
-  single-device run up to float32 summation order; XLA inserts the cross-device
-  all-reduces itself, except where an algorithm takes communication into its own hands
-  with :func:`replicate` (one all-gather of many arrays), :func:`minibatches` and
-  :func:`batch_mean` (one all-reduce of a flat vector) -- PPO does, because XLA's CPU
-  collectives cost a rendezvous per array;
-* random numbers are the single-device run's numbers: per-env keys come from
-  ``split(key, num_envs)`` and JAX's partitionable threefry (on by default) generates each
-  shard's slice where it lives, so the streams of different shards are distinct and a
-  layout change does not change them.
-
-Which leaves carry the env batch, and along which axis, is a pytree of axis indices over
-the train state (``-1`` = replicated) that the algorithm declares
-(:attr:`jaxrl.algos.contract.Program.batch_axes`). Batches born inside ``update`` (GRPO's
-prompt groups, PPO's and GRPO's minibatches) are pinned with :func:`constrain_batch`, which
-takes effect when the chunk is traced under the mesh (:func:`use_mesh`); without it the
-result is the same but every device would do the whole minibatch's work.
-
+Which leaves carry the env batch is a pytree of axis indices over the train state (``-1`` =
+replicated) that the algorithm declares (:attr:`jaxrl.algos.contract.Program.batch_axes`).
 Typical use (the trainer does this)::
 
     mesh = make_mesh(cfg.devices)                      # axis "data"
@@ -35,8 +19,8 @@ Typical use (the trainer does this)::
     layout = make_layout(mesh, jax.eval_shape(program.init, key), axes)
     state = init_sharded(program.init, layout)(key)       # born sharded, never on one device
     chunk = jit_chunk(chunk_fn, layout)                # state -> (state, metrics)
-    with use_mesh(mesh):
-        state, metrics = chunk(state)                  # traced under the mesh
+    with use_mesh(mesh):                               # pins batches born inside update
+        state, metrics = chunk(state)
 
 Checkpoints go through :func:`fetch` (host arrays, any layout) and :func:`put`.
 """
@@ -160,7 +144,7 @@ class Layout:
 
 
 def make_layout(mesh: Mesh, state_shapes: Any, batch_axes: Any) -> Layout:
-    """The :class:`Layout` of a train state (``batch_axes`` from :func:`probe_batch_axes`).
+    """The :class:`Layout` of a train state (``batch_axes`` as the program declares them).
 
     Every batched axis is checked for divisibility by the mesh size.
     """
@@ -213,7 +197,8 @@ def jit_chunk(chunk: Callable[[Any], tuple[Any, Any]], layout: Layout, donate: b
 
 
 def use_mesh(mesh: Mesh | None):
-    """Context manager making ``mesh`` current while tracing (for :func:`constrain_batch`);
+    """Context manager making ``mesh`` current while tracing (for
+    :func:`jaxrl.algos.common.batching.constrain_batch`);
     ``None``: no mesh, a no-op context."""
     if mesh is None:
         return contextlib.nullcontext()

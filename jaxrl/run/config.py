@@ -15,20 +15,12 @@ A run config file looks like::
     devices: 1                # "all" or a device count
     shard: auto               # what the devices split: auto | envs | seeds
 
-:func:`load_config` reads it with ``yaml.safe_load`` (never executes code), applies
-``--set a.b=value`` overrides (each value parsed as a YAML scalar) to a *copy* of the raw
-mapping, and converts it generically by walking dataclass fields and their type hints
-(``int``, ``float``, ``bool``, ``str``, ``Optional``, ``Literal``, unions, tuples, ``dict``,
-nested dataclasses). Every problem raises :class:`ConfigError` with a one-line message that
-names the key: unknown keys (with a "did you mean" from :mod:`difflib`), wrong types, missing
-keys, unknown env or algorithm, and impossible combinations found by the algorithm config's
-own ``validate()``. Nothing is built here: :func:`jaxrl.run.build.build` builds the env and
-the program once and reports what only they can check (env parameters, a policy that does
-not fit the action space) as a :class:`ConfigError` too.
-
-Derived values (updates, env steps, gradient steps, the chunking) come from
-:func:`derive`, never written back: config objects are frozen and the user's mapping is
-never mutated. :func:`save_config` writes the resolved config as YAML that
+:func:`load_config` parses it (never executes code), applies ``--set a.b=value`` overrides
+to a copy, and converts it by walking dataclass fields and their type hints. Every problem
+raises :class:`ConfigError` with a one-line message naming the key ("did you mean" for
+unknown keys). Nothing is built here: :func:`jaxrl.run.build.build` builds the env and the
+program once. Derived values come from :func:`derive`; config objects are frozen and the
+user's mapping is never mutated. :func:`save_config` writes the resolved config as YAML that
 :func:`load_config` reads back to an equal object.
 """
 

@@ -133,9 +133,8 @@ def batch_mean(fn: Callable, replicated: Any, batch: Any) -> Any:
 
     Why not leave it to GSPMD: it all-reduces each parameter's gradient and each metric as
     one element of a tuple all-reduce, and XLA's CPU collectives pay a rendezvous per
-    element: 1.29 ms for the 17 pieces of a two-layer actor-critic's step on 4 forced host
-    devices against 0.04 ms for the same numbers as one vector (``bench/collectives.py``).
-    With it, ``bench/scaling.py``'s PPO sharding overhead at 4 devices fell from 26% to 9%.
+    element, so one vector is much cheaper than many pieces (measured with
+    ``bench/collectives.py`` and ``bench/scaling.py``: ``docs/performance.md``, "Collectives").
     """
     mesh = _active_data_mesh()
     if mesh is None:
