@@ -293,11 +293,12 @@ def _check_env(env: EnvConfig) -> None:
     except ValueError as exc:
         raise ConfigError(f"env.id: {exc}") from None
     for name, value in env.params.items():
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
+        numeric = isinstance(value, (int, float)) or (isinstance(value, str) and _NUMBER_RE.match(value.strip()))
+        if not numeric:  # bools pass: bool params take them; make checks every kind and range
             raise ConfigError(f"env.params.{name}: expected a number, got {value!r}")
     try:
         registry.make(env.id, **env.params)
-    except TypeError as exc:
+    except (TypeError, ValueError) as exc:
         raise ConfigError(f"env.params: {exc}") from None
 
 
