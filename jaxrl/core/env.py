@@ -314,7 +314,10 @@ def _coerce_scalar(where: str, kind: type, value: Any) -> Any:
     if isinstance(value, str):
         if kind is bool or not _NUMBER_RE.match(value.strip()):
             raise _bad(where, kind, value)
-        value = float(value)
+        number = float(value)
+        if kind is int and not number.is_integer():
+            raise _bad(where, kind, value)
+        value = number
     if isinstance(value, bool):
         if kind is not bool:
             raise _bad(where, kind, value)
