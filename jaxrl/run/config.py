@@ -292,7 +292,8 @@ def _check_env(env: EnvConfig) -> None:
         raise ConfigError(f"env.id: {exc}") from None
     for section in ("params", "eval_params"):
         for name, value in getattr(env, section).items():
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
+            numeric = isinstance(value, (int, float)) or (isinstance(value, str) and _NUMBER_RE.match(value.strip()))
+            if not numeric:  # bools pass: bool params take them; make checks every kind and range
                 raise ConfigError(f"env.{section}.{name}: expected a number, got {value!r}")
     c = env.curriculum
     if c is not None:
