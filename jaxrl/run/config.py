@@ -13,7 +13,8 @@ A run config file looks like::
     devices: 1                # "all" or a device count
     shard: auto               # what the devices split: auto | envs | seeds
 
-:func:`load_config` reads it with ``yaml.safe_load`` (never executes code), applies
+:func:`load_config` reads it with :mod:`jaxrl.run.yamlio` (safe YAML that never executes
+code, refuses aliases and duplicate keys, and bounds sizes), applies
 ``--set a.b=value`` overrides (each value parsed as a YAML scalar) to a *copy* of the raw
 mapping, and converts it generically by walking dataclass fields and their type hints
 (``int``, ``float``, ``bool``, ``str``, ``Optional``, ``Literal``, unions, tuples, ``dict``,
@@ -40,6 +41,9 @@ import typing
 from typing import Any, Literal, Union
 
 import yaml
+
+from jaxrl.run import yamlio
+from jaxrl.run.yamlio import short
 
 
 class ConfigError(ValueError):
@@ -114,7 +118,7 @@ def _type_name(tp) -> str:
 
 
 def _wrong(key: str, tp, value) -> ConfigError:
-    return ConfigError(f"{key}: expected {_type_name(tp)}, got {value!r}")
+    return ConfigError(f"{key}: expected {_type_name(tp)}, got {short(value)}")
 
 
 def _convert_scalar(value, tp, key: str):
@@ -195,12 +199,12 @@ def from_dict(cls, raw, prefix: str = ""):
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):
-        raise ConfigError(f"{prefix or 'config'}: expected a mapping, got {raw!r}")
+        raise ConfigError(f"{prefix or 'config'}: expected a mapping, got {short(raw)}")
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
     for name in raw:
         if name not in fields:
-            raise ConfigError(f"unknown key {_join(prefix, str(name))!r}{_suggest(str(name), fields, prefix)}")
+            raise ConfigError(f"unknown key {short(_join(prefix, str(name)))}{_suggest(str(name), fields, prefix)}")
     kwargs = {}
     for name, f in fields.items():
         key = _join(prefix, name)
@@ -231,14 +235,18 @@ def to_dict(obj) -> Any:
 
 
 def apply_overrides(raw: dict, overrides=()) -> dict:
-    """A copy of ``raw`` with each ``"a.b=value"`` applied (value parsed as a YAML scalar)."""
+    """A copy of ``raw`` with each ``"a.b=value"`` applied (value parsed as a bounded YAML
+    scalar or flow collection by :func:`jaxrl.run.yamlio.load`; text that is not valid YAML
+    is kept as a string)."""
     out = copy.deepcopy(raw)
     for item in overrides:
         path, sep, text = str(item).partition("=")
         if not sep or not path.strip():
-            raise ConfigError(f"--set {item!r}: expected key=value, e.g. ppo.lr=1e-3")
+            raise ConfigError(f"--set {short(item)}: expected key=value, e.g. ppo.lr=1e-3")
         try:
-            value = yaml.safe_load(text) if text.strip() else ""
+            value = yamlio.load(text, max_chars=yamlio.MAX_VALUE_CHARS) if text.strip() else ""
+        except yamlio.YamlError as exc:
+            raise ConfigError(f"--set {short(item)}: the value {exc}") from None
         except yaml.YAMLError:
             value = text
         node = out
@@ -248,7 +256,7 @@ def apply_overrides(raw: dict, overrides=()) -> dict:
             if child is None:
                 child = node[part] = {}
             if not isinstance(child, dict):
-                raise ConfigError(f"--set {item!r}: {'.'.join(parts[: i + 1])!r} is not a section")
+                raise ConfigError(f"--set {short(item)}: {short('.'.join(parts[: i + 1]))} is not a section")
             node = child
         node[parts[-1]] = value
     return out
@@ -269,7 +277,7 @@ def algo_entry(name: str):
     """The registry entry of algorithm ``name``, or a :class:`ConfigError` with suggestions."""
     algos = _algorithms()
     if not isinstance(name, str) or name not in algos:
-        raise ConfigError(f"algo: unknown algorithm {name!r}{_suggest(str(name), algos)}")
+        raise ConfigError(f"algo: unknown algorithm {short(name)}{_suggest(str(name), algos)}")
     return algos[name]
 
 
@@ -294,7 +302,7 @@ def _check_env(env: EnvConfig) -> None:
         raise ConfigError(f"env.id: {exc}") from None
     for name, value in env.params.items():
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(f"env.params.{name}: expected a number, got {value!r}")
+            raise ConfigError(f"env.params.{name}: expected a number, got {short(value)}")
     try:
         registry.make(env.id, **env.params)
     except TypeError as exc:
@@ -348,7 +356,7 @@ def config_from_dict(raw) -> RunConfig:
     known = set(_RUN_KEYS) | {name}
     for key in raw:
         if key not in known:
-            raise ConfigError(f"unknown key {str(key)!r}{_suggest(str(key), known)}")
+            raise ConfigError(f"unknown key {short(str(key))}{_suggest(str(key), known)}")
     hints = typing.get_type_hints(RunConfig)
     if "env" not in raw:
         raise ConfigError("missing key 'env'")
@@ -380,16 +388,12 @@ def config_to_dict(cfg: RunConfig) -> dict:
 
 
 def read_yaml(path) -> dict:
-    """The raw mapping in a YAML file (``safe_load``: plain data only)."""
+    """The raw mapping in a YAML file, read by :mod:`jaxrl.run.yamlio` (plain data only: no
+    aliases, no duplicate keys, bounded size); every refusal is one :class:`ConfigError` line."""
     try:
-        with open(path) as f:
-            raw = yaml.safe_load(f)
-    except FileNotFoundError:
-        raise ConfigError(f"config file {str(path)!r} not found") from None
-    except yaml.YAMLError as exc:
-        where = getattr(exc, "problem_mark", None)
-        line = f" at line {where.line + 1}" if where is not None else ""
-        raise ConfigError(f"config file {str(path)!r} is not valid YAML{line}") from None
+        raw = yamlio.read_file(path)
+    except yamlio.YamlError as exc:
+        raise ConfigError(f"config file {yamlio.display_path(path)} {exc}") from None
     return {} if raw is None else raw
 
 
@@ -397,7 +401,7 @@ def load_config(path, overrides=()) -> RunConfig:
     """Read, override and check a config file; raises :class:`ConfigError`."""
     raw = read_yaml(path)
     if not isinstance(raw, dict):
-        raise ConfigError(f"config file {str(path)!r}: expected a mapping at the top level")
+        raise ConfigError(f"config file {yamlio.display_path(path)}: expected a mapping at the top level")
     return config_from_dict(apply_overrides(raw, overrides))
 
 
