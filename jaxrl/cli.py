@@ -192,6 +192,7 @@ def failure(exc: BaseException) -> tuple[int, str] | None:
     from jaxrl.run.config import ConfigError
     from jaxrl.run.guards import ResourceError
     from jaxrl.run.rundir import RunDirError
+    from jaxrl.run.trainer import NonFiniteError
 
     if isinstance(exc, KeyboardInterrupt):
         text = str(exc) if type(exc) is not KeyboardInterrupt else ""
@@ -204,6 +205,8 @@ def failure(exc: BaseException) -> tuple[int, str] | None:
         return EXIT_BAD_INPUT, f"jaxrl: input is not UTF-8 text: {exc.reason} at byte {exc.start}"
     if isinstance(exc, OverflowError):
         return EXIT_BAD_INPUT, f"jaxrl: a number is too large: {exc}"
+    if isinstance(exc, NonFiniteError):
+        return EXIT_FAILED, f"jaxrl: {exc}"
     if isinstance(exc, CheckpointError):
         return EXIT_FAILED, f"jaxrl: checkpoint error: {exc}"
     if isinstance(exc, OSError):

@@ -159,17 +159,14 @@ def load_run(run_dir: str, episodes: int | None = None):
 
 
 def main_eval(args) -> int:
-    """``jaxrl eval RUN_DIR [--episodes N]``: print and write ``eval.json``."""
+    """``jaxrl eval RUN_DIR [--episodes N]``: print and write ``eval.json``; failures raise
+    and reach the one-line handler of :func:`jaxrl.cli.main`."""
     from jaxrl.run import guards, rundir, trainer
 
     out_path = os.path.join(args.run_dir, trainer.EVAL_FILE)
     rundir.refuse_link(out_path)  # before the work, not after it
-    try:
-        guards.check_seed(args.seed, "--seed", guards.MAX_SEED - EVAL_SEED_OFFSET)
-        cfg, built, states, step = load_run(args.run_dir, args.episodes)
-    except ConfigError as exc:
-        print(f"jaxrl: config error: {exc}", file=sys.stderr)
-        return 2
+    guards.check_seed(args.seed, "--seed", guards.MAX_SEED - EVAL_SEED_OFFSET)
+    cfg, built, states, step = load_run(args.run_dir, args.episodes)
     summary = evaluate_run(built, states, cfg, seed=args.seed)
     summary["checkpoint_update"] = step
     write_summary(summary, out_path)
@@ -246,18 +243,14 @@ def check_render_args(args) -> None:
 
 
 def main_render(args) -> int:
-    """``jaxrl render RUN_DIR --out FILE.gif``."""
+    """``jaxrl render RUN_DIR --out FILE.gif``; failures raise (see :func:`main_eval`)."""
     from jaxrl.core import render
     from jaxrl.run import guards
 
-    try:
-        check_render_args(args)
-        guards.check_seed(args.seed, "--seed")
-        cfg, built, states, _ = load_run(args.run_dir)
-        frames = render_frames(cfg, built, states, args.steps, not args.stochastic, args.seed)
-    except ConfigError as exc:
-        print(f"jaxrl: config error: {exc}", file=sys.stderr)
-        return 2
+    check_render_args(args)
+    guards.check_seed(args.seed, "--seed")
+    cfg, built, states, _ = load_run(args.run_dir)
+    frames = render_frames(cfg, built, states, args.steps, not args.stochastic, args.seed)
     render.save_gif(frames, args.out, fps=args.fps)
     print(f"jaxrl: wrote {len(frames)} frames to {args.out}")
     return 0

@@ -169,16 +169,17 @@ class InterruptFlag:
     set elsewhere, and processes of a multi-process run must stop together).
     """
 
-    def __init__(self, out=sys.stderr):
+    def __init__(self, out=None):
         self.requested = False
-        self._out = out
+        self._out = out  # None: the sys.stderr of the moment
         self._installed, self._previous = False, None
 
     def _handle(self, signum, frame) -> None:
         if self.requested:
             raise KeyboardInterrupt
         self.requested = True
-        print("jaxrl: interrupt: stopping after the current chunk (Ctrl-C again to stop at once)", file=self._out)
+        out = sys.stderr if self._out is None else self._out
+        print("jaxrl: interrupt: stopping after the current chunk (Ctrl-C again to stop at once)", file=out)
 
     def __enter__(self) -> "InterruptFlag":
         try:

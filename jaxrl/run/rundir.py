@@ -22,7 +22,7 @@ import os
 import socket
 import tempfile
 
-from jaxrl.run.yamlio import short
+from jaxrl.run.yamlio import display_path, short
 
 LOCK_FILE = ".lock"
 
@@ -55,7 +55,7 @@ class RunLock:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
         except OSError as exc:
             if exc.errno == errno.ELOOP:
-                raise RunDirError(f"{short(self.path)} is a symbolic link; refusing to lock through it") from None
+                raise RunDirError(f"{display_path(self.path)} is a symbolic link; refusing to lock through it") from None
             raise
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -63,7 +63,7 @@ class RunLock:
             holder = _holder(fd)
             os.close(fd)
             raise RunDirError(
-                f"run directory {short(self.run_dir)} is being written by {holder}; "
+                f"run directory {display_path(self.run_dir)} is being written by {holder}; "
                 "wait for that run to finish or choose another --out"
             ) from None
         os.ftruncate(fd, 0)
@@ -89,7 +89,7 @@ class RunLock:
 def refuse_link(path: str) -> None:
     """Raise :class:`RunDirError` if ``path`` is a symbolic link."""
     if os.path.islink(path):
-        raise RunDirError(f"{short(path)} is a symbolic link; refusing to write through it (remove it first)")
+        raise RunDirError(f"{display_path(path)} is a symbolic link; refusing to write through it (remove it first)")
 
 
 def write_bytes(path: str, data: bytes) -> None:
@@ -147,7 +147,7 @@ def check_fresh(run_dir: str, run_files) -> None:
     """Refuse ``run_dir`` for a new run when it is not a directory or holds one of
     ``run_files`` (a non-empty directory among them counts; an empty one does not)."""
     if os.path.lexists(run_dir) and not os.path.isdir(run_dir):
-        raise RunDirError(f"--out {short(run_dir)} is a file, not a directory")
+        raise RunDirError(f"--out {display_path(run_dir)} is a file, not a directory")
     if not os.path.isdir(run_dir):
         return
     taken = []
@@ -160,7 +160,7 @@ def check_fresh(run_dir: str, run_files) -> None:
             taken.append(name)
     if taken:
         raise RunDirError(
-            f"--out {short(run_dir)} already holds {', '.join(taken)}, which a new run would overwrite; "
+            f"--out {display_path(run_dir)} already holds {', '.join(taken)}, which a new run would overwrite; "
             "choose another --out"
         )
 

@@ -321,7 +321,7 @@ def run(
     run_dir: str | None = None,
     resume: str | None = None,
     evaluate: bool = True,
-    out=sys.stdout,
+    out=None,
     accept_config_change: bool = False,
 ) -> RunResult:
     """Train ``cfg`` with logging and checkpoints in ``run_dir``; see the module docstring.
@@ -333,6 +333,7 @@ def run(
     ``config_changes.jsonl``). The primary process holds the run directory's lock
     (:class:`jaxrl.run.rundir.RunLock`) from before its first write to the end.
     """
+    out = sys.stdout if out is None else out  # looked up per call (redirected streams)
     if resume is not None:
         cfg = _resolve_resume(cfg, resume)
         run_dir = resume
@@ -535,23 +536,15 @@ def join_processes(args) -> bool:
 
 
 def main_train(args) -> int:
-    """``jaxrl train``: returns 0, 2 on a config error, 1 when the run stops non-finite;
-    other failures (Ctrl-C, I/O, memory) reach the one-line handler of :func:`jaxrl.cli.main`."""
-    try:
-        if args.config is None and args.resume is None:
-            raise ConfigError("train needs a CONFIG file or --resume RUN_DIR")
-        join_processes(args)
-        cfg = config_from_args(args)
-        accept = bool(getattr(args, "accept_config_change", False))
-        if accept and args.resume is None:
-            raise ConfigError("--accept-config-change only applies with --resume RUN_DIR")
-        result = run(cfg, run_dir=args.out, resume=args.resume, accept_config_change=accept)
-    except ConfigError as exc:
-        print(f"jaxrl: config error: {exc}", file=sys.stderr)
-        return 2
-    except NonFiniteError as exc:
-        print(f"jaxrl: {exc}", file=sys.stderr)
-        return 1
+    """``jaxrl train``: returns 0; failures (config error 2, non-finite stop 1, Ctrl-C 130,
+    I/O or memory 3) raise and reach the one-line handler of :func:`jaxrl.cli.main`."""
+    if args.config is None and args.resume is None:
+        raise ConfigError("train needs a CONFIG file or --resume RUN_DIR")
+    join_processes(args)
+    cfg = config_from_args(args)
+    accept = bool(getattr(args, "accept_config_change", False))
+    if accept and args.resume is None:
+        raise ConfigError("--accept-config-change only applies with --resume RUN_DIR")
+    result = run(cfg, run_dir=args.out, resume=args.resume, accept_config_change=accept)
     print(f"jaxrl: done: {result.updates} updates; run directory {result.run_dir}")
     return 0
-

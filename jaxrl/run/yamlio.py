@@ -131,5 +131,6 @@ def read_file(path) -> object:
 
 
 def display_path(path) -> str:
-    """``path`` for a message: abbreviated, one line."""
-    return short(os.fspath(path))
+    """``repr`` of ``path`` for a message; abbreviated only when very long."""
+    text = os.fspath(path)
+    return repr(text) if len(text) <= 200 and "\n" not in text else short(text)
