@@ -40,6 +40,28 @@ memory); 130 interrupted (train saves a checkpoint: continue with jaxrl train --
 MAX_LINE = 600  # characters of a failure line
 
 
+class _Parser(argparse.ArgumentParser):
+    """An argument error is one line (what is wrong and where to look), exit 2."""
+
+    def error(self, message: str):
+        self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {_one_line(message)} (see {self.prog} --help)\n")
+
+
+def count(text: str) -> int:
+    """An integer argument; ``1e6``-style spellings are accepted when they are exact."""
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid integer: {text!r}") from None
+    if not value.is_integer() or abs(value) >= 2**53:
+        raise argparse.ArgumentTypeError(f"invalid integer: {text!r}")
+    return int(value)
+
+
 def _lazy(module: str, attr: str) -> Handler:
     """A handler that imports ``module.attr`` only when the command runs."""
     return _LazyHandler(module, attr)
@@ -111,7 +133,7 @@ def _add_train(sub) -> None:
     p = sub.add_parser("train", help="train from a YAML config (or --resume a run)")
     p.add_argument("config", nargs="?", help="a YAML run config, e.g. configs/ppo_cartpole.yaml")
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config key, e.g. ppo.lr=1e-3")
-    p.add_argument("--seeds", type=int, help="train N seeds together in one vmapped program")
+    p.add_argument("--seeds", type=count, help="train N seeds together in one vmapped program")
     p.add_argument("--out", help="run directory (default: <train.out_dir>/<algo>_<env>_<time>)")
     p.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its last checkpoint")
     p.add_argument(
@@ -128,7 +150,7 @@ def _add_train(sub) -> None:
 def _add_eval(sub) -> None:
     p = sub.add_parser("eval", help="evaluate a run's last checkpoint (mean, std, 95%% CI of the return)")
     p.add_argument("run_dir", metavar="RUN_DIR")
-    p.add_argument("--episodes", type=int, help="episodes per policy mode (default: the config's eval_episodes)")
+    p.add_argument("--episodes", type=count, help="episodes per policy mode (default: the config's eval_episodes)")
     p.add_argument("--seed", type=int, default=0, help="PRNG seed of the evaluation episodes")
     p.set_defaults(func=_lazy("jaxrl.run.evaluate", "main_eval"))
 
@@ -137,7 +159,7 @@ def _add_render(sub) -> None:
     p = sub.add_parser("render", help="roll a run's trained policy and write a GIF")
     p.add_argument("run_dir", metavar="RUN_DIR")
     p.add_argument("--out", required=True, metavar="FILE.gif")
-    p.add_argument("--steps", type=int, default=500, help="at most this many env steps, >= 1 (default 500)")
+    p.add_argument("--steps", type=count, default=500, help="at most this many env steps, >= 1 (default 500)")
     p.add_argument("--stochastic", action="store_true", help="sample actions instead of acting greedily")
     p.add_argument("--seed", type=int, default=0, help="PRNG seed of the episode")
     p.add_argument("--fps", type=int, default=30, help="frames per second of the GIF, >= 1 (default 30)")
@@ -157,7 +179,7 @@ COMMANDS: list[Callable] = [
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="jaxrl", description="pure-JAX, on-device reinforcement learning", epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

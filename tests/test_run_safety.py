@@ -515,7 +515,7 @@ def test_the_memory_estimate_refuses_impossible_sizes_before_writing(ppo_run, tm
     big_batch = ["ppo.num_envs=1000000000", "ppo.num_steps=1", "ppo.num_minibatches=1", "ppo.total_env_steps=1000000000"]
     assert cli.main(["train", CARTPOLE, *_sets(big_batch), "--out", str(out)]) == 3
     assert "the train state of 1 seed needs " in _one_line(capsys.readouterr().err)
-    assert cli.main(["eval", str(ppo_run), "--episodes", str(10**11)]) == 3
+    assert cli.main(["eval", str(ppo_run), "--episodes", "1e11"]) == 3
     assert "and evaluation " in _one_line(capsys.readouterr().err)
     assert not out.exists()
 
@@ -525,4 +525,27 @@ def test_exit_codes_are_documented():
     for code in ("1 the run failed", "2 bad input", "3 I/O or resources", "130 interrupted"):
         assert code in " ".join(text.split()), code
         assert code in " ".join(cli.__doc__.split()), code
-    assert cli.failure(MemoryError()) [0] == 3 and cli.failure(ValueError("a bug")) is None
+
+
+class XlaRuntimeError(RuntimeError):
+    """Stands in for jaxlib's error of the same name (matched by name and status)."""
+
+
+def test_failures_map_to_one_line_and_an_exit_code(capsys):
+    assert cli.failure(MemoryError()) == (3, "jaxrl: out of memory: MemoryError; lower train.seeds or the batch sizes")
+    oom = XlaRuntimeError("RESOURCE_EXHAUSTED: Out of memory while trying to allocate 1.00TiB.\nmore detail")
+    assert cli.failure(oom) == (3, "jaxrl: out of memory: RESOURCE_EXHAUSTED: Out of memory while trying to allocate 1.00TiB.; lower train.seeds or the batch sizes")
+    assert cli.failure(XlaRuntimeError("INTERNAL: a compiler bug")) is None  # a bug keeps its traceback
+    assert cli.failure(ValueError("a bug")) is None
+    assert cli.failure(OverflowError("Python int too large to convert to C long"))[0] == 2
+    assert cli.failure(UnicodeDecodeError("utf-8", b"\xff", 0, 1, "invalid start byte")) == (
+        2, "jaxrl: input is not UTF-8 text: invalid start byte at byte 0"
+    )
+    assert cli.failure(PermissionError(13, "Permission denied", "/x")) == (3, "jaxrl: I/O error: Permission denied: /x")
+    assert cli.failure(KeyboardInterrupt()) == (130, "jaxrl: interrupted")
+    # Argument errors are one line too (argparse prints usage and a second line otherwise).
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["eval", "RUN", "--episodes", "many"])
+    assert exc.value.code == 2
+    assert _one_line(capsys.readouterr().err) == "jaxrl eval: error: argument --episodes: invalid integer: 'many' (see jaxrl eval --help)"
+    assert cli.count("1e6") == 1_000_000 and cli.count("12") == 12
