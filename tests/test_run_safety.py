@@ -19,7 +19,6 @@ import sys
 import time
 
 import jax
-import numpy as np
 import pytest
 import yaml
 
@@ -28,7 +27,7 @@ from jaxrl.run import checkpoint as ckpt_lib
 from jaxrl.run import logging as log_lib
 from jaxrl.run import rundir, trainer, yamlio
 from jaxrl.run.checkpoint import Checkpoints
-from test_trainer import FAKE, FakeConfig, leaves_equal, read_jsonl, without_wall_time
+from test_trainer import FAKE, leaves_equal, read_jsonl, without_wall_time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CARTPOLE = os.path.join(REPO, "configs", "ppo_cartpole.yaml")

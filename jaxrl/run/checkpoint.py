@@ -16,16 +16,15 @@ orbax's standard (array) handler, so restoring it continues a run bit for bit.
   restored arrays; a damaged newest checkpoint (flipped bytes, truncated or missing
   files, garbled metadata) falls back to the newest one that verifies, with a one-line
   warning.
-* **Read-only readers**: ``Checkpoints(..., read_only=True)`` (``jaxrl eval``/``render``)
-  reads step directories with a plain orbax checkpointer and creates, cleans up or deletes
-  nothing, so it is safe next to a training run that is writing.
+* **Read-only readers** (``read_only=True``: eval, render) read step directories with a
+  plain orbax checkpointer and create, clean up or delete nothing.
 * **No pickle, structure-checked**: :meth:`Checkpoints.restore` restores *against* a
   template built by ``init`` (via ``jax.eval_shape``): a missing/extra leaf, a different
   shape or dtype raises :class:`CheckpointError` instead of loading something else.
 * **PRNG keys**: typed key arrays (``jax.random.key``) are stored as their raw ``uint32``
   key data and re-wrapped with the template's key implementation on restore.
 
-Steps are numbered by *updates done*, so ``latest_step()`` is where a resumed run starts.
+Steps are numbered by *updates done*, so the step restored is where a resumed run starts.
 """
 
 from __future__ import annotations

@@ -23,7 +23,6 @@ import dataclasses
 import json
 import math
 import os
-import sys
 from typing import Any
 
 import jax

@@ -18,15 +18,9 @@ times (``lax.cond`` skips the rest), so any ``K`` and any resume point give the 
 states bit for bit. ``n_active`` is an argument, so the chunk compiles once per run.
 
 Run directory layout: ``config.yaml`` (the resolved config), ``metrics.jsonl``,
-``learning_curve.png``, ``checkpoints/<updates done>/``, ``eval.json``, ``.lock`` (held by
-the one process writing the run, :mod:`jaxrl.run.rundir`) and, after an accepted config
-change on resume, ``config_changes.jsonl``.
-
-Safety (docs in :mod:`jaxrl.run.rundir`, :mod:`jaxrl.run.checkpoint`, :mod:`jaxrl.run.guards`):
-seeds and an estimate of the memory are checked before anything is written; each
-checkpoint records the config it was trained with, and a resume whose ``config.yaml``
-differs is refused with the difference (or recorded, with ``accept_config_change``);
-Ctrl-C stops after the current chunk with a checkpoint.
+``learning_curve.png``, ``checkpoints/<updates done>/``, ``eval.json``, ``.lock`` (the
+writer's, :mod:`jaxrl.run.rundir`), ``config_changes.jsonl`` (accepted config changes).
+Seeds and memory are checked before anything is written (:mod:`jaxrl.run.guards`).
 """
 
 from __future__ import annotations
