@@ -92,9 +92,16 @@ def config_dirs() -> list[Path]:
 
 
 def list_main(args: argparse.Namespace) -> int:
-    """Print the registered env ids with their descriptions, then the recipe configs."""
+    """Print the registered algorithms and env ids with their descriptions, then the recipe
+    configs."""
+    from jaxrl.algos import registry as algo_registry
     from jaxrl.core import registry
 
+    algos = algo_registry.algorithms()
+    width = max((len(n) for n in algos), default=0)
+    print(f"algorithms ({len(algos)}):")
+    for name in sorted(algos):
+        print(f"  {name:<{width}}  {algos[name].description}".rstrip())
     ids = registry.registered_ids()
     width = max((len(i) for i in ids), default=0)
     print(f"environments ({len(ids)}):")
@@ -109,7 +116,7 @@ def list_main(args: argparse.Namespace) -> int:
 
 
 def _add_list(sub) -> None:
-    p = sub.add_parser("list", help="list registered environments and recipe configs")
+    p = sub.add_parser("list", help="list registered algorithms, environments and recipe configs")
     p.set_defaults(func=list_main)
 
 

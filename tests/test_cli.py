@@ -71,6 +71,18 @@ def test_list_shows_envs_with_descriptions(capsys):
     assert f"environments ({len(jaxrl.registered_ids())}):" in out
 
 
+def test_list_shows_algorithms_with_descriptions(capsys):
+    from jaxrl.algos import registry as algo_registry
+
+    assert cli.main(["list"]) == 0
+    out = capsys.readouterr().out
+    algos = algo_registry.algorithms()
+    assert f"algorithms ({len(algos)}):" in out
+    for name in ("ppo", "grpo"):
+        line = next(l for l in out.splitlines() if l.strip().startswith(name + " "))
+        assert algos[name].description in line
+
+
 def test_list_shows_configs(tmp_path, monkeypatch, capsys):
     (tmp_path / "configs").mkdir()
     (tmp_path / "configs" / "zz_my_recipe.yaml").write_text("algo: ppo\n")
