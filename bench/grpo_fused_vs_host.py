@@ -28,6 +28,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxrl.algos import grpo
+from jaxrl.algos.contract import EnvSetup
+from jaxrl.algos.grpo import losses
+from jaxrl.algos.grpo import rollout as rollout_lib
+from jaxrl.algos.grpo import update as update_lib
 from jaxrl_envs.text import Reverse
 from jaxrl_envs.text.vocab import token_str
 
@@ -59,15 +63,18 @@ def generate(setup, state, key):
     cfg = setup.cfg
     k_reset, k_roll = jax.random.split(key)
     reset_keys = jnp.repeat(jax.random.split(k_reset, cfg.num_prompts), cfg.group_size, axis=0)
-    return grpo.group_rollout(setup.policy, setup.env, setup.env_params, state.params, reset_keys, k_roll, setup.num_steps, state.hyper.temperature)
+    return rollout_lib.group_rollout(
+        setup.policy, setup.env, setup.env_params, state.params, reset_keys, k_roll, setup.num_steps, state.hyper.temperature
+    )
 
 
 def learn(setup, state, ro, rewards, key):
     cfg = setup.cfg
     grouped = rewards.reshape(cfg.num_prompts, cfg.group_size)
-    adv = grpo.group_advantages(grouped, jnp.ones_like(grouped, bool), grpo.advantage_kind(cfg.loss_type)).reshape(-1)
-    batch = grpo.Batch(ro.obs, ro.actions, ro.logp, jnp.zeros_like(ro.logp), ro.mask, adv)
-    epoch = functools.partial(grpo._epoch, setup, state.hyper, state.hyper.lr, batch)
+    kind = losses.advantage_kind(cfg.loss.type, cfg.loss.scale_rewards)
+    adv = losses.group_advantages(grouped, jnp.ones_like(grouped, bool), kind).reshape(-1)
+    batch = update_lib.Batch(ro.obs, ro.actions, ro.logp, jnp.zeros_like(ro.logp), ro.mask, adv)
+    epoch = functools.partial(update_lib._epoch, setup, state.hyper, batch)
     (params, opt_state), _ = jax.lax.scan(epoch, (state.params, state.opt_state), jax.random.split(key, cfg.num_epochs))
     return state.replace(params=params, opt_state=opt_state, update_step=state.update_step + 1)
 
@@ -97,11 +104,13 @@ def main(argv=None) -> int:
     p.add_argument("--reps", type=int, default=10)
     args = p.parse_args(argv)
     env = Reverse(max_digits=args.digits)
-    cfg = grpo.GRPOConfig(num_prompts=args.prompts, group_size=args.group, num_minibatches=4, lr=5e-4)
-    setup = grpo.make_setup(env, env.default_params, cfg)
-    state = jax.jit(functools.partial(grpo.init, setup))(jax.random.PRNGKey(0))
+    cfg = grpo.GRPOConfig(
+        num_prompts=args.prompts, group_size=args.group, num_minibatches=4, optim=grpo.config.OptimConfig(lr=5e-4)
+    )
+    setup = grpo.make_setup(EnvSetup(env, env.default_params, env.default_params), cfg)
+    state = jax.jit(functools.partial(update_lib.init, setup))(jax.random.PRNGKey(0))
 
-    fused = jax.jit(functools.partial(grpo.update, setup))
+    fused = jax.jit(functools.partial(update_lib.update, setup))
     t = time.perf_counter()
     s, m = fused(state)
     jax.block_until_ready(s)

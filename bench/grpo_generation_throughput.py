@@ -23,6 +23,9 @@ import jax
 import jax.numpy as jnp
 
 from jaxrl.algos import grpo
+from jaxrl.algos.contract import EnvSetup
+from jaxrl.algos.grpo import rollout as rollout_lib
+from jaxrl.algos.grpo import update as update_lib
 from jaxrl_envs.text import Reverse
 
 RESULTS = os.path.join(os.path.dirname(__file__), "results")
@@ -30,7 +33,7 @@ RESULTS = os.path.join(os.path.dirname(__file__), "results")
 
 def generate(setup, params, key, size):
     keys = jax.random.split(key, size)
-    ro = grpo.group_rollout(setup.policy, setup.env, setup.env_params, params, keys, key, setup.num_steps, jnp.float32(1.0))
+    ro = rollout_lib.group_rollout(setup.policy, setup.env, setup.env_params, params, keys, key, setup.num_steps, jnp.float32(1.0))
     return jnp.sum(ro.returns) + jnp.sum(ro.logp) + jnp.sum(ro.actions)
 
 
@@ -41,8 +44,8 @@ def main(argv=None) -> int:
     p.add_argument("--reps", type=int, default=5)
     args = p.parse_args(argv)
     env = Reverse(max_digits=args.digits)
-    setup = grpo.make_setup(env, env.default_params, grpo.GRPOConfig())
-    params = grpo.init(setup, jax.random.PRNGKey(0)).params
+    setup = grpo.make_setup(EnvSetup(env, env.default_params, env.default_params), grpo.GRPOConfig())
+    params = update_lib.init(setup, jax.random.PRNGKey(0)).params
     rows = []
     for size in args.sizes:
         fn = jax.jit(functools.partial(generate, setup), static_argnums=2)

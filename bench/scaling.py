@@ -119,7 +119,7 @@ def _grpo_program(num_prompts: int):
 
     env, params = registry.make("text/Reverse-v0")
     cfg = grpo.GRPOConfig(num_prompts=num_prompts, group_size=GRPO_GROUP, num_updates=100, num_minibatches=2,
-                          loss_type="dapo", beta=0.04, eps_high=0.28)
+                          loss=grpo.config.LossConfig(type="dapo", beta=0.04, eps_high=0.28))
     algo = program(grpo, env, params, cfg)
 
     def run(state):
