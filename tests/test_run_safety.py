@@ -230,6 +230,19 @@ def test_torn_or_missing_metrics_are_repaired_on_resume(straight, tmp_path, caps
     assert [r["update"] for r in read_jsonl(os.path.join(run_dir, "metrics.jsonl"))] == [4, 5, 6, 7]
 
 
+def test_resume_without_a_checkpoint_warns_and_keeps_the_old_metrics(straight, tmp_path, capsys):
+    straight_dir, straight_result = straight
+    run_dir = copy_run(straight_dir, tmp_path)
+    shutil.rmtree(os.path.join(run_dir, "checkpoints"))
+    old = read_jsonl(os.path.join(run_dir, "metrics.jsonl"))
+    resumed = trainer.run(None, resume=run_dir, evaluate=False)
+    line = _one_line(capsys.readouterr().err)
+    assert "has no checkpoint to resume from: starting at update 0" in line
+    assert "kept as metrics.set-aside-1.jsonl" in line
+    assert read_jsonl(os.path.join(run_dir, "metrics.set-aside-1.jsonl")) == old  # nothing lost
+    assert leaves_equal(resumed.state, straight_result.state)  # the same seed from scratch
+
+
 def test_config_drift_is_refused_with_a_diff_then_accepted_and_recorded(fake_table, tmp_path, capsys):
     run_dir = killed_run(tmp_path)
     path = os.path.join(run_dir, "config.yaml")
@@ -496,6 +509,8 @@ def test_bad_paths_and_arguments_are_one_line(ppo_run, tmp_path, capsys):
         (["render", str(ppo_run), "--out", str(tmp_path / "x.gif"), "--steps", "-3"], 2, "--steps: must be >= 1, got -3"),
         (["render", str(ppo_run), "--out", str(tmp_path / "missing" / "x.gif")], 2, "does not exist"),
         (["eval", str(ppo_run), "--seed", str(2**63)], 2, "--seed: must be an integer in [0, "),
+        (["train", CARTPOLE, "--set", "ppo.num_envs=99999999999999999999999"], 2,
+         "ppo.num_envs: 99999999999999999999999 is out of range (larger than 2**64)"),
     ]
     for argv, code, expected in cases:
         assert cli.main(argv) == code, argv

@@ -131,12 +131,17 @@ def _wrong(key: str, tp, value) -> ConfigError:
     return ConfigError(f"{key}: expected {_type_name(tp)}, got {short(value)}")
 
 
+_INT_LIMIT = 2**64  # no count, size or seed is larger; the seed's own range check is finer
+
+
 def _convert_scalar(value, tp, key: str):
     if tp is bool:
         if isinstance(value, bool):
             return value
     elif tp is int:
         if isinstance(value, int) and not isinstance(value, bool):
+            if abs(value) > _INT_LIMIT:
+                raise ConfigError(f"{key}: {short(value)} is out of range (larger than 2**64)")
             return value
         if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
             return int(value)  # 1e6 written as 1.0e6

@@ -112,6 +112,16 @@ def write_bytes(path: str, data: bytes) -> None:
         raise
 
 
+def set_aside(path: str) -> str:
+    """Rename ``path`` to the first free ``<stem>.set-aside-<n><ext>`` beside it; that name."""
+    stem, ext = os.path.splitext(path)
+    n = 1
+    while os.path.lexists(f"{stem}.set-aside-{n}{ext}"):
+        n += 1
+    os.rename(path, f"{stem}.set-aside-{n}{ext}")
+    return f"{stem}.set-aside-{n}{ext}"
+
+
 def write_text(path: str, text: str) -> None:
     """:func:`write_bytes` of UTF-8 ``text``."""
     write_bytes(path, text.encode("utf-8"))

@@ -347,8 +347,8 @@ def _run_locked(cfg, built, keys, layout, run_dir, resume, evaluate, out, accept
         print(f"jaxrl: resuming at update {done}", file=out)
     else:
         state = init(keys)
-        if primary and os.path.lexists(metrics_path):
-            os.remove(metrics_path)
+        if primary and resume is not None:
+            _restart_without_checkpoint(run_dir, metrics_path)
     if primary:
         rundir.write_text(os.path.join(run_dir, CONFIG_FILE), config_lib.dump_config(cfg))
     distributed.barrier("run-dir")
@@ -372,6 +372,15 @@ def _run_locked(cfg, built, keys, layout, run_dir, resume, evaluate, out, accept
             eval_lib.write_summary(summary, os.path.join(run_dir, EVAL_FILE))
             print(eval_lib.format_summary(summary), file=out)
     return RunResult(run_dir, state, done, summary)
+
+
+def _restart_without_checkpoint(run_dir: str, metrics_path: str) -> None:
+    """``--resume`` found no checkpoint: say so, and set aside the metrics of the lost updates."""
+    note = ""
+    if os.path.lexists(metrics_path) and os.path.getsize(metrics_path) > 0:
+        kept = rundir.set_aside(metrics_path)
+        note = f"; its earlier metrics were kept as {os.path.basename(kept)}"
+    print(f"jaxrl: warning: {run_dir} has no checkpoint to resume from: starting at update 0{note}", file=sys.stderr)
 
 
 def _check_config_drift(cfg: RunConfig, record: dict, run_dir: str, step: int, accept: bool, primary: bool, out) -> None:
