@@ -94,7 +94,7 @@ def test_sequence_forward_equals_the_rollout(torso):
 def _memory_run(torso: str):
     env, params = jaxrl.make("MemoryCue-v0")
     cfg = PPOConfig(
-        num_envs=32, num_steps=16, total_env_steps=32 * 16 * 30, update_epochs=4, num_minibatches=4, lr=3e-3,
+        num_envs=32, num_steps=16, total_env_steps=32 * 16 * 24, update_epochs=4, num_minibatches=4, lr=3e-3,
         anneal_lr=False, hidden=(32,), network=NetworkConfig(torso=torso, cell_size=32), eval_episodes=64,
         eval_max_steps=8,
     )
