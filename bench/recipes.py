@@ -45,6 +45,7 @@ TARGETS = {
     "ppo_mountaincar_continuous": (90.0, 300.0),
     "ppo_pendulum": (-250.0, 300.0),
     "ppo_brax_inverted_pendulum": (950.0, 120.0),  # issue 5
+    "ppo_rnn_cartpole_pomdp": (475.0, 120.0),  # issue 15: >= 15/16 seeds in <= 2 minutes
 }
 
 _CHILD = """

@@ -12,6 +12,7 @@ _BUILTIN = [
     # (id, entry point, description)
     ("CartPole-v1", "jaxrl_envs.cartpole:CartPole", "Gymnasium cart-pole, discrete push left/right, 500-step limit"),
     ("Acrobot-v1", "jaxrl_envs.acrobot:Acrobot", "Gymnasium acrobot swing-up, RK4 book dynamics, discrete torque, 500-step limit"),
+    ("CartPole-POMDP-v1", "jaxrl_envs.cartpole_pomdp:CartPolePOMDP", "CartPole-v1 observing (x, theta) only: velocities hidden, needs memory"),
     ("MountainCar-v0", "jaxrl_envs.mountain_car:MountainCar", "Gymnasium mountain car, discrete push, 200-step limit"),
     ("MountainCarContinuous-v0", "jaxrl_envs.mountain_car_continuous:MountainCarContinuous", "Gymnasium mountain car, continuous force in [-1, 1], 999-step limit"),
     ("Pendulum-v1", "jaxrl_envs.pendulum:Pendulum", "Gymnasium pendulum swing-up, continuous torque in [-2, 2], 200-step limit"),
@@ -21,6 +22,7 @@ _BUILTIN = [
     ("ProbeActionMatch-v0", "jaxrl_envs.probes:ProbeActionMatch", "probe: random obs +-1, reward +1 iff action == (obs > 0) else -1, one step"),
     ("ProbeTimeLimit-v0", "jaxrl_envs.probes:ProbeTimeLimit", "probe: reward +1 forever, truncated at 10 steps; V = 1/(1-gamma) with bootstrapping"),
     ("ProbeContinuous-v0", "jaxrl_envs.probes:ProbeContinuous", "probe: continuous action, reward -(a - target)^2, one step; best a = target"),
+    ("MemoryCue-v0", "jaxrl_envs.memory_cue:MemoryCue", "memory probe: cue +-1 shown at t=0 only, asked for at t=delay (4); +1 if named, else -1"),
     ("text/Reverse-v0", "jaxrl_envs.text.reverse:Reverse", "token task: reverse 8 digits; dense verifier reward"),
     ("text/Sort-v0", "jaxrl_envs.text.sort:Sort", "token task: sort 6 digits ascending; dense verifier reward"),
     ("text/AlphabetSort-v0", "jaxrl_envs.text.alphabet_sort:AlphabetSort", "token task: sort 3 two-letter names; similarity**4 reward"),

@@ -4,7 +4,8 @@ The env is a *batched* environment (e.g. ``VmapEnv(EpisodeStatistics(AutoReset(e
 or :class:`jaxrl.core.vector.VectorEnv`): ``reset(key, params)`` and ``step(key, state,
 action, params)`` take one key and act on ``B`` envs at once. A policy is any pure
 function ``policy(obs [B, ...], key) -> PolicyOutput`` (bind its params with
-``functools.partial``). Used by PPO and by GRPO on control envs.
+``functools.partial``). Used by PPO and by GRPO on control envs. A recurrent policy also
+carries a :class:`PolicyMemory` (:func:`collect_recurrent`), reset at each episode start.
 
 Truncation is kept apart from termination, and the observation that a truncated episode
 ended in survives auto-reset as :attr:`Trajectory.next_obs` (``info["final_obs"]``), so
@@ -106,7 +107,13 @@ def _step(
 ) -> tuple[EnvCarry, Trajectory]:
     """One policy step and one env step for all ``B`` envs."""
     act_key, env_key = jax.random.split(key)
-    out = policy(carry.obs, act_key)
+    return _env_step(env, env_params, carry, policy(carry.obs, act_key), env_key)
+
+
+def _env_step(
+    env: Environment, env_params: Any, carry: EnvCarry, out: PolicyOutput, env_key: jax.Array
+) -> tuple[EnvCarry, Trajectory]:
+    """Step the ``B`` envs with the policy's ``out``; the transition it makes."""
     env_state, ts = env.step(env_key, carry.env_state, out.action, env_params)
     ep_return, ep_length, ep_done = _episode_fields(ts)
     transition = Trajectory(
@@ -140,3 +147,65 @@ def collect(
     keys = jax.random.split(key, num_steps)
     body = functools.partial(_step, policy, env, env_params)
     return jax.lax.scan(body, carry, keys)
+
+
+@struct.dataclass
+class PolicyMemory:
+    """A recurrent policy's side of a rollout, carried from one rollout to the next.
+
+    Attributes:
+      carry: the policy's recurrent state, leaves ``[B, ...]``.
+      start: bool ``[B]``, the current observation is the first of an episode (set at
+        reset and wherever the auto-reset began a new one): the policy resets ``carry``
+        before reading it.
+    """
+
+    carry: Any
+    start: jax.Array
+
+
+def _recurrent_step(
+    policy: Callable[[Any, jax.Array, jax.Array, jax.Array], tuple[Any, PolicyOutput]],
+    env: Environment,
+    env_params: Any,
+    carry: tuple[EnvCarry, PolicyMemory],
+    key: jax.Array,
+) -> tuple[tuple[EnvCarry, PolicyMemory], tuple[Trajectory, Any]]:
+    """:func:`_step` for a policy with memory; also emits the policy's carry after the step."""
+    env_carry, memory = carry
+    act_key, env_key = jax.random.split(key)
+    policy_carry, out = policy(memory.carry, env_carry.obs, memory.start, act_key)
+    env_carry, transition = _env_step(env, env_params, env_carry, out, env_key)
+    done = jnp.logical_or(transition.terminated, transition.truncated)  # auto-reset began anew
+    return (env_carry, PolicyMemory(policy_carry, done)), (transition, policy_carry)
+
+
+def collect_recurrent(
+    policy: Callable[[Any, jax.Array, jax.Array, jax.Array], tuple[Any, PolicyOutput]],
+    env: Environment,
+    env_params: Any,
+    carry: EnvCarry,
+    memory: PolicyMemory,
+    key: jax.Array,
+    num_steps: int,
+) -> tuple[EnvCarry, PolicyMemory, Trajectory, Any]:
+    """:func:`collect` for a recurrent ``policy(carry, obs [B, ...], start bool[B], key) ->
+    (carry, PolicyOutput)``, which must reset its carry where ``start`` is set.
+
+    ``start`` is the auto-reset's done flag of the previous step (``memory.start`` at the
+    first). Returns the env carry and memory to continue from, the ``[num_steps, B]``
+    :class:`Trajectory`, and the policy's carry after each step (leaves ``[num_steps, B,
+    ...]``), from which ``V(next_obs)`` of a truncated episode can be computed. The start
+    flags of the steps are ``memory.start`` then the trajectory's ``terminated | truncated``.
+    """
+    keys = jax.random.split(key, num_steps)
+    body = functools.partial(_recurrent_step, policy, env, env_params)
+    (carry, memory), (traj, carries) = jax.lax.scan(body, (carry, memory), keys)
+    return carry, memory, traj, carries
+
+
+def start_flags(memory: PolicyMemory, traj: Trajectory) -> jax.Array:
+    """bool ``[T, B]``: step ``t``'s observation starts an episode (``memory`` is the one
+    the rollout began with)."""
+    done = jnp.logical_or(traj.terminated, traj.truncated)
+    return jnp.concatenate([memory.start[None], done[:-1]], axis=0)

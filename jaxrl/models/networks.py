@@ -38,6 +38,8 @@ LOG_STD_MODES = ("state_independent", "learned")
 #: Orthogonal-init gains by layer name; hidden layers (``dense_i``) get :data:`HIDDEN_GAIN`.
 HEAD_GAINS = {"policy_head": 0.01, "log_std_head": 0.01, "value_head": 1.0}
 HIDDEN_GAIN = math.sqrt(2.0)
+#: Name of the recurrent cell's scope (:mod:`jaxrl.models.recurrent`); its kernels get gain 1.
+RECURRENT_SCOPE = "memory"
 
 
 def kernel_gain(layer_name: str) -> float:
@@ -117,25 +119,27 @@ def _dense(features: int, name: str, deferred: bool) -> nn.Dense:
     )
 
 
-def init_params(network: nn.Module, key: jax.Array, x: jax.Array) -> dict:
-    """``network.init(key, x)`` with every ``Dense`` kernel drawn in one batch.
+def init_params(network: nn.Module, key: jax.Array, *inputs: jax.Array) -> dict:
+    """``network.init(key, *inputs)`` with every ``Dense`` kernel drawn in one batch.
 
     For modules with a ``deferred_kernels`` field (:class:`MLP`, :class:`ActorCritic`):
     the module is initialised with zero kernels, then each kernel is replaced by
-    ``kernel_gain(layer) * Q`` with the ``Q`` s from :func:`orthogonal_matrices` (same
-    distribution as per-layer :func:`orthogonal`, different draws). Inside a vmapped
+    ``kernel_gain(layer) * Q`` (gain 1 inside a :data:`RECURRENT_SCOPE`) with the ``Q`` s
+    from :func:`orthogonal_matrices` (same distribution as per-layer :func:`orthogonal`,
+    different draws). Inside a vmapped
     training program this compiles to a few kernels instead of a random draw and a
     Gram-Schmidt loop per layer (about a fifth of PPO's compile time).
     """
     from flax import traverse_util
 
     init_key, kernel_key = jax.random.split(key)
-    params = network.clone(deferred_kernels=True).init(init_key, x)
+    params = network.clone(deferred_kernels=True).init(init_key, *inputs)
     flat = traverse_util.flatten_dict(params)
     paths = [path for path, leaf in flat.items() if path[-1] == "kernel" and leaf.ndim == 2]
     mats = orthogonal_matrices(kernel_key, [tuple(flat[path].shape) for path in paths])
     for path, q in zip(paths, mats):
-        flat[path] = (kernel_gain(path[-2]) * q).astype(flat[path].dtype)
+        gain = 1.0 if RECURRENT_SCOPE in path else kernel_gain(path[-2])
+        flat[path] = (gain * q).astype(flat[path].dtype)
     return traverse_util.unflatten_dict(flat)
 
 

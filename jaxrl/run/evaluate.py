@@ -183,9 +183,22 @@ def sample_lines(built: Built, states: Any, seed: int = 0, num: int = 5) -> list
 # ------------------------------------------------------------------------------------------
 
 
-def _act(policy, agent, deterministic: bool, key, obs):
-    _, action = policy.act(agent, policy.init_carry(agent), obs, key, deterministic)
-    return action
+def _act(policy, agent, deterministic: bool, carry, key, obs):
+    return policy.act(agent, carry, obs, key, deterministic)
+
+
+def episode_actor(policy, agent, deterministic: bool = True):
+    """``act(key, obs) -> action`` for one episode of ``policy`` (host loop, e.g.
+    :func:`jaxrl.core.render.rollout`): the carry starts from ``policy.init_carry`` and is
+    threaded from each step to the next (a recurrent policy keeps its memory)."""
+    step = jax.jit(functools.partial(_act, policy, agent, deterministic))
+    carry = [policy.init_carry(agent)]
+
+    def act(key, obs):
+        carry[0], action = step(carry[0], key, obs)
+        return action
+
+    return act
 
 
 def render_frames(built: Built, states: Any, steps: int, deterministic: bool = True, seed: int = 0):
@@ -197,7 +210,7 @@ def render_frames(built: Built, states: Any, steps: int, deterministic: bool = T
         raise ConfigError("this algorithm has no acting policy to render; `jaxrl eval RUN` prints its episodes")
     first = jax.tree_util.tree_map(lambda x: x[0], states)
     agent = policy.params(first)
-    act = jax.jit(functools.partial(_act, policy, agent, deterministic))
+    act = episode_actor(policy, agent, deterministic)
     rollout_states = render.rollout(policy.env, built.envs.eval_params, act, jax.random.PRNGKey(seed), steps)
     return render.rollout_frames(policy.env, built.envs.eval_params, rollout_states)
 

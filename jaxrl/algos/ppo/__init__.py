@@ -25,6 +25,7 @@ from jaxrl.core import spaces
 from jaxrl.core.env import Environment
 from jaxrl.core.wrappers import AutoReset, EpisodeStatistics, RescaleAction, VmapEnv
 from jaxrl.models.networks import ActorCritic
+from jaxrl.models.recurrent import RecurrentActorCritic
 
 __all__ = [
     "ENTRY", "PPOConfig", "PPOHyperparams", "PPOTrainState", "AgentState", "Batch", "LearnerState", "Setup",
@@ -56,11 +57,18 @@ def agent_env(env: Environment, env_params: Any, cfg: PPOConfig) -> Environment:
 
 
 def build_network(env: Environment, env_params: Any, cfg: PPOConfig) -> ActorCritic:
-    """The :class:`ActorCritic` for ``env`` and ``cfg``."""
+    """The :class:`ActorCritic` for ``env`` and ``cfg`` (a :class:`RecurrentActorCritic`
+    for ``network.torso: gru | lstm``)."""
     dist = resolve_dist(env, env_params, cfg)
     space = env.action_space(env_params)
     action_dim = space.n if dist == "categorical" else int(math.prod(space.shape))
     obs_ndim = max(len(env.observation_space(env_params).shape), 1)
+    if cfg.network.recurrent:
+        return RecurrentActorCritic(
+            action_dim=action_dim, dist=dist, hidden=tuple(cfg.hidden), activation=cfg.activation,
+            log_std=cfg.log_std, init_log_std=cfg.init_log_std, obs_ndim=obs_ndim,
+            cell=cfg.network.torso, cell_size=cfg.network.cell_size,
+        )
     return ActorCritic(
         action_dim=action_dim,
         dist=dist,
@@ -92,24 +100,44 @@ def _eval_max_steps(env_params: Any, cfg: PPOConfig) -> int:
 
 
 def batch_axes(state: PPOTrainState) -> PPOTrainState:
-    """The env batch is axis 0 of the env states, observations and return accumulators."""
+    """The env batch is axis 0 of the env states, observations, return accumulators and
+    a recurrent torso's memory."""
     axes = replicated_axes(state)
     env = jax.tree_util.tree_map(lambda _: 0, state.env)
-    return axes.replace(env=env, return_acc=0)
+    memory = jax.tree_util.tree_map(lambda _: 0, state.memory)
+    return axes.replace(env=env, return_acc=0, memory=memory)
+
+
+def _feed_forward(cfg: PPOConfig, what: str) -> None:
+    if cfg.network.recurrent:
+        raise ValueError(f"{what}: a {cfg.network.torso} policy needs its carry; use the program's policy (Program.policy)")
 
 
 def make_value(env: Environment, env_params: Any, cfg: PPOConfig):
-    """``value(agent, obs) -> V(obs)``, the critic of a trained agent (probes, diagnostics)."""
+    """``value(agent, obs) -> V(obs)``, the critic of a trained agent (probes, diagnostics);
+    MLP torsos only."""
+    _feed_forward(cfg, "make_value")
     return functools.partial(acting.value, build_network(env, env_params, cfg), cfg)
 
 
 def make_act(env: Environment, env_params: Any, cfg: PPOConfig):
-    """``act(agent, obs, key, deterministic=False) -> action`` for :func:`agent_env`'s env."""
+    """``act(agent, obs, key, deterministic=False) -> action`` for :func:`agent_env`'s env;
+    MLP torsos only (a recurrent one acts through the program's :class:`Policy`)."""
+    _feed_forward(cfg, "make_act")
     return functools.partial(acting.act, build_network(env, env_params, cfg), cfg)
 
 
 def _agent(state: PPOTrainState) -> AgentState:
     return state.agent
+
+
+def _policy(envs: EnvSetup, cfg: PPOConfig, network: ActorCritic) -> Policy:
+    if cfg.network.recurrent:
+        init_carry = functools.partial(acting.recurrent_init_carry, network)
+        act = functools.partial(acting.recurrent_act, network, cfg)
+    else:
+        init_carry, act = no_carry, functools.partial(acting.policy_act, network, cfg)
+    return Policy(env=agent_env(envs.env, envs.params, cfg), params=_agent, init_carry=init_carry, act=act)
 
 
 def build(envs: EnvSetup, cfg: PPOConfig) -> Program:
@@ -128,12 +156,7 @@ def build(envs: EnvSetup, cfg: PPOConfig) -> Program:
         plan=setup.plan,
         batch_axes=batch_axes,
         batch=BatchSize("num_envs", cfg.num_envs, "envs"),
-        policy=Policy(
-            env=agent_env(envs.env, envs.params, cfg),
-            params=_agent,
-            init_carry=no_carry,
-            act=functools.partial(acting.policy_act, network, cfg),
-        ),
+        policy=_policy(envs, cfg, network),
         report=EvalReport({"episode_returns": "deterministic", "episode_returns_stochastic": "stochastic"}),
         hyperparams=functools.partial(hyperparams, cfg),
         init_with=functools.partial(update.init, setup),

@@ -53,3 +53,48 @@ def policy_act(
 ) -> tuple[tuple, jax.Array]:
     """:attr:`jaxrl.algos.contract.Policy.act` of the (stateless) PPO policy."""
     return carry, act(network, cfg, agent, obs, key, deterministic)
+
+
+# ------------------------------------------------------------------------------------------
+# Recurrent torso (jaxrl.models.recurrent.RecurrentActorCritic): the carry is threaded
+# through every call; a call on one step adds a time axis of length 1.
+# ------------------------------------------------------------------------------------------
+
+
+def recurrent_policy_step(
+    network, cfg: PPOConfig, agent: AgentState, carry, obs: jax.Array, start: jax.Array, key: jax.Array
+) -> tuple[object, rollout.PolicyOutput]:
+    """Sample actions for ``obs [B, ...]`` (training rollouts); the carry is reset where
+    ``start [B]`` is set, then advanced by one step."""
+    x = prepare_obs(cfg, agent.obs_stats, obs)[None]
+    carry, dist, value = network.apply(agent.params, carry, x, start[None])
+    action = dist.sample(key)
+    return carry, rollout.PolicyOutput(action=action[0], log_prob=dist.log_prob(action)[0], value=value[0])
+
+
+def recurrent_values(network, cfg: PPOConfig, agent: AgentState, carries, next_obs: jax.Array) -> jax.Array:
+    """float32 ``[T, B]``: ``V(next_obs[t])`` with the carry the policy had after step ``t``
+    (``carries`` leaves ``[T, B, ...]``), i.e. as if the episode went on: the bootstrap of
+    a truncated step, and ``value[t + 1]`` (to rounding) inside an episode. One batched
+    call, not a scan."""
+    x = prepare_obs(cfg, agent.obs_stats, next_obs)[None]
+    start = jnp.zeros(x.shape[: x.ndim - network.obs_ndim], bool)
+    return network.apply(agent.params, carries, x, start)[2][0]
+
+
+def recurrent_act(
+    network, cfg: PPOConfig, agent: AgentState, carry, obs: jax.Array, key: jax.Array, deterministic: bool = False
+) -> tuple[object, jax.Array]:
+    """:attr:`jaxrl.algos.contract.Policy.act` of a recurrent PPO policy: ``obs`` is
+    ``[*obs_shape]`` (or batched, with a carry batched alike); the carry comes from
+    :func:`recurrent_init_carry` at an episode start."""
+    x = prepare_obs(cfg, agent.obs_stats, obs)[None]
+    start = jnp.zeros(x.shape[: x.ndim - network.obs_ndim], bool)
+    carry, dist, _ = network.apply(agent.params, carry, x, start)
+    action = dist.mode() if deterministic else dist.sample(key)
+    return carry, action[0]
+
+
+def recurrent_init_carry(network, agent: AgentState):
+    """:attr:`jaxrl.algos.contract.Policy.init_carry`: the zero carry of one env."""
+    return network.initial_carry()

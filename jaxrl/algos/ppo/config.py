@@ -13,6 +13,28 @@ from jaxrl.algos.contract import AlgoConfig, Plan, check
 from jaxrl.models.networks import ACTIVATIONS, DISTRIBUTIONS, LOG_STD_MODES
 
 
+#: Torsos of ``ppo.network.torso``: a feed-forward MLP or a recurrent cell.
+TORSOS = ("mlp", "gru", "lstm")
+
+
+@dataclasses.dataclass(frozen=True)
+class NetworkConfig:
+    """The ``ppo.network`` section (static): which torso the actor-critic has.
+
+    ``mlp``: :class:`~jaxrl.models.networks.ActorCritic` over ``hidden``. ``gru`` / ``lstm``:
+    :class:`~jaxrl.models.recurrent.RecurrentActorCritic`, an embedding of ``hidden[0]``
+    units, the cell, then per head an MLP of ``hidden[1:]``; its carry lives in the train
+    state and is trained over whole env sequences (minibatches of envs, not of steps).
+    """
+
+    torso: str = "mlp"  # "mlp" | "gru" | "lstm"
+    cell_size: int = 128  # units of the recurrent cell (unused by "mlp")
+
+    @property
+    def recurrent(self) -> bool:
+        return self.torso != "mlp"
+
+
 @dataclasses.dataclass(frozen=True)
 class PPOConfig(AlgoConfig):
     """PPO settings (the ``ppo:`` section). Never mutated: counts come from :func:`plan`.
@@ -20,7 +42,7 @@ class PPOConfig(AlgoConfig):
     *Static* fields fix shapes, loop counts and program structure (changing one
     recompiles): ``num_envs``, ``num_steps``, ``total_env_steps``, ``update_epochs``,
     ``num_minibatches``, ``anneal_lr``, ``normalize_*``, ``hidden``, ``activation``,
-    ``shared_torso``, ``dist``, ``log_std``, ``init_log_std``, ``adam_eps``,
+    ``shared_torso``, ``network``, ``dist``, ``log_std``, ``init_log_std``, ``adam_eps``,
     ``eval_episodes``, ``eval_max_steps`` and whether ``vf_clip_eps`` is ``None``.
 
     *Traced* fields live in the train state (``lr`` and ``max_grad_norm`` in the optimiser's,
@@ -59,6 +81,7 @@ class PPOConfig(AlgoConfig):
     dist: str = "auto"  # "auto" | "categorical" | "gaussian" | "tanh_gaussian"
     log_std: str = "state_independent"  # "state_independent" | "learned" (Gaussians)
     init_log_std: float = 0.0  # initial log std of the Gaussians
+    network: NetworkConfig = dataclasses.field(default_factory=NetworkConfig)  # the torso (static)
     # --- evaluation (static) ---
     eval_episodes: int = 16  # episodes per policy (deterministic and stochastic)
     eval_max_steps: int | None = None  # episode cap; None: env params' max_steps_in_episode
@@ -141,6 +164,24 @@ def validate(cfg: PPOConfig) -> None:
     check(cfg.activation in ACTIVATIONS, "activation", f"expected one of {sorted(ACTIVATIONS)}, got {cfg.activation!r}")
     check(cfg.dist in ("auto",) + DISTRIBUTIONS, "dist", f"expected one of {['auto', *DISTRIBUTIONS]}, got {cfg.dist!r}")
     check(cfg.log_std in LOG_STD_MODES, "log_std", f"expected one of {list(LOG_STD_MODES)}, got {cfg.log_std!r}")
+    check(cfg.network.torso in TORSOS, "network.torso", f"expected one of {list(TORSOS)}, got {cfg.network.torso!r}")
+    check(
+        isinstance(cfg.network.cell_size, int) and cfg.network.cell_size > 0,
+        "network.cell_size",
+        f"expected a positive integer, got {cfg.network.cell_size!r}",
+    )
+    if cfg.network.recurrent:
+        check(
+            cfg.num_envs % cfg.num_minibatches == 0,
+            "num_minibatches",
+            f"{cfg.num_minibatches} does not divide num_envs = {cfg.num_envs} (a recurrent torso "
+            "learns on minibatches of whole env sequences)",
+        )
+        check(
+            not cfg.shared_torso,
+            "shared_torso",
+            f"a {cfg.network.torso} torso is always shared by actor and critic; shared_torso is for torso: mlp",
+        )
     check(
         cfg.eval_max_steps is None or (isinstance(cfg.eval_max_steps, int) and cfg.eval_max_steps > 0),
         "eval_max_steps",

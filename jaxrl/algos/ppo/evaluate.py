@@ -25,16 +25,25 @@ class _EvalCarry:
     length: jax.Array  # int32 [2N], steps so far
     key: jax.Array
     t: jax.Array  # int32 [], steps taken by the loop
+    carry: Any = None  # a recurrent torso's carry, leaves [2N, ...]; None for an MLP
 
 
 def _eval_action(
-    network: ActorCritic, cfg: PPOConfig, agent: AgentState, deterministic: jax.Array, obs: jax.Array, key: jax.Array
-) -> jax.Array:
-    """Per episode: the mode where ``deterministic [2N]`` is set, a sample elsewhere."""
-    dist, _ = network.apply(agent.params, prepare_obs(cfg, agent.obs_stats, obs))
+    network: ActorCritic, cfg: PPOConfig, agent: AgentState, deterministic: jax.Array, obs: jax.Array, key: jax.Array,
+    carry: Any = None,
+) -> tuple[Any, jax.Array]:
+    """Per episode: the mode where ``deterministic [2N]`` is set, a sample elsewhere; and
+    the recurrent carry after the step (``None`` for an MLP)."""
+    if carry is None:
+        dist, _ = network.apply(agent.params, prepare_obs(cfg, agent.obs_stats, obs))
+    else:  # one step of the sequence; the carry starts at zero, so no reset is needed
+        x = prepare_obs(cfg, agent.obs_stats, obs)[None]
+        carry, dist, _ = network.apply(agent.params, carry, x, jnp.zeros(x.shape[:2], bool))
     mode, sample = dist.mode(), dist.sample(key)
+    if carry is not None:  # drop the time axis of length 1
+        mode, sample = mode[0], sample[0]
     mask = jnp.reshape(deterministic, deterministic.shape + (1,) * (mode.ndim - 1))
-    return jnp.where(mask, mode, sample)
+    return carry, jnp.where(mask, mode, sample)
 
 
 def _eval_step(
@@ -42,7 +51,7 @@ def _eval_step(
     deterministic: jax.Array, c: _EvalCarry,
 ) -> _EvalCarry:
     key, act_key, env_key = jax.random.split(c.key, 3)
-    action = _eval_action(network, cfg, agent, deterministic, c.obs, act_key)
+    carry, action = _eval_action(network, cfg, agent, deterministic, c.obs, act_key, c.carry)
     env_state, ts = env.step(env_key, c.env_state, action, env_params)
     live = jnp.logical_not(c.done)
     return _EvalCarry(
@@ -53,6 +62,7 @@ def _eval_step(
         length=c.length + live.astype(jnp.int32),
         key=key,
         t=c.t + 1,
+        carry=carry,
     )
 
 
@@ -66,7 +76,7 @@ def evaluate(
     """Undiscounted returns of ``eval_episodes`` episodes with the mode and with samples.
 
     Both policies run in one loop over ``2 N`` envs (no auto-reset), each episode until
-    it ends or ``max_steps`` steps. Returns ``{"return_mean", "return_std", "length_mean",
+    it ends or ``max_steps`` steps; a recurrent torso carries its state from a zero carry. Returns ``{"return_mean", "return_std", "length_mean",
     "episode_returns" [N], "return_mean_stochastic", "return_std_stochastic",
     "episode_returns_stochastic" [N]}`` ("return_mean" is the deterministic policy's).
     """
@@ -74,9 +84,10 @@ def evaluate(
     reset_key, key = jax.random.split(key)
     env_state, ts = eval_env.reset(reset_key, eval_params)
     deterministic = jnp.arange(2 * n) < n
+    memory = setup.network.initial_carry((2 * n,)) if setup.cfg.network.recurrent else None
     carry = _EvalCarry(
         env_state, ts.obs, jnp.zeros((2 * n,), bool), jnp.zeros((2 * n,), jnp.float32),
-        jnp.zeros((2 * n,), jnp.int32), key, jnp.zeros((), jnp.int32),
+        jnp.zeros((2 * n,), jnp.int32), key, jnp.zeros((), jnp.int32), memory,
     )
     body = functools.partial(
         _eval_step, eval_env, eval_params, setup.network, setup.cfg, state.agent, deterministic

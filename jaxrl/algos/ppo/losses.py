@@ -9,7 +9,7 @@ import jax.numpy as jnp
 
 from jaxrl.algos.ppo.acting import prepare_obs
 from jaxrl.algos.ppo.config import PPOConfig, PPOHyperparams
-from jaxrl.algos.ppo.state import Batch
+from jaxrl.algos.ppo.state import Batch, SequenceBatch
 from jaxrl.models import normalize
 from jaxrl.models.networks import ActorCritic
 
@@ -128,9 +128,35 @@ def ppo_loss(
     Returns ``(loss [], metrics)`` with each term's metrics and ``"loss"``.
     """
     dist, values = network.apply(params, prepare_obs(cfg, obs_stats, batch.obs))
+    return _loss_terms(dist, values, cfg, hyper, batch)
+
+
+def _loss_terms(dist, values: jax.Array, cfg: PPOConfig, hyper: PPOHyperparams, batch: Batch) -> tuple[jax.Array, dict]:
+    """The loss of :func:`ppo_loss` given the network's outputs on ``batch`` (any shape)."""
     pi_loss, pi_m = policy_loss(dist.log_prob(batch.action), batch.log_prob, batch.advantage, hyper.clip_eps)
     vf_eps = None if cfg.vf_clip_eps is None else hyper.vf_clip_eps
     v_loss, v_m = value_loss(values, batch.value, batch.target, vf_eps)
     ent_loss, ent_m = entropy_loss(dist.entropy())
     loss = pi_loss + hyper.vf_coef * v_loss + hyper.ent_coef * ent_loss
     return loss, {"loss": loss, **pi_m, **v_m, **ent_m}
+
+
+def sequence_loss(
+    params: Any,
+    network,
+    obs_stats: normalize.RunningStats,
+    cfg: PPOConfig,
+    hyper: PPOHyperparams,
+    batch: SequenceBatch,
+) -> tuple[jax.Array, dict]:
+    """:func:`ppo_loss` of a recurrent torso on ``N`` whole env sequences ``[N, T]``.
+
+    The network runs over each sequence from its stored initial carry, resetting it at the
+    stored episode starts: the same computation as the rollout's step-by-step calls, so the
+    first ratio is 1 (to float rounding). Means are over all ``N * T`` steps.
+    """
+    time_major = lambda x: jnp.swapaxes(x, 0, 1)  # noqa: E731  [N, T, ...] -> [T, N, ...]
+    steps = jax.tree_util.tree_map(time_major, batch.steps)
+    obs = prepare_obs(cfg, obs_stats, steps.obs)
+    _, dist, values = network.apply(params, batch.carry, obs, time_major(batch.start))
+    return _loss_terms(dist, values, cfg, hyper, steps)

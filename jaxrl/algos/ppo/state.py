@@ -46,6 +46,8 @@ class PPOTrainState:
       key: the PRNG key the next update splits.
       update_step: int32 ``[]``, updates done so far.
       hyper: the traced loss hyperparameters.
+      memory: a recurrent torso's :class:`~jaxrl.core.rollout.PolicyMemory` (carry
+        leaves ``[B, ...]``, start flags bool ``[B]``); ``None`` (no leaves) for an MLP.
     """
 
     agent: AgentState
@@ -55,6 +57,7 @@ class PPOTrainState:
     key: jax.Array
     update_step: jax.Array
     hyper: PPOHyperparams
+    memory: rollout.PolicyMemory | None = None
 
 
 @struct.dataclass
@@ -76,6 +79,21 @@ class Batch:
     value: jax.Array
     advantage: jax.Array
     target: jax.Array
+
+
+@struct.dataclass
+class SequenceBatch:
+    """Whole env sequences for a recurrent torso, env-major (``[N]`` envs).
+
+    Attributes:
+      steps: a :class:`Batch` whose leaves are ``[N, T, ...]``.
+      start: bool ``[N, T]``, the step's observation starts an episode (carry reset).
+      carry: the policy's carry before step 0 of each sequence, leaves ``[N, ...]``.
+    """
+
+    steps: Batch
+    start: jax.Array
+    carry: Any
 
 
 @struct.dataclass

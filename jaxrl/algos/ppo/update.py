@@ -23,10 +23,10 @@ from jaxrl.algos.common import batching, optim
 from jaxrl.algos.common.optim import Schedule
 from jaxrl.algos.common.train import epochs
 from jaxrl.algos.contract import Plan
-from jaxrl.algos.ppo.acting import policy_step, value
+from jaxrl.algos.ppo.acting import policy_step, recurrent_policy_step, recurrent_values, value
 from jaxrl.algos.ppo.config import PPOConfig, PPOHyperparams, hyperparams
-from jaxrl.algos.ppo.losses import gae, normalize_advantages, ppo_loss
-from jaxrl.algos.ppo.state import AgentState, Batch, LearnerState, PPOTrainState, Setup
+from jaxrl.algos.ppo.losses import gae, normalize_advantages, ppo_loss, sequence_loss
+from jaxrl.algos.ppo.state import AgentState, Batch, LearnerState, PPOTrainState, SequenceBatch, Setup
 from jaxrl.core import rollout
 from jaxrl.models import networks, normalize
 
@@ -44,8 +44,9 @@ def make_optimizer(cfg: PPOConfig, plan: Plan, lr=None, max_grad_norm=None) -> o
     return optim.adam(lr, max_grad_norm, schedule(cfg, plan), eps=cfg.adam_eps)
 
 
-def _flat_loss(flat_params: jax.Array, unravel, setup: Setup, obs_stats, hyper: PPOHyperparams, mb: Batch):
-    return ppo_loss(unravel(flat_params), setup.network, obs_stats, setup.cfg, hyper, mb)
+def _flat_loss(flat_params: jax.Array, unravel, setup: Setup, obs_stats, hyper: PPOHyperparams, mb):
+    loss = sequence_loss if isinstance(mb, SequenceBatch) else ppo_loss
+    return loss(unravel(flat_params), setup.network, obs_stats, setup.cfg, hyper, mb)
 
 
 def _sgd_step(
@@ -97,6 +98,31 @@ def _epoch(
     return learner, metrics
 
 
+def _sequence_epoch(
+    setup: Setup,
+    hyper: PPOHyperparams,
+    obs_stats: normalize.RunningStats,
+    unravel,
+    batch: SequenceBatch,
+    learner: LearnerState,
+    key: jax.Array,
+) -> tuple[LearnerState, dict]:
+    """:func:`_epoch` for a recurrent torso: shuffle the ``B`` env sequences (never the
+    steps inside one) into ``[M, B / M, T]`` minibatches, each with its initial carries.
+
+    Advantages are normalised over each minibatch's ``B / M * T`` steps.
+    """
+    m = setup.cfg.num_minibatches
+    perm = jax.random.permutation(key, batch.start.shape[0])
+    shuffled = batching.minibatches(batch, perm, m)  # leaves [M, B / M, T, ...] / [M, B / M, ...]
+    if setup.cfg.normalize_advantages:
+        adv = normalize_advantages(jnp.reshape(batch.steps.advantage[perm], (m, -1)), axis=1)
+        adv = batching.replicate(jnp.reshape(adv, shuffled.steps.advantage.shape), ndim=2)
+        shuffled = shuffled.replace(steps=shuffled.steps.replace(advantage=batching.constrain_batch(adv, axis=1)))
+    step = functools.partial(_sgd_step, setup, hyper, obs_stats, unravel)
+    return jax.lax.scan(step, learner, shuffled)
+
+
 def _scale_rewards(
     cfg: PPOConfig, state: PPOTrainState, traj: rollout.Trajectory
 ) -> tuple[jax.Array, normalize.RunningStats, jax.Array]:
@@ -123,31 +149,52 @@ def _episode_metrics(done: jax.Array, ret: jax.Array, length: jax.Array) -> dict
     }
 
 
+def _collect(setup: Setup, state: PPOTrainState, key: jax.Array):
+    """The rollout: ``(env carry, memory, trajectory, V(next_obs) [T, B], starts [T, B] or None)``."""
+    cfg, agent = setup.cfg, state.agent
+    if not cfg.network.recurrent:
+        policy = functools.partial(policy_step, setup.network, cfg, agent)
+        env_carry, traj = rollout.collect(policy, setup.env, setup.env_params, state.env, key, cfg.num_steps)
+        return env_carry, None, traj, value(setup.network, cfg, agent, traj.next_obs), None
+    policy = functools.partial(recurrent_policy_step, setup.network, cfg, agent)
+    env_carry, memory, traj, carries = rollout.collect_recurrent(
+        policy, setup.env, setup.env_params, state.env, state.memory, key, cfg.num_steps
+    )
+    next_values = recurrent_values(setup.network, cfg, agent, carries, traj.next_obs)
+    return env_carry, memory, traj, next_values, rollout.start_flags(state.memory, traj)
+
+
 def update(setup: Setup, state: PPOTrainState) -> tuple[PPOTrainState, dict]:
     """One PPO update (rollout, advantages, epochs x minibatches); pure, no host I/O.
 
     Observation statistics are those of ``state`` throughout the update (so the first
     ratio is exactly 1); the rollout's observations are merged into them at the end.
-    Returns the new state and a flat dict of float32 scalars.
+    A recurrent torso learns on minibatches of whole env sequences (:func:`_sequence_epoch`)
+    from the carry the rollout began with. Returns the new state and a flat dict of
+    float32 scalars.
     """
     cfg, hyper, agent = setup.cfg, state.hyper, state.agent
     key, rollout_key, epoch_key = jax.random.split(state.key, 3)
-    policy = functools.partial(policy_step, setup.network, cfg, agent)
-    env_carry, traj = rollout.collect(policy, setup.env, setup.env_params, state.env, rollout_key, cfg.num_steps)
-    next_values = value(setup.network, cfg, agent, traj.next_obs)
+    env_carry, memory, traj, next_values, starts = _collect(setup, state, rollout_key)
     rewards, reward_stats, return_acc = _scale_rewards(cfg, state, traj)
     adv, targets = gae(rewards, traj.value, next_values, traj.terminated, traj.truncated, hyper.gamma, hyper.gae_lambda)
     # On a data mesh the learner needs the whole batch on every device (the minibatches are
     # a global shuffle): one all-gather of everything the rest of the update reads.
-    whole, ep_done, ep_return, ep_length = batching.replicate(
-        (Batch(traj.obs, traj.action, traj.log_prob, traj.value, adv, targets),
-         traj.episode_done, traj.episode_return, traj.episode_length),
-        ndim=2,
-    )
-    flat = lambda x: jnp.reshape(x, (-1,) + x.shape[2:])  # noqa: E731  [T, B, ...] -> [T*B, ...]
-    batch = jax.tree_util.tree_map(flat, whole)
+    gathered = (Batch(traj.obs, traj.action, traj.log_prob, traj.value, adv, targets),
+                traj.episode_done, traj.episode_return, traj.episode_length)
+    if starts is None:
+        whole, ep_done, ep_return, ep_length = batching.replicate(gathered, ndim=2)
+        flat = lambda x: jnp.reshape(x, (-1,) + x.shape[2:])  # noqa: E731  [T, B, ...] -> [T*B, ...]
+        batch = jax.tree_util.tree_map(flat, whole)
+        steps, epoch_fn = batch, _epoch
+    else:
+        (whole, ep_done, ep_return, ep_length), starts = batching.replicate((gathered, starts), ndim=2)
+        env_major = lambda x: jnp.swapaxes(x, 0, 1)  # noqa: E731  [T, B, ...] -> [B, T, ...]
+        carry = batching.replicate(state.memory.carry, ndim=1)
+        batch = SequenceBatch(jax.tree_util.tree_map(env_major, whole), env_major(starts), carry)
+        steps, epoch_fn = batch.steps, _sequence_epoch
     flat_params, unravel = ravel_pytree(agent.params)
-    epoch = functools.partial(_epoch, setup, hyper, agent.obs_stats, unravel, batch)
+    epoch = functools.partial(epoch_fn, setup, hyper, agent.obs_stats, unravel, batch)
     learner, sgd_metrics = epochs(epoch, LearnerState(flat_params, state.opt_state), epoch_key, cfg.update_epochs)
     obs_stats = normalize.update(agent.obs_stats, whole.obs) if cfg.normalize_obs else agent.obs_stats
     new_state = PPOTrainState(
@@ -158,12 +205,13 @@ def update(setup: Setup, state: PPOTrainState) -> tuple[PPOTrainState, dict]:
         key=key,
         update_step=state.update_step + 1,
         hyper=hyper,
+        memory=memory,
     )
     metrics = {k: jnp.mean(v) for k, v in sgd_metrics.items()}
     metrics.update(_episode_metrics(ep_done, ep_return, ep_length))
     metrics["lr"] = optim.current_lr(state.opt_state, setup.schedule)
-    metrics["value_mean"] = jnp.mean(batch.value)
-    metrics["advantage_std"] = jnp.std(batch.advantage)
+    metrics["value_mean"] = jnp.mean(steps.value)
+    metrics["advantage_std"] = jnp.std(steps.advantage)
     return new_state, {k: jnp.asarray(v, jnp.float32) for k, v in metrics.items()}
 
 
@@ -176,7 +224,14 @@ def init(setup: Setup, key: jax.Array, hyper: dict | None = None) -> PPOTrainSta
     optim_hyper, loss_hyper = optim.split_traced(hyperparams(setup.cfg, **(hyper or {})))
     key, net_key, env_key = jax.random.split(key, 3)
     env_carry = rollout.reset(setup.env, setup.env_params, env_key)
-    params = networks.init_params(setup.network, net_key, jnp.asarray(env_carry.obs[0], jnp.float32))
+    memory = None
+    if setup.cfg.network.recurrent:
+        num_envs = setup.cfg.num_envs
+        memory = rollout.PolicyMemory(setup.network.initial_carry((num_envs,)), jnp.ones((num_envs,), bool))
+        first = (memory.carry, jnp.asarray(env_carry.obs[None], jnp.float32), memory.start[None])
+        params = networks.init_params(setup.network, net_key, *first)
+    else:
+        params = networks.init_params(setup.network, net_key, jnp.asarray(env_carry.obs[0], jnp.float32))
     obs_shape = env_carry.obs.shape[1:]
     agent = AgentState(params, normalize.init_stats(obs_shape), normalize.init_stats(()))
     optimizer = make_optimizer(setup.cfg, setup.plan, optim_hyper["lr"], optim_hyper["max_grad_norm"])
@@ -188,4 +243,5 @@ def init(setup: Setup, key: jax.Array, hyper: dict | None = None) -> PPOTrainSta
         key=key,
         update_step=jnp.zeros((), jnp.int32),
         hyper=PPOHyperparams(**loss_hyper),
+        memory=memory,
     )
