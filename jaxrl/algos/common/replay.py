@@ -72,7 +72,8 @@ def rows(capacity: int, num_envs: int) -> int:
 
 def transition_bytes(example: Any) -> int:
     """Bytes of one transition shaped like ``example`` (arrays or ``ShapeDtypeStruct`` s)."""
-    return sum(math.prod(x.shape) * jnp.dtype(x.dtype).itemsize for x in jax.tree_util.tree_leaves(example))
+    leaves = [x if hasattr(x, "dtype") else jnp.asarray(x) for x in jax.tree_util.tree_leaves(example)]
+    return sum(math.prod(x.shape) * jnp.dtype(x.dtype).itemsize for x in leaves)
 
 
 def available_bytes() -> int:

@@ -127,7 +127,7 @@ def _gradient_step(setup: Setup, state: DQNState, ready: jax.Array, learner: Lea
     new = jax.tree_util.tree_map(
         lambda a, b: jnp.where(ready, a, b), Learner(params, target, opt_state, step), learner
     )
-    metrics = {**metrics, "grad_norm": optax.global_norm(grads)}
+    metrics = {**metrics, "grad_norm": optax.tree_utils.tree_l2_norm(grads)}
     return new, jax.tree_util.tree_map(lambda m: jnp.where(ready, m, 0.0), metrics)
 
 

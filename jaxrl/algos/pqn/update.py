@@ -109,7 +109,7 @@ def _sgd_step(setup: Setup, learner: Learner, mb: Batch):
     grads, metrics = batching.batch_mean(functools.partial(_grads, setup.network), learner.params, mb)
     updates, opt_state = setup.optimizer.update(grads, learner.opt_state, learner.params)
     return Learner(optax.apply_updates(learner.params, updates), opt_state), {
-        **metrics, "grad_norm": optax.global_norm(grads)}
+        **metrics, "grad_norm": optax.tree_utils.tree_l2_norm(grads)}
 
 
 def _epoch(setup: Setup, batch: Batch, learner: Learner, key: jax.Array):
