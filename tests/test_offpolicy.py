@@ -104,12 +104,13 @@ def test_dqn_learns_q_star_of_one_and_two_step_probes():
     """ActionMatch (one step): Q*(+1, 1) = Q*(-1, 0) = 1, the others -1. TwoStep:
     Q*(0, .) = gamma = 0.9, Q*(1, .) = 1 (bootstrapping over a non-terminal step)."""
     base = dict(num_envs=4, steps_per_update=2, gradient_steps=2, batch_size=32, buffer_size=400, learning_starts=64,
-                lr=3e-3, gamma=0.9, tau=0.1, target_update_every=1, epsilon_start=1.0, epsilon_end=1.0, **PROBE_Q)
+                lr=3e-3, gamma=0.9, tau=0.1, target_update_every=1, epsilon_start=1.0, epsilon_end=1.0, n_step=1,
+                dueling=False, **PROBE_Q)
     state = _trained(dqn, "ProbeActionMatch-v0", dqn.DQNConfig(total_env_steps=2000, **base))
     net = dqn.build.__globals__["QNetwork"](2, (32,))
     q = jax.vmap(net.apply, in_axes=(0, None))(state.params, jnp.array([[1.0], [-1.0]]))
     np.testing.assert_allclose(np.asarray(q), np.broadcast_to([[-1.0, 1.0], [1.0, -1.0]], q.shape), atol=0.1)
-    state = _trained(dqn, "ProbeTwoStep-v0", dqn.DQNConfig(total_env_steps=2000, n_step=2, **base))
+    state = _trained(dqn, "ProbeTwoStep-v0", dqn.DQNConfig(total_env_steps=2000, **{**base, "n_step": 2}))
     q = jax.vmap(net.apply, in_axes=(0, None))(state.params, jnp.array([[0.0], [1.0]]))
     np.testing.assert_allclose(np.asarray(q), np.broadcast_to([[0.9, 0.9], [1.0, 1.0]], q.shape), atol=0.05)
 
@@ -143,3 +144,35 @@ def test_sac_moves_its_action_to_the_continuous_probe_target():
     actor = sac.build.__globals__["SquashedGaussianActor"](1, (32,))
     mode = jax.vmap(lambda p: actor.apply(p, jnp.array([0.5])).mode())(state.learner.actor)
     np.testing.assert_allclose(np.asarray(mode)[:, 0], 0.5, atol=0.1)
+
+
+def test_registered_through_entry_points_and_reject_wrong_spaces():
+    from jaxrl.algos import registry
+
+    for name, module in (("dqn", dqn), ("pqn", pqn), ("sac", sac)):
+        assert registry.get_algorithm(name) is module.ENTRY
+    cartpole, pendulum = jaxrl.make("CartPole-v1"), jaxrl.make("Pendulum-v1")
+    with pytest.raises(ValueError, match="env: dqn needs a Discrete action space"):
+        program_on(dqn, *pendulum, dqn.DQNConfig())
+    with pytest.raises(ValueError, match="env: pqn needs a Discrete action space"):
+        program_on(pqn, *pendulum, pqn.PQNConfig())
+    with pytest.raises(ValueError, match="env: sac needs a Box action space"):
+        program_on(sac, *cartpole, sac.SACConfig())
+
+
+@pytest.mark.parametrize(
+    "cls, field, value, message",
+    [
+        (dqn.DQNConfig, "batch_size", 100, "batch_size: 100 is not a multiple of num_envs = 8"),
+        (dqn.DQNConfig, "total_env_steps", 1005, "total_env_steps: 1005 is not a multiple of num_envs"),
+        (dqn.DQNConfig, "tau", 0.0, "tau: expected 0 < tau <= 1"),
+        (pqn.PQNConfig, "num_minibatches", 3, "num_minibatches: 3 does not divide the batch"),
+        (pqn.PQNConfig, "td_lambda", 1.5, "td_lambda: expected 0 <= td_lambda <= 1"),
+        (sac.SACConfig, "buffer_size", 0, "buffer_size: expected a positive integer"),
+        (sac.SACConfig, "init_alpha", 0.0, "init_alpha: expected > 0"),
+    ],
+)
+def test_validate_names_the_key(cls, field, value, message):
+    cls().validate()  # the defaults are valid
+    with pytest.raises(ValueError, match=message):
+        cls(**{field: value}).validate()

@@ -18,28 +18,29 @@ class DQNConfig(AlgoConfig):
     """
 
     # --- acting and loop counts ---
-    num_envs: int = 10  # parallel envs B
-    steps_per_update: int = 1  # env steps of every env per update; batch = num_envs * steps_per_update
-    total_env_steps: int = 100_000  # whole run, a multiple of the batch
-    gradient_steps: int = 1  # optimiser steps per update
+    num_envs: int = 8  # parallel envs B
+    steps_per_update: int = 4  # env steps of every env per update; batch = num_envs * steps_per_update
+    total_env_steps: int = 80_000  # whole run, a multiple of the batch
+    gradient_steps: int = 4  # optimiser steps per update
     batch_size: int = 128  # transitions per gradient step, a multiple of num_envs
     # --- replay ---
-    buffer_size: int = 50_000  # transitions kept, a multiple of num_envs
-    learning_starts: int = 1_000  # env steps (all envs) before the first gradient step
-    n_step: int = 1  # n-step returns (1: one-step TD)
+    buffer_size: int = 40_000  # transitions kept, a multiple of num_envs
+    learning_starts: int = 2_000  # env steps (all envs) before the first gradient step
+    n_step: int = 3  # n-step returns (1: one-step TD)
     # --- exploration: epsilon moves linearly from start to end over a fraction of the run ---
     epsilon_start: float = 1.0
     epsilon_end: float = 0.05
-    exploration_fraction: float = 0.5
+    exploration_fraction: float = 0.25
     # --- optimisation (traced) ---
-    lr: float = 1e-3  # Adam learning rate (constant)
+    lr: float = 1e-3  # Adam learning rate (initial value when annealed)
+    anneal_lr: bool = False  # static: linear decay to 0 over the run
     max_grad_norm: float = 10.0  # global-norm gradient clipping
     gamma: float = 0.99  # discount
-    tau: float = 1.0  # target update: target <- tau * online + (1 - tau) * target (1: hard copy)
-    target_update_every: int = 100  # gradient steps between target updates (static)
+    tau: float = 0.02  # target update: target <- tau * online + (1 - tau) * target (1: hard copy)
+    target_update_every: int = 1  # gradient steps between target updates (static)
     # --- the Q-function (static) ---
     double: bool = True  # double DQN: the online net picks the bootstrap action
-    dueling: bool = False  # dueling heads Q = V + A - mean(A)
+    dueling: bool = True  # dueling heads Q = V + A - mean(A)
     hidden: tuple[int, ...] = (64, 64)
     activation: str = "relu"
     layer_norm: bool = False

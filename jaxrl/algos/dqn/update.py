@@ -13,7 +13,7 @@ from flax import struct
 from jaxrl.algos.common import batching, optim, replay
 from jaxrl.algos.common.acting import epsilon_greedy, linear_epsilon
 from jaxrl.algos.dqn import losses
-from jaxrl.algos.dqn.config import DQNConfig, hyperparams
+from jaxrl.algos.dqn.config import DQNConfig, hyperparams, plan
 from jaxrl.core import rollout
 from jaxrl.core.env import Environment
 from jaxrl.models.qnetworks import QNetwork
@@ -60,9 +60,15 @@ class Setup(NamedTuple):
     optimizer: optax.GradientTransformation
 
 
+def schedule(cfg: DQNConfig) -> optim.Schedule:
+    """Linear decay to 0 over the run's updates (``anneal_lr``), else constant."""
+    p = plan(cfg)
+    return optim.Schedule(total=p.num_updates, end_frac=0.0 if cfg.anneal_lr else 1.0, every=p.grad_steps_per_update)
+
+
 def make_optimizer(cfg: DQNConfig, lr=None, max_grad_norm=None) -> optax.GradientTransformation:
     lr = cfg.lr if lr is None else lr
-    return optim.adam(lr, cfg.max_grad_norm if max_grad_norm is None else max_grad_norm, optim.Schedule(total=1))
+    return optim.adam(lr, cfg.max_grad_norm if max_grad_norm is None else max_grad_norm, schedule(cfg))
 
 
 def example_transition(env: Environment, env_params: Any) -> replay.Transition:
