@@ -138,6 +138,8 @@ def main() -> None:
         return
     from bench import common
 
+    meta = common.metadata({"seeds": SEEDS, "note": "whole-process wall time per side, sides run one after "
+                            "the other; the load average shows other work sharing the machine"})
     records = []
     for task in args.tasks:
         sides = [("ours", sys.executable)] + ([("rejax", args.rejax_python)] if args.rejax_python else [])
@@ -147,9 +149,7 @@ def main() -> None:
             print(f"{task:4s} {rec['impl']:12s} whole process {rec['whole_process_s']:6.1f} s "
                   f"(compile {rec['compile_s']:.1f}, run {rec['run_s']:.1f}); solved {rec['solved']}/{SEEDS}, "
                   f"mean {rec['mean_return']:.1f}", flush=True)
-    meta = common.metadata({"seeds": SEEDS, "note": "whole-process wall time per side, sides run one after "
-                            "the other; the load average shows other work sharing the machine"})
-    common.write_results("offpolicy_vs_rejax", records, meta)
+            common.write_results("offpolicy_vs_rejax", records, meta)  # after each side: a cut run keeps its part
 
 
 if __name__ == "__main__":
