@@ -1,0 +1,94 @@
+"""Soft actor-critic for continuous actions: a tanh-Gaussian actor, twin Q critics with
+Polyak-averaged targets, a learned entropy temperature and the on-device replay buffer of
+:mod:`jaxrl.algos.common.replay`.
+
+:mod:`~jaxrl.algos.sac.config` is the ``sac:`` section, :mod:`~jaxrl.algos.sac.losses` the
+losses, :mod:`~jaxrl.algos.sac.update` the state and one update. This module assembles the
+:class:`~jaxrl.algos.contract.Program` that :data:`ENTRY` registers. The actor acts in
+``[-1, 1]``; :class:`~jaxrl.core.wrappers.RescaleAction` maps that to the env's box.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Any
+
+import jax
+
+from jaxrl.algos.common import replay
+from jaxrl.algos.common.acting import episode_returns, eval_max_steps
+from jaxrl.algos.contract import (
+    AlgoEntry, BatchSize, EnvSetup, EvalReport, Policy, Program, check, no_carry, replicated_axes,
+)
+from jaxrl.algos.sac import config, losses, update
+from jaxrl.algos.sac.config import SACConfig, hyperparams
+from jaxrl.algos.sac.update import SACState, Setup
+from jaxrl.core import spaces
+from jaxrl.core.wrappers import AutoReset, EpisodeStatistics, RescaleAction, VmapEnv
+from jaxrl.models.qnetworks import SquashedGaussianActor, TwinQ
+
+__all__ = ["ENTRY", "SACConfig", "SACState", "Setup", "build", "config", "hyperparams", "losses", "update"]
+
+
+def act(actor: SquashedGaussianActor, params, carry, obs, key, deterministic: bool = False):
+    """:attr:`Policy.act`: ``tanh(mean)``, or a sample, in ``[-1, 1]``."""
+    dist = actor.apply(params, obs)
+    return carry, dist.mode() if deterministic else dist.sample(key)
+
+
+def _deterministic(actor: SquashedGaussianActor, params, obs, key):
+    return actor.apply(params, obs).mode()
+
+
+def evaluate(actor, eval_env, eval_params, max_steps: int, state: SACState, key) -> dict:
+    """Undiscounted returns of deterministic episodes (:func:`~jaxrl.algos.common.acting.episode_returns`)."""
+    act_fn = functools.partial(_deterministic, actor, state.learner.actor)
+    return episode_returns(act_fn, eval_env, eval_params, max_steps, key)
+
+
+def batch_axes(state: SACState) -> SACState:
+    """Env batch: axis 0 of the env states and observations, axis 1 of the buffer's data."""
+    return replicated_axes(state).replace(
+        env=jax.tree_util.tree_map(lambda _: 0, state.env), buffer=replay.batch_axes(state.buffer)
+    )
+
+
+def _params(state: SACState) -> Any:
+    return state.learner.actor
+
+
+def build(envs: EnvSetup, cfg: SACConfig) -> Program:
+    """SAC on ``envs.env`` as a :class:`~jaxrl.algos.contract.Program`."""
+    space = envs.env.action_space(envs.params)
+    check(isinstance(space, spaces.Box), "env", f"sac needs a Box action space, got {space!r}")
+    check(envs.curriculum is None, "env.curriculum", "sac runs no curriculum")
+    action_dim = int(math.prod(space.shape))
+    replay.check_memory(cfg.buffer_size, update.example_transition(envs.env, envs.params, action_dim), "buffer_size")
+    obs_ndim = max(len(envs.env.observation_space(envs.params).shape), 1)
+    actor = SquashedGaussianActor(action_dim, tuple(cfg.hidden), cfg.activation, obs_ndim=obs_ndim)
+    critic = TwinQ(tuple(cfg.hidden), cfg.activation, obs_ndim)
+    agent_env = RescaleAction(envs.env, -1.0, 1.0)
+    train_env = VmapEnv(EpisodeStatistics(AutoReset(agent_env)), cfg.num_envs)
+    setup = Setup(train_env, envs.params, actor, critic, cfg, update.make_optimizer(cfg),
+                  -cfg.target_entropy_scale * action_dim)
+    eval_env = VmapEnv(agent_env, cfg.eval_episodes)
+    max_steps = eval_max_steps(envs.eval_params, cfg.eval_max_steps)
+    return Program(
+        init=functools.partial(update.init, setup),
+        update=functools.partial(update.update, setup),
+        evaluate=functools.partial(evaluate, actor, eval_env, envs.eval_params, max_steps),
+        plan=config.plan(cfg),
+        batch_axes=batch_axes,
+        batch=BatchSize("num_envs", cfg.num_envs, "envs"),
+        policy=Policy(agent_env, _params, no_carry, functools.partial(act, actor)),
+        report=EvalReport({"episode_returns": "deterministic"}),
+        hyperparams=functools.partial(hyperparams, cfg),
+        init_with=functools.partial(update.init, setup),
+    )
+
+
+ENTRY = AlgoEntry(
+    name="sac", config_cls=SACConfig, build=build,
+    description="SAC (tanh-Gaussian actor, twin critics, learned temperature, on-device replay), continuous actions",
+)
