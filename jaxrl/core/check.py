@@ -402,9 +402,11 @@ def check_info_structure(ctx: _Context) -> tuple[str, str]:
 
 
 def _with_limit(params, limit: int):
-    """``params`` with ``max_steps_in_episode = limit``, keeping the field's type."""
+    """``params`` with ``max_steps_in_episode = limit``, keeping the field's type (an array's
+    dtype, or a Python float: gymnax's BernoulliBandit declares ``100.0``)."""
     old = params.max_steps_in_episode
-    return replace_params(params, max_steps_in_episode=jnp.asarray(limit, old.dtype) if hasattr(old, "dtype") else limit)
+    value = jnp.asarray(limit, old.dtype) if hasattr(old, "dtype") else type(old)(limit)
+    return replace_params(params, max_steps_in_episode=value)
 
 
 def _jit_rollout(ctx: _Context) -> Callable:
