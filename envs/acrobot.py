@@ -14,14 +14,17 @@ Observation ``float32[6]``: ``cos(theta1), sin(theta1), cos(theta2), sin(theta2)
 dtheta1, dtheta2`` (``theta2`` relative to link 1; both links hang down at 0).
 
 Actions: ``Discrete(3)``, torque ``action - 1`` N m on the middle joint. Invalid-action rule:
-the action is clipped to ``{0, 1, 2}`` (below 0 acts as 0, above 2 as 2); Gymnasium
-indexes a Python list instead (and raises past the end).
+the action is clipped to ``{0, 1, 2}`` (below 0 acts as 0, above 2 as 2); a float action is
+rounded to the nearest of them and NaN acts as 1 (no torque). Gymnasium indexes a Python
+list instead (and raises past the end). An action that is not a scalar is refused when
+``step`` is traced.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+from typing import ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -29,7 +32,7 @@ import numpy as np
 from flax import struct
 
 from jaxrl.core import spaces
-from jaxrl.core.env import Environment, first_timestep, transition
+from jaxrl.core.env import Environment, Range, check_action_shape, clip_discrete_action, first_timestep, transition
 
 
 @struct.dataclass
@@ -48,6 +51,20 @@ class AcrobotParams:
     reset_low: float = -0.1  # every state variable starts uniform in [reset_low, reset_high]
     reset_high: float = 0.1
     max_steps_in_episode: int = 500
+
+    bounds: ClassVar[dict] = {
+        "dt": Range(gt=0),
+        "link_length_1": Range(gt=0),
+        "link_length_2": Range(gt=0),
+        "link_mass_1": Range(gt=0),
+        "link_mass_2": Range(gt=0),
+        "link_com_pos_1": Range(ge=0),
+        "link_com_pos_2": Range(ge=0),
+        "link_moi": Range(gt=0),
+        "max_vel_1": Range(gt=0),
+        "max_vel_2": Range(gt=0),
+        "max_steps_in_episode": Range(ge=1),
+    }
 
 
 @struct.dataclass
@@ -129,7 +146,7 @@ def _obs(state: AcrobotState) -> jax.Array:
 class Acrobot(Environment):
     """Acrobot-v1 (see the module docstring); hashable, no fields."""
 
-    invalid_action_rule = "actions are clipped to {0, 1, 2} (torque = action - 1)"
+    invalid_action_rule = "actions are clipped to {0, 1, 2} (torque = action - 1); floats rounded, NaN acts as 1"
 
     @property
     def name(self) -> str:
@@ -146,7 +163,8 @@ class Acrobot(Environment):
 
     def step(self, key, state, action, params):
         del key  # deterministic dynamics (Gymnasium's default torque noise is 0)
-        torque = (jnp.clip(action, 0, 2) - 1).astype(jnp.float32)
+        check_action_shape(self.name, action, ())
+        torque = (clip_discrete_action(action, 3, nan_as=1) - 1).astype(jnp.float32)
         y = (state.theta1, state.theta2, state.dtheta1, state.dtheta2)
         theta1, theta2, dtheta1, dtheta2 = _rk4(y, torque, params)
         new = AcrobotState(

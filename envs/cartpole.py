@@ -13,6 +13,7 @@ pushes left (Gymnasium asserts instead); no value produces NaN.
 from __future__ import annotations
 
 import math
+from typing import ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -20,7 +21,7 @@ import numpy as np
 from flax import struct
 
 from jaxrl.core import spaces
-from jaxrl.core.env import Environment, first_timestep, transition
+from jaxrl.core.env import Environment, Range, check_action_shape, first_timestep, transition
 
 
 # Cephes sinf/cosf: pi/2 split in three float32 parts (Cody-Waite reduction) and the
@@ -71,6 +72,16 @@ class CartPoleParams:
     x_threshold: float = 2.4
     max_steps_in_episode: int = 500
 
+    bounds: ClassVar[dict] = {
+        "masscart": Range(gt=0),
+        "masspole": Range(gt=0),
+        "length": Range(gt=0),
+        "tau": Range(gt=0),
+        "theta_threshold_radians": Range(gt=0),
+        "x_threshold": Range(gt=0),
+        "max_steps_in_episode": Range(ge=1),
+    }
+
 
 @struct.dataclass
 class CartPoleState:
@@ -109,6 +120,7 @@ class CartPole(Environment):
 
     def step(self, key, state, action, params):
         del key  # deterministic dynamics
+        check_action_shape(self.name, action, ())
         force = jnp.where(action == 1, params.force_mag, -params.force_mag)
         sintheta, costheta = sincos(state.theta)
         total_mass = params.masspole + params.masscart

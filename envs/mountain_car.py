@@ -10,13 +10,16 @@ Observation ``float32[2]``: ``position`` (m, in ``[-1.2, 0.6]``), ``velocity`` (
 ``[-0.07, 0.07]``).
 
 Actions: ``Discrete(3)``: 0 accelerates left, 1 does nothing, 2 accelerates right.
-Invalid-action rule: the action is clipped to ``{0, 1, 2}`` (Gymnasium asserts instead).
+Invalid-action rule: the action is clipped to ``{0, 1, 2}``; a float action is rounded to the
+nearest of them and NaN acts as 1 (no push). Gymnasium asserts instead. An action that is not
+a scalar is refused when ``step`` is traced.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+from typing import ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -24,7 +27,7 @@ import numpy as np
 from flax import struct
 
 from jaxrl.core import spaces
-from jaxrl.core.env import Environment, first_timestep, transition
+from jaxrl.core.env import Environment, Range, check_action_shape, clip_discrete_action, first_timestep, transition
 
 
 @struct.dataclass
@@ -39,6 +42,12 @@ class MountainCarParams:
     reset_low: float = -0.6  # start position uniform in [reset_low, reset_high]
     reset_high: float = -0.4
     max_steps_in_episode: int = 200
+
+    bounds: ClassVar[dict] = {
+        "max_speed": Range(gt=0),
+        "force": Range(ge=0),
+        "max_steps_in_episode": Range(ge=1),
+    }
 
 
 @struct.dataclass
@@ -107,7 +116,7 @@ def render_car(position: float, params, flag_position: float) -> np.ndarray:
 class MountainCar(Environment):
     """MountainCar-v0 (see the module docstring); hashable, no fields."""
 
-    invalid_action_rule = "actions are clipped to {0, 1, 2} (push = action - 1)"
+    invalid_action_rule = "actions are clipped to {0, 1, 2} (push = action - 1); floats rounded, NaN acts as 1"
 
     @property
     def name(self) -> str:
@@ -124,7 +133,8 @@ class MountainCar(Environment):
 
     def step(self, key, state, action, params):
         del key  # deterministic dynamics
-        push = (jnp.clip(action, 0, 2) - 1).astype(jnp.float32)
+        check_action_shape(self.name, action, ())
+        push = (clip_discrete_action(action, 3, nan_as=1) - 1).astype(jnp.float32)
         position, velocity = car_physics(state.position, state.velocity, push * params.force, params)
         new = MountainCarState(position, velocity, state.time + 1)
         terminated = reached_goal(position, velocity, params)

@@ -12,12 +12,14 @@ Observation ``float32[2]``: ``position``, ``velocity``. Action ``float32[1]`` in
 Invalid-action rule: the action is clipped to ``[min_action, max_action]`` (NaN counts as
 0) *before* it is used, for the force and for the energy penalty alike, so an out-of-range
 action behaves exactly like Gymnasium stepped with the clipped action. (Gymnasium clips the
-force but penalises the raw action.)
+force but penalises the raw action.) An action not of shape ``[1]`` is refused when ``step`` is
+traced.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -25,7 +27,7 @@ import numpy as np
 from flax import struct
 
 from jaxrl.core import spaces
-from jaxrl.core.env import Environment, first_timestep, transition
+from jaxrl.core.env import Environment, Range, check_action_shape, first_timestep, transition
 from jaxrl_envs.mountain_car import car_physics, reached_goal, render_car
 
 
@@ -43,6 +45,12 @@ class MountainCarContinuousParams:
     reset_low: float = -0.6  # start position uniform in [reset_low, reset_high]
     reset_high: float = -0.4
     max_steps_in_episode: int = 999
+
+    bounds: ClassVar[dict] = {
+        "max_speed": Range(gt=0),
+        "power": Range(ge=0),
+        "max_steps_in_episode": Range(ge=1),
+    }
 
 
 @struct.dataclass
@@ -73,6 +81,7 @@ class MountainCarContinuous(Environment):
 
     def step(self, key, state, action, params):
         del key  # deterministic dynamics
+        check_action_shape(self.name, action, (1,))
         force = jnp.asarray(action, jnp.float32).reshape(-1)[0]
         force = jnp.clip(jnp.nan_to_num(force, nan=0.0), params.min_action, params.max_action)
         position, velocity = car_physics(state.position, state.velocity, force * params.power, params)

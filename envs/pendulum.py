@@ -12,13 +12,14 @@ Observation ``float32[3]``: ``cos(theta), sin(theta), theta_dot`` (theta = 0 is 
 Action ``float32[1]``: torque in ``[-max_torque, max_torque] = [-2, 2]`` N m.
 
 Invalid-action rule: the torque is clipped to ``[-max_torque, max_torque]`` (as Gymnasium
-does; NaN counts as 0).
+does; NaN counts as 0). An action not of shape ``[1]`` is refused when ``step`` is traced.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+from typing import ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -26,7 +27,7 @@ import numpy as np
 from flax import struct
 
 from jaxrl.core import spaces
-from jaxrl.core.env import Environment, first_timestep, transition
+from jaxrl.core.env import Environment, Range, check_action_shape, first_timestep, transition
 
 
 @struct.dataclass
@@ -40,6 +41,17 @@ class PendulumParams:
     reset_theta: float = math.pi  # theta starts uniform in [-reset_theta, reset_theta]
     reset_theta_dot: float = 1.0  # theta_dot starts uniform in [-reset_theta_dot, reset_theta_dot]
     max_steps_in_episode: int = 200
+
+    bounds: ClassVar[dict] = {
+        "max_speed": Range(gt=0),
+        "max_torque": Range(ge=0),
+        "dt": Range(gt=0),
+        "m": Range(gt=0),
+        "l": Range(gt=0),
+        "reset_theta": Range(ge=0),
+        "reset_theta_dot": Range(ge=0),
+        "max_steps_in_episode": Range(ge=1),
+    }
 
 
 @struct.dataclass
@@ -82,6 +94,7 @@ class Pendulum(Environment):
 
     def step(self, key, state, action, params):
         del key  # deterministic dynamics
+        check_action_shape(self.name, action, (1,))
         u = jnp.asarray(action, jnp.float32).reshape(-1)[0]
         u = jnp.clip(jnp.nan_to_num(u, nan=0.0), -params.max_torque, params.max_torque)
         th, thdot = state.theta, state.theta_dot

@@ -28,12 +28,15 @@ final observation instead of treating it as terminal; continuous -> a Gaussian p
 mean moves to the best action.
 
 Stepping a one- or two-step probe past its end (without auto-reset) repeats the last
-transition; no probe draws random numbers in ``step``.
+transition; no probe draws random numbers in ``step``. An action of the wrong shape (not a
+scalar for the discrete probes, not ``[1]`` for the continuous one) is refused when ``step``
+is traced, even where the action is otherwise unused.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -41,7 +44,7 @@ import numpy as np
 from flax import struct
 
 from jaxrl.core import spaces
-from jaxrl.core.env import Environment, first_timestep, transition
+from jaxrl.core.env import Environment, Range, check_action_shape, first_timestep, transition
 
 
 @struct.dataclass
@@ -53,11 +56,16 @@ class ProbeParams:
 class ProbeTimeLimitParams:
     max_steps_in_episode: int = 10
 
+    bounds: ClassVar[dict] = {"max_steps_in_episode": Range(ge=1)}
+
 
 @struct.dataclass
 class ProbeContinuousParams:
     target_center: float = 0.5  # target = center + spread * U(-1, 1), drawn at reset
     target_spread: float = 0.0  # 0: a constant target (obs constant); > 0: obs-dependent
+
+    # The target stays reachable (|target| <= 1) when |center| + spread <= 1.
+    bounds: ClassVar[dict] = {"target_center": Range(ge=-1, le=1), "target_spread": Range(ge=0, le=1)}
 
 
 @struct.dataclass
@@ -101,6 +109,14 @@ class _DiscreteProbe(Environment):
     def default_params(self) -> ProbeParams:
         return ProbeParams()
 
+    def step(self, key, state, action, params):
+        check_action_shape(self.name, action, ())
+        return self._step(state, action, params)
+
+    def _step(self, state, action, params):
+        """The probe's transition from a scalar ``action``."""
+        raise NotImplementedError
+
     def observation_space(self, params):
         return spaces.Box(-1.0, 1.0, (1,), jnp.float32)
 
@@ -123,7 +139,7 @@ class ProbeConstant(_DiscreteProbe):
         state = _zeros_state()
         return state, first_timestep(state.obs)
 
-    def step(self, key, state, action, params):
+    def _step(self, state, action, params):
         new = ProbeState(state.obs, state.time + 1)
         return new, transition(new.obs, 1.0, True, False)
 
@@ -140,7 +156,7 @@ class ProbeTwoStep(_DiscreteProbe):
         state = _zeros_state()
         return state, first_timestep(state.obs)
 
-    def step(self, key, state, action, params):
+    def _step(self, state, action, params):
         last = state.time >= 1  # this step leaves obs 1: the final, rewarded one
         new = ProbeState(jnp.ones((1,), jnp.float32), state.time + 1)
         reward = jnp.where(last, 1.0, 0.0)
@@ -159,7 +175,7 @@ class ProbeObsReward(_DiscreteProbe):
         state = ProbeState(_random_sign(key), jnp.zeros((), jnp.int32))
         return state, first_timestep(state.obs)
 
-    def step(self, key, state, action, params):
+    def _step(self, state, action, params):
         new = ProbeState(state.obs, state.time + 1)
         return new, transition(new.obs, state.obs[0], True, False)
 
@@ -179,7 +195,7 @@ class ProbeActionMatch(_DiscreteProbe):
         state = ProbeState(_random_sign(key), jnp.zeros((), jnp.int32))
         return state, first_timestep(state.obs)
 
-    def step(self, key, state, action, params):
+    def _step(self, state, action, params):
         right = jnp.where(state.obs[0] > 0, 1, 0)
         reward = jnp.where(action == right, 1.0, -1.0)
         new = ProbeState(state.obs, state.time + 1)
@@ -203,7 +219,7 @@ class ProbeTimeLimit(_DiscreteProbe):
         state = _zeros_state()
         return state, first_timestep(state.obs)
 
-    def step(self, key, state, action, params):
+    def _step(self, state, action, params):
         new = ProbeState(state.obs, state.time + 1)
         truncated = new.time >= params.max_steps_in_episode
         return new, transition(new.obs, 1.0, False, truncated)
@@ -231,6 +247,7 @@ class ProbeContinuous(Environment):
         return state, first_timestep(state.obs)
 
     def step(self, key, state, action, params):
+        check_action_shape(self.name, action, (1,))
         a = jnp.asarray(action, jnp.float32).reshape(-1)[0]
         a = jnp.clip(jnp.nan_to_num(a, nan=0.0), -1.0, 1.0)
         reward = -((a - state.obs[0]) ** 2)

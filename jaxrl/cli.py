@@ -14,17 +14,52 @@ To add a command::
         p.set_defaults(func=_lazy("jaxrl.run.trainer", "main_train"))
 
     COMMANDS = [..., _add_train]
+
+Every failure is one line on stderr (:func:`failure` maps exceptions to lines) and an exit
+code: 0 success; 1 the run failed (a non-finite loss or state; a damaged run); 2 bad input
+(config, arguments, a run directory that cannot be used); 3 I/O or resources (disk full,
+permission denied, not enough memory); 130 interrupted (Ctrl-C; ``train`` saves a checkpoint
+and names the ``--resume`` command).
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import sys
 from pathlib import Path
 from typing import Callable, Sequence
 
 Handler = Callable[[argparse.Namespace], int]
+
+EXIT_FAILED, EXIT_BAD_INPUT, EXIT_IO, EXIT_INTERRUPTED = 1, 2, 3, 130
+EPILOG = """exit codes: 0 success; 1 the run failed (non-finite loss or state, damaged checkpoints);
+2 bad input (config, arguments, run directory); 3 I/O or resources (disk full, permission,
+memory); 130 interrupted (train saves a checkpoint: continue with jaxrl train --resume RUN)"""
+MAX_LINE = 600  # characters of a failure line
+
+
+class _Parser(argparse.ArgumentParser):
+    """An argument error is one line (what is wrong and where to look), exit 2."""
+
+    def error(self, message: str):
+        self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {_one_line(message)} (see {self.prog} --help)\n")
+
+
+def count(text: str) -> int:
+    """An integer argument; ``1e6``-style spellings are accepted when they are exact."""
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid integer: {text!r}") from None
+    if not value.is_integer() or abs(value) >= 2**53:
+        raise argparse.ArgumentTypeError(f"invalid integer: {text!r}")
+    return int(value)
 
 
 def _lazy(module: str, attr: str) -> Handler:
@@ -98,9 +133,14 @@ def _add_train(sub) -> None:
     p = sub.add_parser("train", help="train from a YAML config (or --resume a run)")
     p.add_argument("config", nargs="?", help="a YAML run config, e.g. configs/ppo_cartpole.yaml")
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config key, e.g. ppo.lr=1e-3")
-    p.add_argument("--seeds", type=int, help="train N seeds together in one vmapped program")
+    p.add_argument("--seeds", type=count, help="train N seeds together in one vmapped program")
     p.add_argument("--out", help="run directory (default: <train.out_dir>/<algo>_<env>_<time>)")
     p.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its last checkpoint")
+    p.add_argument(
+        "--accept-config-change", action="store_true",
+        help="with --resume: continue although RUN_DIR/config.yaml differs from the config of the checkpoint "
+        "(the change is recorded in RUN_DIR/config_changes.jsonl)",
+    )
     from jaxrl.parallel import distributed  # --coordinator-address / --num-processes / --process-id
 
     distributed.add_arguments(p)
@@ -110,7 +150,7 @@ def _add_train(sub) -> None:
 def _add_eval(sub) -> None:
     p = sub.add_parser("eval", help="evaluate a run's last checkpoint (mean, std, 95%% CI of the return)")
     p.add_argument("run_dir", metavar="RUN_DIR")
-    p.add_argument("--episodes", type=int, help="episodes per policy mode (default: the config's eval_episodes)")
+    p.add_argument("--episodes", type=count, help="episodes per policy mode (default: the config's eval_episodes)")
     p.add_argument("--seed", type=int, default=0, help="PRNG seed of the evaluation episodes")
     p.set_defaults(func=_lazy("jaxrl.run.evaluate", "main_eval"))
 
@@ -119,10 +159,10 @@ def _add_render(sub) -> None:
     p = sub.add_parser("render", help="roll a run's trained policy and write a GIF")
     p.add_argument("run_dir", metavar="RUN_DIR")
     p.add_argument("--out", required=True, metavar="FILE.gif")
-    p.add_argument("--steps", type=int, default=500, help="at most this many env steps (default 500)")
+    p.add_argument("--steps", type=count, default=500, help="at most this many env steps, >= 1 (default 500)")
     p.add_argument("--stochastic", action="store_true", help="sample actions instead of acting greedily")
     p.add_argument("--seed", type=int, default=0, help="PRNG seed of the episode")
-    p.add_argument("--fps", type=int, default=30)
+    p.add_argument("--fps", type=int, default=30, help="frames per second of the GIF, >= 1 (default 30)")
     p.set_defaults(func=_lazy("jaxrl.run.evaluate", "main_render"))
 
 
@@ -139,21 +179,85 @@ COMMANDS: list[Callable] = [
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="jaxrl", description="pure-JAX, on-device reinforcement learning")
+    parser = _Parser(
+        prog="jaxrl", description="pure-JAX, on-device reinforcement learning", epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for add in COMMANDS:
         add(sub)
     return parser
 
 
+def _one_line(text: str) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= MAX_LINE else text[: MAX_LINE - 3] + "..."
+
+
+def _is_resource_exhausted(exc: BaseException) -> bool:
+    """XLA's out-of-memory error (``XlaRuntimeError``/``JaxRuntimeError`` RESOURCE_EXHAUSTED)."""
+    return type(exc).__name__ in ("XlaRuntimeError", "JaxRuntimeError") and "RESOURCE_EXHAUSTED" in str(exc)
+
+
+def _os_error_line(exc: OSError) -> str:
+    reason = exc.strerror or type(exc).__name__
+    where = f": {exc.filename}" if exc.filename else ""
+    hint = ""
+    if exc.errno == errno.ENOSPC:
+        hint = "; free some space (a train run keeps its last good checkpoint: continue it with --resume)"
+    return f"jaxrl: I/O error: {reason}{where}{hint}"
+
+
+def failure(exc: BaseException) -> tuple[int, str] | None:
+    """``(exit code, one line)`` for an expected failure, or None for a bug (re-raised)."""
+    from jaxrl.run.checkpoint import CheckpointError
+    from jaxrl.run.config import ConfigError
+    from jaxrl.run.guards import ResourceError
+    from jaxrl.run.rundir import RunDirError
+    from jaxrl.run.trainer import NonFiniteError
+
+    if isinstance(exc, KeyboardInterrupt):
+        text = str(exc) if type(exc) is not KeyboardInterrupt else ""
+        return EXIT_INTERRUPTED, f"jaxrl: {text or 'interrupted'}"
+    if isinstance(exc, ConfigError):
+        return EXIT_BAD_INPUT, f"jaxrl: config error: {exc}"
+    if isinstance(exc, RunDirError):
+        return EXIT_BAD_INPUT, f"jaxrl: {exc}"
+    if isinstance(exc, UnicodeDecodeError):
+        return EXIT_BAD_INPUT, f"jaxrl: input is not UTF-8 text: {exc.reason} at byte {exc.start}"
+    if isinstance(exc, OverflowError):
+        return EXIT_BAD_INPUT, f"jaxrl: a number is too large: {exc}"
+    if isinstance(exc, NonFiniteError):
+        return EXIT_FAILED, f"jaxrl: {exc}"
+    if isinstance(exc, CheckpointError):
+        return EXIT_FAILED, f"jaxrl: checkpoint error: {exc}"
+    if isinstance(exc, OSError):
+        return EXIT_IO, _os_error_line(exc)
+    if isinstance(exc, ResourceError):
+        return EXIT_IO, f"jaxrl: {exc}"
+    if isinstance(exc, MemoryError) or _is_resource_exhausted(exc):
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else "MemoryError"
+        return EXIT_IO, f"jaxrl: out of memory: {first}; lower train.seeds or the batch sizes"
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``jaxrl`` console script; returns the process exit code."""
+    """Entry point of the ``jaxrl`` console script; returns the process exit code (see the
+    module docstring). Expected failures print one line; a bug keeps its traceback."""
     parser = build_parser()
     args = parser.parse_args(argv)
     if getattr(args, "func", None) is None:
         parser.print_help(sys.stderr)
         return 2
-    return int(args.func(args) or 0)
+    try:
+        return int(args.func(args) or 0)
+    except (Exception, KeyboardInterrupt) as exc:
+        known = failure(exc)
+        if known is None:
+            raise
+        code, line = known
+        print(_one_line(line), file=sys.stderr)
+        return code
 
 
 if __name__ == "__main__":

@@ -68,14 +68,35 @@ class Verifier(NamedTuple):
 
 
 def completion_length(completion: Array) -> Array:
-    """int32 ``[]``: tokens before the first EOS (``Lc`` when there is no EOS)."""
+    """int32 ``[]``: tokens before the first EOS (``Lc`` when there is no EOS; 0 when ``Lc = 0``)."""
+    if completion.shape[-1] == 0:  # argmax of an empty array raises
+        return jnp.zeros((), jnp.int32)
     is_eos = completion == EOS
     return jnp.where(jnp.any(is_eos), jnp.argmax(is_eos), completion.shape[-1]).astype(jnp.int32)
 
 
+def valid_length(n: Array, width: int) -> Array:
+    """int32 ``[]``: a length of any dtype as a count in ``[0, width]``.
+
+    A float length is floored (NaN counts as 0): a fractional count of tokens covers only
+    its whole tokens, so ratios built from it stay in range.
+    """
+    n = jnp.asarray(n)
+    if jnp.issubdtype(n.dtype, jnp.floating):
+        n = jnp.floor(jnp.nan_to_num(n, nan=0.0, posinf=float(width), neginf=0.0))
+    elif n.dtype == jnp.bool_:
+        n = n.astype(jnp.int32)
+    return jnp.clip(n, 0, width).astype(jnp.int32)
+
+
+def _in_range(r: Array, low: float, high: float) -> Array:
+    """float32 ``r`` inside ``[low, high]`` (NaN counts as ``low``): the totality guarantee."""
+    return jnp.clip(jnp.nan_to_num(r.astype(jnp.float32), nan=low), low, high).astype(jnp.float32)
+
+
 def _answer_mask(task: Task, length: int) -> Array:
     """bool ``[length]``: positions ``< answer_len`` (answer_len clipped to ``[0, length]``)."""
-    return jnp.arange(length) < jnp.clip(task.answer_len, 0, length)
+    return jnp.arange(length) < valid_length(task.answer_len, length)
 
 
 def _pad_to(x: Array, length: int) -> Array:
@@ -92,15 +113,16 @@ def _pad_to(x: Array, length: int) -> Array:
 def lcs_length(a: Array, len_a: Array, b: Array, len_b: Array) -> Array:
     """int32 ``[]``: length of a longest common subsequence of ``a[:len_a]`` and ``b[:len_b]``.
 
-    ``a``: int ``[La]``, ``b``: int ``[Lb]``; lengths are clipped into range. The classic
+    ``a``: int ``[La]``, ``b``: int ``[Lb]``; lengths are made counts by :func:`valid_length`
+    (clipped into range, floats floored). The classic
     dynamic programme ``L[i, j] = L[i-1, j-1] + 1 if a_i == b_j else max(L[i-1, j], L[i, j-1])``
     runs as a ``lax.scan`` over the rows ``i``; each row is vectorised, because
     ``L[i, j] = cummax_j(max(L[i-1, j], L[i-1, j-1] + [a_i == b_j]))`` (a match never loses
     to its neighbours, so the left-to-right dependency is a running maximum).
     O(La * Lb) work, La sequential steps.
     """
-    la = jnp.clip(len_a, 0, a.shape[0])
-    lb = jnp.clip(len_b, 0, b.shape[0])
+    la = valid_length(len_a, a.shape[0])
+    lb = valid_length(len_b, b.shape[0])
     b_valid = jnp.arange(b.shape[0]) < lb
 
     def row(prev, inputs):  # prev: int32 [Lb + 1], L[i-1, :]
@@ -132,8 +154,8 @@ def lcs_ratio(a: Array, len_a: Array, b: Array, len_b: Array) -> Array:
     often the two disagree is in ``docs/rlvr.md``. Unlike difflib there is no junk
     heuristic (``autojunk=False`` matches that).
     """
-    la = jnp.clip(len_a, 0, a.shape[0])
-    lb = jnp.clip(len_b, 0, b.shape[0])
+    la = valid_length(len_a, a.shape[0])
+    lb = valid_length(len_b, b.shape[0])
     total = la + lb
     lcs = lcs_length(a, la, b, lb)
     return jnp.where(total > 0, 2.0 * lcs / jnp.maximum(total, 1), 1.0).astype(jnp.float32)
@@ -149,8 +171,8 @@ def _exact_match(task: Task, completion: Array) -> tuple[Array, dict]:
     width = max(task.answer.shape[0], completion.shape[0])
     ans, comp = _pad_to(task.answer, width), _pad_to(completion, width)
     mask = _answer_mask(task, width)
-    same = jnp.all(jnp.where(mask, ans == comp, True)) & (n == jnp.clip(task.answer_len, 0, width))
-    r = same.astype(jnp.float32)
+    same = jnp.all(jnp.where(mask, ans == comp, True)) & (n == valid_length(task.answer_len, width))
+    r = _in_range(same.astype(jnp.float32), 0.0, 1.0)
     return r, {"exact_match": r}
 
 
@@ -159,7 +181,7 @@ exact_match = Verifier(_exact_match, 0.0, 1.0)
 
 
 def _has_eos(task: Task, completion: Array) -> tuple[Array, dict]:
-    r = jnp.any(completion == EOS).astype(jnp.float32)
+    r = _in_range(jnp.any(completion == EOS).astype(jnp.float32), 0.0, 1.0)
     return r, {"has_eos": r}
 
 
@@ -169,14 +191,14 @@ has_eos = Verifier(_has_eos, 0.0, 1.0)
 
 def _token_accuracy(task: Task, completion: Array) -> tuple[Array, dict]:
     width = max(task.answer.shape[0], completion.shape[0]) + 1
-    la = jnp.clip(task.answer_len, 0, task.answer.shape[0])
+    la = valid_length(task.answer_len, task.answer.shape[0])
     n = completion_length(completion)
     emitted = n + jnp.any(completion == EOS).astype(jnp.int32)  # tokens written, EOS included
     pos = jnp.arange(width)
     target = jnp.where(pos < la, _pad_to(task.answer, width), jnp.where(pos == la, EOS, -2))
     comp = jnp.where(pos < emitted, _pad_to(completion, width), -1)  # nothing after EOS counts
     hits = jnp.sum((comp == target) & (pos <= la))
-    r = (hits / jnp.maximum(jnp.maximum(la + 1, emitted), 1)).astype(jnp.float32)
+    r = _in_range(hits / jnp.maximum(jnp.maximum(la + 1, emitted), 1), 0.0, 1.0)
     return r, {"token_accuracy": r}
 
 
@@ -187,7 +209,7 @@ token_accuracy = Verifier(_token_accuracy, 0.0, 1.0)
 
 
 def _similarity(task: Task, completion: Array) -> tuple[Array, dict]:
-    r = lcs_ratio(task.answer, task.answer_len, completion, completion_length(completion))
+    r = _in_range(lcs_ratio(task.answer, task.answer_len, completion, completion_length(completion)), 0.0, 1.0)
     return r, {"similarity": r}
 
 
@@ -197,9 +219,9 @@ similarity = Verifier(_similarity, 0.0, 1.0)
 
 def _length_match(task: Task, completion: Array) -> tuple[Array, dict]:
     n = completion_length(completion).astype(jnp.float32)
-    la = jnp.clip(task.answer_len, 0, None).astype(jnp.float32)
-    r = 1.0 - jnp.abs(n - la) / jnp.maximum(jnp.maximum(n, la), 1.0)
-    return r.astype(jnp.float32), {"length_match": r.astype(jnp.float32)}
+    la = valid_length(task.answer_len, task.answer.shape[0]).astype(jnp.float32)
+    r = _in_range(1.0 - jnp.abs(n - la) / jnp.maximum(jnp.maximum(n, la), 1.0), 0.0, 1.0)
+    return r, {"length_match": r}
 
 
 #: ``1 - |len(completion) - len(answer)| / max(both, 1)``, in ``[0, 1]``.
@@ -211,15 +233,16 @@ length_match = Verifier(_length_match, 0.0, 1.0)
 # ---------------------------------------------------------------------------------------
 
 
-def _weighted_sum_score(terms, task, completion):
+def _weighted_sum_score(low, high, terms, task, completion):
     reward = jnp.zeros((), jnp.float32)
     metrics = {}
     for name, weight, verifier in terms:
         r, m = verifier(task, completion)
+        r = _in_range(r, verifier.low, verifier.high)
         reward = reward + jnp.float32(weight) * r
         metrics[name] = r
         metrics.update({f"{name}/{k}": v for k, v in m.items() if k != name})
-    return reward, metrics
+    return _in_range(reward, low, high), metrics
 
 
 def weighted_sum(*terms: tuple[str, float, Verifier]) -> Verifier:
@@ -239,14 +262,14 @@ def weighted_sum(*terms: tuple[str, float, Verifier]) -> Verifier:
     terms = tuple((str(n), float(w), v) for n, w, v in terms)
     low = sum(min(w * v.low, w * v.high) for _, w, v in terms)
     high = sum(max(w * v.low, w * v.high) for _, w, v in terms)
-    return Verifier(_bind(_weighted_sum_score, terms), low, high)
+    return Verifier(_bind(_weighted_sum_score, low, high, terms), low, high)
 
 
 def _gate_score(condition, verifier, threshold, task, completion):
     c, cm = condition(task, completion)
     r, m = verifier(task, completion)
     passed = c >= threshold
-    reward = jnp.where(passed, r, jnp.float32(verifier.low)).astype(jnp.float32)
+    reward = _in_range(jnp.where(passed, r, jnp.float32(verifier.low)), verifier.low, verifier.high)
     return reward, {**cm, **m, "gate_passed": passed.astype(jnp.float32)}
 
 
@@ -260,7 +283,8 @@ def gate(condition: Verifier, verifier: Verifier, threshold: float = 1.0) -> Ver
 
 def _power_score(verifier, exponent, task, completion):
     r, m = verifier(task, completion)
-    return jnp.power(jnp.clip(r, 0.0, None), exponent).astype(jnp.float32), m
+    r = _in_range(r, verifier.low, verifier.high)
+    return _in_range(jnp.power(r, exponent), verifier.low**exponent, verifier.high**exponent), m
 
 
 def power(verifier: Verifier, exponent: float) -> Verifier:
@@ -279,10 +303,11 @@ def power(verifier: Verifier, exponent: float) -> Verifier:
 
 def _per_turn_mean_score(verifier, task, completion):
     rewards, metrics = jax.vmap(verifier.score)(task, completion)  # [T], dict of [T]
-    valid = (task.answer_len > 0).astype(jnp.float32)
+    valid = (valid_length(task.answer_len, task.answer.shape[-1]) > 0).astype(jnp.float32)
     count = jnp.maximum(jnp.sum(valid), 1.0)
     mean = lambda x: (jnp.sum(x * valid) / count).astype(jnp.float32)  # noqa: E731
-    reward = jnp.where(jnp.sum(valid) > 0, mean(rewards), jnp.float32(verifier.low))
+    rewards = _in_range(rewards, verifier.low, verifier.high)
+    reward = _in_range(jnp.where(jnp.sum(valid) > 0, mean(rewards), jnp.float32(verifier.low)), verifier.low, verifier.high)
     return reward, {k: mean(v) for k, v in metrics.items()}
 
 

@@ -48,7 +48,7 @@ def test_train_subprocess_writes_the_run_directory(trained):
     out = proc.stdout
     assert "8 updates x 128 env steps = 1,024 env steps; 128 gradient steps (16 per update)" in out
     assert "eval deterministic" in out and "eval stochastic" in out and "95% CI" in out
-    assert sorted(os.listdir(run_dir)) == ["checkpoints", "config.yaml", "eval.json", "learning_curve.png", "metrics.jsonl"]
+    assert sorted(os.listdir(run_dir)) == [".lock", "checkpoints", "config.yaml", "eval.json", "learning_curve.png", "metrics.jsonl"]
     assert sorted(os.listdir(run_dir / "checkpoints"), key=int) == ["4", "8"]
     cfg = yaml.safe_load((run_dir / "config.yaml").read_text())
     assert cfg["ppo"]["hidden"] == [16] and cfg["ppo"]["num_envs"] == 4  # the overrides were resolved

@@ -16,6 +16,10 @@ from jaxrl.run.checkpoint import Checkpoints
 from test_trainer import FakeConfig, fake_algo, fake_config, leaves_equal, read_jsonl, without_wall_time  # noqa: F401 (fixture)
 
 
+class SimulatedKill(BaseException):
+    """A crash nothing in the trainer handles (kill -9), unlike Ctrl-C, which checkpoints."""
+
+
 def test_interrupted_run_resumes_bit_for_bit(fake_algo, tmp_path):
     cfg = fake_config(FakeConfig(num_updates=7), updates_per_chunk=3, checkpoint_every=1)
     straight = trainer.run(cfg, run_dir=str(tmp_path / "straight"), evaluate=False)
@@ -27,11 +31,11 @@ def test_interrupted_run_resumes_bit_for_bit(fake_algo, tmp_path):
     def crashing_save(self, step, state):
         calls.append(step)
         if len(calls) == 2:
-            raise KeyboardInterrupt
+            raise SimulatedKill
         return real_save(self, step, state)
 
     run_dir = tmp_path / "resumed"
-    with pytest.MonkeyPatch.context() as mp, pytest.raises(KeyboardInterrupt):
+    with pytest.MonkeyPatch.context() as mp, pytest.raises(SimulatedKill):
         mp.setattr(Checkpoints, "save", crashing_save)
         trainer.run(cfg, run_dir=str(run_dir), evaluate=False)
     assert calls == [3, 6]

@@ -252,7 +252,7 @@ def test_nan_in_state_is_caught_even_when_losses_are_finite():
     class NoCkpt:
         directory = "/x"
 
-        def latest_step(self):
+        def verified_step(self):
             return None
 
     with pytest.raises(trainer.NonFiniteError, match=r"NaN in the parameters or state at update 13 \(seed 1\); no checkpoint"):

@@ -15,11 +15,13 @@ final task uses. Reward:
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
 
 import jax
 import jax.numpy as jnp
 from flax import struct
 
+from jaxrl.core.env import Range
 from jaxrl.verifiers import PAD, Task
 from jaxrl_envs.text.base import TokenEnv, digit_potential, digit_rubric, set_free_token
 from jaxrl_envs.text.vocab import DIGIT0, PLUS, SEP
@@ -33,6 +35,13 @@ class AdditionParams:
     step_rewards: int = 0  # 1: pay the rubric's partial credit token by token (same return)
     zero_pad: int = 0  # 1: write every operand with max_digits digits (leading zeros), so that
     #                    num_digits only bounds the values and every prompt has one layout
+
+    bounds: ClassVar[dict] = {
+        "num_digits": Range(ge=1),
+        "min_digits": Range(ge=1),
+        "step_rewards": Range(ge=0, le=1),
+        "zero_pad": Range(ge=0, le=1),
+    }
 
 
 @dataclasses.dataclass(frozen=True)

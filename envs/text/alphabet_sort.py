@@ -24,12 +24,14 @@ token that decides the held-out split (the prompt's last letter) still ranges ov
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
 
 import jax
 import jax.numpy as jnp
 from flax import struct
 
 from jaxrl import verifiers as V
+from jaxrl.core.env import Range
 from jaxrl.verifiers import PAD, Task
 from jaxrl_envs.text.base import TokenEnv, right_align, set_free_token
 from jaxrl_envs.text.vocab import COMMA, LETTER_A, SEP
@@ -45,6 +47,14 @@ class AlphabetSortParams:
     held_out: bool = False  # draw prompts from the held-out split (evaluation only)
     step_rewards: int = 0  # 1: pay the shaping term (shaping * token_accuracy) token by token
     num_letters: int = 26  # names are drawn from the first num_letters letters (a curriculum knob)
+
+    bounds: ClassVar[dict] = {
+        "num_names": Range(ge=2),
+        "shaping": Range(ge=0, le=1),
+        "shaping_sim": Range(ge=0, le=1),
+        "step_rewards": Range(ge=0, le=1),
+        "num_letters": Range(ge=1, le=26),
+    }
 
 
 @dataclasses.dataclass(frozen=True)

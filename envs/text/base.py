@@ -7,8 +7,9 @@ A token task is an :class:`~jaxrl.core.env.Environment` whose episode is one com
   split, or from the *held-out* split when ``params.held_out`` is true.
 * ``obs`` is ``int32[prompt_len + max_completion_len]``: the left-padded prompt followed by
   the tokens generated so far (PAD after them). Fixed shape, so it can sit in a scan carry.
-* ``action`` is the next token id, ``Discrete(VOCAB_SIZE)``; ids outside the vocabulary are
-  clipped into it (the documented invalid-action rule).
+* ``action`` is the next token id, a scalar of ``Discrete(VOCAB_SIZE)``; ids outside the
+  vocabulary are clipped into it (the documented invalid-action rule); an action of another
+  shape is refused when ``step`` is traced.
 * ``terminated`` when the token is EOS; ``truncated`` when ``max_completion_len`` tokens were
   written without one. The reward is 0 before the last step and the verifier's score of the
   completion on it; ``info`` carries the verifier's metrics on the last step (0 before).
@@ -39,7 +40,7 @@ import jax.numpy as jnp
 from flax import struct
 
 from jaxrl.core import spaces
-from jaxrl.core.env import first_timestep, transition
+from jaxrl.core.env import check_action_shape, first_timestep, transition
 from jaxrl.core.tokens import TokenTask
 from jaxrl.verifiers import EOS, PAD, Task, Verifier
 from jaxrl_envs.text.vocab import DIGIT0, LETTER_A, SEP, VOCAB_SIZE
@@ -171,6 +172,7 @@ class TokenEnv(TokenTask):
 
     def step(self, key, state, action, params):
         del key  # deterministic given the token
+        check_action_shape(self.name, action, ())
         token = jnp.clip(jnp.asarray(action, jnp.int32), 0, VOCAB_SIZE - 1)
         pos = jnp.clip(state.time, 0, self.max_completion_len - 1)
         written = state.completion.at[pos].set(token)

@@ -8,10 +8,12 @@ default: half token accuracy, half exact match, gated on EOS), range ``[0, 1]``.
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
 
 import jax.numpy as jnp
 from flax import struct
 
+from jaxrl.core.env import Range
 from jaxrl.verifiers import PAD, Task
 from jaxrl_envs.text.base import TokenEnv, digit_potential, digit_prompt, digit_rubric
 
@@ -21,6 +23,8 @@ class DigitParams:
     num_digits: int = 8  # digits per prompt, 1 .. max_digits (a curriculum may raise it)
     held_out: bool = False  # draw prompts from the held-out split (evaluation only)
     step_rewards: int = 0  # 1: pay the rubric's partial credit token by token (same return)
+
+    bounds: ClassVar[dict] = {"num_digits": Range(ge=1), "step_rewards": Range(ge=0, le=1)}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -25,6 +25,10 @@ wrapper (:mod:`jaxrl.core.wrappers`, :mod:`jaxrl.core.vector`).
 from __future__ import annotations
 
 import dataclasses
+import math
+import numbers
+import re
+import reprlib
 from typing import Any, Generic, TypeVar
 
 import jax
@@ -99,6 +103,40 @@ def transition(obs, reward, terminated, truncated, info: dict | None = None) -> 
     )
 
 
+def check_action_shape(env_name: str, action: Any, shape: tuple) -> None:
+    """Refuse, at trace time, an ``action`` whose shape is not ``shape`` (one env's action).
+
+    Without it a batched or malformed action broadcasts through ``step`` and silently
+    changes the shape of the state (a scan carry then breaks far from the cause).
+    """
+    got = tuple(jnp.shape(action))
+    if got != tuple(shape):
+        raise ValueError(
+            f"{env_name}.step: action has shape {got}, expected {tuple(shape)} "
+            "(one env's action; vmap or a vector wrapper for a batch)"
+        )
+
+
+def clip_discrete_action(action: Any, n: int, nan_as: int) -> jax.Array:
+    """int32 ``[]``: ``action`` clipped into ``{0, ..., n - 1}``, the "clip" invalid-action rule.
+
+    Integer actions are clipped; a float action is rounded to the nearest action first and
+    NaN counts as ``nan_as`` (so no action, however malformed, reaches the dynamics as NaN).
+    """
+    action = jnp.asarray(action)
+    if jnp.issubdtype(action.dtype, jnp.floating):
+        action = jnp.round(jnp.nan_to_num(action, nan=float(nan_as), posinf=n - 1.0, neginf=0.0))
+    return jnp.clip(action, 0, n - 1).astype(jnp.int32)
+
+
+def positive_int(owner: str, name: str, value: Any) -> int:
+    """``value`` as an ``int`` if it is a positive integer (not a bool, not a float), else a
+    one-line ``ValueError`` naming ``owner`` and the argument ``name``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value <= 0:
+        raise ValueError(f"{owner} needs {name} > 0 (a positive int), got {reprlib.repr(value)}")
+    return int(value)
+
+
 class Environment(Generic[EnvState, EnvParams]):
     """Base class of every jaxrl environment.
 
@@ -157,6 +195,8 @@ class Wrapper(Environment):
     """
 
     def __init__(self, env: Environment):
+        if not isinstance(env, Environment):
+            raise TypeError(f"{type(self).__name__} wraps an Environment, got {reprlib.repr(env)}")
         self.env = env
 
     def _static_fields(self) -> tuple:
@@ -203,8 +243,175 @@ class Wrapper(Environment):
         return f"{type(self).__name__}({self.env!r})"
 
 
+# ---------------------------------------------------------------------------------------
+# Typed params: overrides are checked against the params class
+# ---------------------------------------------------------------------------------------
+
+#: A decimal or scientific number literal. YAML 1.1 reads "5e-1" (no dot) as a string, so
+#: env params accept such strings as floats, the way the config loader does for its fields.
+_NUMBER_RE = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
+_KINDS = {"bool": bool, "int": int, "float": float}
+_INT32 = np.iinfo(np.int32)
+
+
+@dataclasses.dataclass(frozen=True)
+class Range:
+    """The allowed values of one numeric env param: ``value >= ge``, ``> gt``, ``<= le``,
+    ``< lt`` for every bound that is not ``None``.
+
+    A params class declares its ranges in a class attribute ``bounds`` mapping field names to
+    ``Range``; :func:`replace_params` (so :func:`jaxrl.make` and the config) checks every
+    override against it::
+
+        @struct.dataclass
+        class MyParams:
+            length: float = 0.5
+            max_steps_in_episode: int = 500
+            bounds: ClassVar[dict] = {"length": Range(gt=0), "max_steps_in_episode": Range(ge=1)}
+    """
+
+    ge: float | None = None
+    gt: float | None = None
+    le: float | None = None
+    lt: float | None = None
+
+    def violation(self, values: np.ndarray) -> str | None:
+        """The first bound some entry of ``values`` breaks, as text (``"> 0"``), or ``None``."""
+        tests = (
+            (self.ge, ">=", lambda v, b: v >= b),
+            (self.gt, ">", lambda v, b: v > b),
+            (self.le, "<=", lambda v, b: v <= b),
+            (self.lt, "<", lambda v, b: v < b),
+        )
+        for bound, op, holds in tests:
+            if bound is not None and not np.all(holds(values, bound)):
+                return f"{op} {bound}"
+        return None
+
+
+def _declared_kind(field: dataclasses.Field, current: Any) -> type | None:
+    """``bool``, ``int`` or ``float``: the field's annotation, or when that is loose (``Any``,
+    ``jax.Array``) the kind of its current value; ``None`` for a non-numeric field."""
+    tp = field.type
+    if isinstance(tp, str):
+        tp = _KINDS.get(tp.strip())
+    if tp in (bool, int, float):
+        return tp
+    for kind in (bool, int, float):  # bool first: it is an int
+        if isinstance(current, kind) and not hasattr(current, "dtype"):
+            return kind
+    dtype = getattr(current, "dtype", None)
+    kind = np.dtype(dtype).kind if dtype is not None else ""
+    return {"b": bool, "i": int, "u": int, "f": float}.get(kind)
+
+
+def _bad(where: str, kind: type, value: Any) -> TypeError:
+    return TypeError(f"{where}: expected {kind.__name__}, got {reprlib.repr(value)}")
+
+
+def _coerce_scalar(where: str, kind: type, value: Any) -> Any:
+    """A Python ``bool``/``int``/``float``/numeric ``str`` as a value of ``kind``."""
+    if isinstance(value, str):
+        if kind is bool or not _NUMBER_RE.match(value.strip()):
+            raise _bad(where, kind, value)
+        number = float(value)
+        if kind is int and not number.is_integer():
+            raise _bad(where, kind, value)
+        value = number
+    if isinstance(value, bool):
+        if kind is not bool:
+            raise _bad(where, kind, value)
+        return value
+    if not isinstance(value, (int, float)):
+        raise _bad(where, kind, value)
+    if not math.isfinite(value):
+        raise ValueError(f"{where}: expected a finite {kind.__name__}, got {value!r}")
+    if kind is float:
+        return value if isinstance(value, float) else float(value)
+    if kind is bool:
+        if value not in (0, 1):
+            raise _bad(where, kind, value)
+        return bool(value)
+    if isinstance(value, float) and not value.is_integer():
+        raise _bad(where, kind, value)
+    if not _INT32.min <= value <= _INT32.max:
+        raise ValueError(f"{where}: {value!r} does not fit in int32")
+    return int(value)
+
+
+def _coerce_array(where: str, kind: type, value: Any) -> Any:
+    """A numpy/JAX array (or numpy scalar, or tracer) as an array of ``kind``: kept as it is
+    when its dtype fits, cast when its (concrete) values do."""
+    dkind = np.dtype(value.dtype).kind
+    traced = isinstance(value, jax.core.Tracer)
+    if dkind not in "biuf" or (dkind == "b" and kind is not bool):
+        raise _bad(where, kind, value)
+    if traced:  # values unknown at trace time: the dtype must fit as it is
+        if (kind is int and dkind == "f") or (kind is bool and dkind != "b"):
+            raise TypeError(f"{where}: expected {kind.__name__}, got a traced {value.dtype} array")
+        return value
+    values = np.asarray(value)
+    if dkind == "f" and not np.all(np.isfinite(values)):
+        raise ValueError(f"{where}: expected finite values, got {reprlib.repr(values)}")
+    if kind is bool and dkind != "b":
+        if not np.all((values == 0) | (values == 1)):
+            raise _bad(where, kind, value)
+        return value.astype(np.bool_)
+    if kind is int and dkind == "f":
+        if not np.all(values == np.round(values)):
+            raise _bad(where, kind, value)
+        if not np.all((values >= _INT32.min) & (values <= _INT32.max)):
+            raise ValueError(f"{where}: {reprlib.repr(values)} does not fit in int32")
+        return value.astype(np.int32)
+    return value
+
+
+def check_param(params: Any, name: str, value: Any) -> Any:
+    """``value`` checked (and converted) for the field ``name`` of the params dataclass
+    ``params``: its kind (``_declared_kind``) and its ``Range`` in ``type(params).bounds``.
+
+    An ``int`` field takes integral numbers (``3.0`` becomes ``3``, ``2.5`` is refused), a
+    ``bool`` field bools and 0/1, a ``float`` field ints, floats and numeric strings
+    (``"5e-1"``); arrays and tracers are accepted when their dtype fits. Non-numbers, NaN
+    and infinities raise a one-line ``TypeError``/``ValueError`` naming the param.
+    """
+    cls = type(params)
+    where = f"{cls.__name__}.{name}"
+    field = next(f for f in dataclasses.fields(params) if f.name == name)
+    kind = _declared_kind(field, getattr(params, name))
+    if kind is None:
+        return value
+    if hasattr(value, "dtype") and hasattr(value, "astype"):
+        checked = _coerce_array(where, kind, value)
+    else:
+        checked = _coerce_scalar(where, kind, value)
+    bound = _bounds(params).get(name)
+    if bound is not None and not isinstance(checked, jax.core.Tracer):
+        broken = bound.violation(np.asarray(checked))
+        if broken is not None:
+            raise ValueError(f"{where}: must be {broken}, got {reprlib.repr(value)}")
+    return checked
+
+
+def _bounds(params: Any) -> dict:
+    """``type(params).bounds`` (``{}`` when absent), checked to name fields and hold ranges."""
+    cls = type(params)
+    bounds = getattr(cls, "bounds", None) or {}
+    known = {f.name for f in dataclasses.fields(params)}
+    for name, bound in bounds.items():
+        if name not in known or not isinstance(bound, Range):
+            raise TypeError(f"{cls.__name__}.bounds: {name!r} must name a field and map to a Range, got {bound!r}")
+    return bounds
+
+
 def replace_params(params: Any, **overrides) -> Any:
-    """``params`` with some fields replaced; unknown names raise a ``TypeError`` naming them."""
+    """``params`` with some fields replaced, each checked by :func:`check_param`.
+
+    Unknown names raise a ``TypeError`` naming them; a value of the wrong kind or outside
+    the field's declared ``Range`` raises a one-line ``TypeError``/``ValueError`` naming the
+    param, what it expects and the value. Valid values of the field's own kind are stored
+    unchanged.
+    """
     if not overrides:
         return params
     if not dataclasses.is_dataclass(params):
@@ -216,4 +423,4 @@ def replace_params(params: Any, **overrides) -> Any:
             f"unknown env parameter(s) {unknown} for {type(params).__name__}; "
             f"known: {sorted(known)}"
         )
-    return params.replace(**overrides)
+    return params.replace(**{name: check_param(params, name, v) for name, v in overrides.items()})

@@ -173,6 +173,10 @@ def _missing_extra(env_id: str) -> str | None:
 def make(env_id: str, **param_overrides: Any) -> tuple[Environment, Any]:
     """Build a registered env: ``(env, params)`` with ``param_overrides`` applied.
 
+    Every override is checked by :func:`jaxrl.core.env.replace_params`: an unknown name, a
+    value of the wrong kind (``max_steps_in_episode=2.5``, ``length="a"``) or one outside
+    the params class's declared ``bounds`` raises a one-line ``TypeError``/``ValueError``.
+
     >>> env, params = make("CartPole-v1", length=0.7)
     """
     s = spec(env_id)

@@ -34,7 +34,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from jaxrl.core.env import Environment, TimeStep, Wrapper, tree_select
+from jaxrl.core.env import Environment, TimeStep, Wrapper, positive_int, tree_select
 
 
 @struct.dataclass
@@ -196,18 +196,18 @@ class VectorEnv(Wrapper):
         episode_stats: bool = True,
     ):
         super().__init__(env)
-        if int(num_envs) <= 0:
-            raise ValueError(f"VectorEnv needs num_envs > 0, got {num_envs}")
-        if params_axis not in (None, 0):
+        self.num_envs = positive_int("VectorEnv", "num_envs", num_envs)
+        if params_axis not in (None, 0) or isinstance(params_axis, bool):
             raise ValueError(f"VectorEnv params_axis must be None or 0, got {params_axis!r}")
-        self.num_envs = int(num_envs)
         self.params_axis = params_axis
         if reset_chunk is None:
             reset_chunk = default_reset_chunk(self.num_envs)
         if isinstance(reset_chunk, bool) or not isinstance(reset_chunk, numbers.Integral) or reset_chunk <= 0:
             raise ValueError(f"VectorEnv reset_chunk must be a positive int, got {reset_chunk!r}")
         self.reset_chunk = min(int(reset_chunk), self.num_envs)
-        self.episode_stats = bool(episode_stats)
+        if not isinstance(episode_stats, bool):
+            raise ValueError(f"VectorEnv episode_stats must be a bool, got {episode_stats!r}")
+        self.episode_stats = episode_stats
 
     def reset(self, key, params) -> tuple[VectorState, TimeStep]:
         env_state, ts = jax.vmap(self.env.reset, in_axes=(0, self.params_axis))(

@@ -23,12 +23,15 @@
 
 from __future__ import annotations
 
+import math
+import numbers
+
 import jax
 import jax.numpy as jnp
 from flax import struct
 
 from jaxrl.core import spaces
-from jaxrl.core.env import Environment, TimeStep, Wrapper, tree_select
+from jaxrl.core.env import Environment, TimeStep, Wrapper, positive_int, tree_select
 
 
 class AutoReset(Wrapper):
@@ -95,9 +98,7 @@ class TimeLimit(Wrapper):
 
     def __init__(self, env: Environment, max_steps: int):
         super().__init__(env)
-        if int(max_steps) <= 0:
-            raise ValueError(f"TimeLimit needs max_steps > 0, got {max_steps}")
-        self.max_steps = int(max_steps)
+        self.max_steps = positive_int("TimeLimit", "max_steps", max_steps)
 
     def reset(self, key, params):
         env_state, ts = self.env.reset(key, params)
@@ -126,6 +127,9 @@ class RescaleAction(Wrapper):
 
     def __init__(self, env: Environment, low: float = -1.0, high: float = 1.0):
         super().__init__(env)
+        for name, value in (("low", low), ("high", high)):
+            if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+                raise ValueError(f"RescaleAction needs a finite number for {name}, got {value!r}")
         if not low < high:
             raise ValueError(f"RescaleAction needs low < high, got {low}, {high}")
         self.low, self.high = float(low), float(high)
@@ -152,9 +156,9 @@ class VmapEnv(Wrapper):
 
     def __init__(self, env: Environment, num_envs: int, params_axis: int | None = None):
         super().__init__(env)
-        if int(num_envs) <= 0:
-            raise ValueError(f"VmapEnv needs num_envs > 0, got {num_envs}")
-        self.num_envs = int(num_envs)
+        self.num_envs = positive_int("VmapEnv", "num_envs", num_envs)
+        if params_axis not in (None, 0) or isinstance(params_axis, bool):
+            raise ValueError(f"VmapEnv params_axis must be None or 0, got {params_axis!r}")
         self.params_axis = params_axis
 
     def reset(self, key, params):

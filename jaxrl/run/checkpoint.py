@@ -1,34 +1,68 @@
-"""Orbax checkpoints of the whole train state: atomic, periodic, keep-the-last-few.
+"""Orbax checkpoints of the whole train state: atomic, verified, keep-the-last-few.
 
-A checkpoint is the complete pytree that ``Algorithm.init`` builds (params, optimiser
-state, normaliser statistics, env states, observations, RNG keys, counters), saved with
-orbax's standard (array) handler, so restoring it continues a run bit for bit.
+A checkpoint is the complete pytree the program's ``init`` builds (params, optimiser
+state, env states, RNG keys, counters), so restoring it continues a run bit for bit.
 
 * **Atomic**: orbax writes each step into a temporary directory and renames it into place
   only when every file is written (``commit_success``), so an interrupted save never
   replaces or corrupts the last good checkpoint; a leftover temporary directory is
-  ignored by :meth:`Checkpoints.latest_step` and cleaned up by the next manager.
+  ignored by :meth:`Checkpoints.steps` and cleaned up by the next *writer*.
+* **Verified**: after orbax commits a step, :data:`RECORD_FILE` is written into it
+  (atomically): the sha256 of the saved arrays (:func:`content_digest`), the size and
+  sha256 of every file orbax wrote, and the caller's ``meta`` (the trainer stores the
+  resolved config). A step without that record is an unfinished save and never counts as
+  good. :meth:`Checkpoints.restore` checks the files, then recomputes the digest over the
+  restored arrays; a damaged newest checkpoint (flipped bytes, truncated or missing
+  files, garbled metadata) falls back to the newest one that verifies, with a one-line
+  warning.
+* **Read-only readers** (``read_only=True``: eval, render) read step directories with a
+  plain orbax checkpointer and create, clean up or delete nothing.
 * **No pickle, structure-checked**: :meth:`Checkpoints.restore` restores *against* a
   template built by ``init`` (via ``jax.eval_shape``): a missing/extra leaf, a different
   shape or dtype raises :class:`CheckpointError` instead of loading something else.
-* **PRNG keys**: typed key arrays (``jax.random.key``) are stored as their raw ``uint32``
-  key data and re-wrapped with the template's key implementation on restore.
+* **PRNG keys** are stored as raw ``uint32`` key data and re-wrapped on restore.
 
-Steps are numbered by *updates done*, so ``latest_step()`` is where a resumed run starts.
+Steps are numbered by *updates done*, so the step restored is where a resumed run starts.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
-from typing import Any
+import sys
+from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import orbax.checkpoint as ocp
+from etils import epath
 
 
 class CheckpointError(RuntimeError):
     """A checkpoint is missing or does not match the state structure of the run."""
+
+
+class CheckpointCorrupt(CheckpointError):
+    """A checkpoint's files are damaged or incomplete (``reason`` says how)."""
+
+    def __init__(self, step: int, directory: str, reason: str):
+        super().__init__(f"checkpoint {step} in {directory} is damaged: {reason}")
+        self.step, self.reason = step, reason
+
+
+#: Written into each step directory after orbax commits it: digest, leaf count, meta.
+RECORD_FILE = "jaxrl_checkpoint.json"
+ITEM = "default"  # orbax's item directory of a single-item manager
+
+
+class Restored(NamedTuple):
+    """A verified restore: the step, the state and the step's record (``meta`` inside)."""
+
+    step: int
+    state: Any
+    record: dict
 
 
 def _is_key(x) -> bool:
@@ -58,16 +92,48 @@ def abstract_state(template: Any) -> Any:
     return jax.eval_shape(to_storable, template)
 
 
+def content_digest(stored: Any) -> tuple[str, int]:
+    """``(sha256 hex, leaf count)`` of a storable tree's arrays.
+
+    Leaves are taken in the order of their path names (as in the structure check), each
+    contributing its name, dtype, shape and raw bytes, so the digest of a tree restored
+    from disk equals that of the tree that was saved exactly when every byte came back.
+    """
+    table = {}
+    for path, leaf in jax.tree_util.tree_leaves_with_path(stored):
+        table[".".join(_key_name(k) for k in path)] = leaf
+    h = hashlib.sha256()
+    for name in sorted(table):
+        a = np.ascontiguousarray(np.asarray(table[name]))
+        h.update(f"{name}|{a.dtype.str}|{a.shape}\n".encode())
+        h.update(a.view(np.uint8).reshape(-1).data if a.size else b"")
+    return h.hexdigest(), len(table)
+
+
+def _warn(message: str) -> None:
+    print(f"jaxrl: warning: {message}", file=sys.stderr)
+
+
 class Checkpoints:
     """The checkpoints of one run directory (``<run_dir>/checkpoints/<step>``).
 
     Args:
-      directory: where the step directories live (created if missing).
-      keep: how many of the most recent checkpoints to keep (older ones are deleted).
+      directory: where the step directories live (created by a writer if missing).
+      keep: how many of the most recent checkpoints a writer keeps (older ones are deleted).
+      meta: JSON-able data stored in every checkpoint's record (e.g. the resolved config).
+      read_only: a reader: never creates, cleans up or deletes anything; cannot save.
+      warn: called with one line when restore falls back past a damaged checkpoint.
     """
 
-    def __init__(self, directory: str | os.PathLike, keep: int = 3):
+    def __init__(
+        self, directory: str | os.PathLike, keep: int = 3, meta: dict | None = None, read_only: bool = False,
+        warn: Callable[[str], None] = _warn,
+    ):
         self.directory = os.path.abspath(os.fspath(directory))
+        self.meta, self.read_only, self._warn = meta, read_only, warn
+        self._manager = None if read_only else self._writer(keep)
+
+    def _writer(self, keep: int):
         # Multi-process runs: each process's manager is process-local (no orbax barriers);
         # the trainer gathers the state and only process 0 saves (and cleans up), while
         # every process reads the same files (see jaxrl.run.trainer.save_checkpoint).
@@ -79,59 +145,179 @@ class Checkpoints:
             create=not multi,
             enable_async_checkpointing=False,  # the host loop waits anyway; simpler failures
             cleanup_tmp_directories=pid == 0,  # remove leftovers of an interrupted save
+            lightweight_initialize=True,  # never parse step metadata up front (it may be damaged)
             multiprocessing_options=ocp.options.MultiprocessingOptions(primary_host=pid, active_processes={pid})
             if multi
             else ocp.options.MultiprocessingOptions(),
         )
-        # The handler is named up front so that a fresh manager can read item metadata
-        # (the structure check in restore) before anything is saved or restored.
-        self._manager = ocp.CheckpointManager(
-            self.directory, options=options, item_handlers=ocp.StandardCheckpointHandler()
-        )
+        return ocp.CheckpointManager(self.directory, options=options, item_handlers=ocp.StandardCheckpointHandler())
+
+    # ----------------------------------------------------------------------------- writing
 
     def save(self, step: int, state: Any) -> str:
-        """Write ``state`` as checkpoint ``step`` (updates done); returns its directory."""
-        self._manager.save(int(step), args=ocp.args.StandardSave(to_storable(state)), force=True)
-        self._manager.wait_until_finished()
+        """Write ``state`` as checkpoint ``step`` (updates done), then its verified record;
+        returns its directory. An existing step of that number is replaced."""
+        if self._manager is None:
+            raise CheckpointError(f"{self.directory} is opened read-only; cannot save")
+        step = int(step)
+        stored = jax.device_get(to_storable(state))
+        if os.path.isdir(self._step_dir(step)):
+            self._manager.reload()
+            self._manager.delete(step)
+        try:
+            self._manager.save(step, args=ocp.args.StandardSave(stored), force=True)
+            self._manager.wait_until_finished()
+        except OSError:
+            raise
+        except Exception as exc:  # orbax / tensorstore wrap I/O failures in their own types
+            text = str(exc)
+            if "No space left" in text:
+                raise OSError(28, "No space left on device", self.directory) from exc
+            raise CheckpointError(f"saving checkpoint {step} in {self.directory} failed: {_first_line(exc)}") from exc
+        digest, leaves = content_digest(stored)
+        files = _file_table(self._step_dir(step))
+        record = {"format": 1, "step": step, "sha256": digest, "leaves": leaves, "files": files, "meta": self.meta}
+        path = os.path.join(self._step_dir(step), RECORD_FILE)
+        from jaxrl.run import rundir
+
+        rundir.write_text(path, json.dumps(record, indent=1) + "\n")
+        return self._step_dir(step)
+
+    def discard_after(self, step: int) -> list[int]:
+        """Delete every checkpoint newer than ``step`` (damaged ones a resume skipped, which
+        it is about to redo); returns their steps."""
+        if self._manager is None:
+            raise CheckpointError(f"{self.directory} is opened read-only; cannot delete")
+        newer = [s for s in self.steps() if s > step]
+        if newer:
+            self._manager.reload()
+            for s in newer:
+                self._manager.delete(s)
+        return newer
+
+    # ----------------------------------------------------------------------------- reading
+
+    def _step_dir(self, step: int) -> str:
         return os.path.join(self.directory, str(int(step)))
 
     def steps(self) -> list[int]:
-        """The committed checkpoint steps, ascending."""
-        self._manager.reload()
-        return sorted(self._manager.all_steps())
+        """The committed checkpoint steps, ascending (orbax's ``*.orbax-checkpoint-tmp*``
+        directories of unfinished saves are not steps; unverified steps are listed)."""
+        try:
+            names = os.listdir(self.directory)
+        except FileNotFoundError:
+            return []
+        return sorted(int(n) for n in names if n.isdigit() and os.path.isdir(os.path.join(self.directory, n)))
 
     def latest_step(self) -> int | None:
-        """The newest committed step, or ``None``."""
+        """The newest committed step, or ``None`` (not necessarily verified)."""
         steps = self.steps()
         return steps[-1] if steps else None
 
+    def record(self, step: int) -> dict:
+        """The record of ``step``; :class:`CheckpointCorrupt` if it is missing or unreadable."""
+        path = os.path.join(self._step_dir(step), RECORD_FILE)
+        try:
+            with open(path, "rb") as f:
+                record = json.loads(f.read(1 << 24))
+        except FileNotFoundError:
+            raise CheckpointCorrupt(step, self.directory, f"no {RECORD_FILE} (an unfinished save)") from None
+        except (OSError, ValueError) as exc:
+            raise CheckpointCorrupt(step, self.directory, f"unreadable {RECORD_FILE}: {_first_line(exc)}") from None
+        if not isinstance(record, dict) or not isinstance(record.get("sha256"), str):
+            raise CheckpointCorrupt(step, self.directory, f"{RECORD_FILE} holds no sha256")
+        return record
+
     def restore(self, template: Any, step: int | None = None) -> Any:
-        """The state saved at ``step`` (default: latest), with ``template``'s structure.
+        """The state saved at ``step`` (default: the newest that verifies), with ``template``'s
+        structure; see :meth:`restore_verified`."""
+        return self.restore_verified(template, step).state
+
+    def restore_verified(self, template: Any, step: int | None = None) -> Restored:
+        """Restore and verify ``step``, or (``step=None``) the newest checkpoint that verifies.
 
         ``template`` is a state (or ``jax.eval_shape`` of ``init``) of the run being
-        resumed. Raises :class:`CheckpointError` if there is no checkpoint or the saved
-        tree does not match the template leaf for leaf (path, shape, dtype).
+        resumed. Raises :class:`CheckpointError` if there is no checkpoint or the saved tree
+        does not match the template leaf for leaf (path, shape, dtype), and
+        :class:`CheckpointCorrupt` if the named ``step`` (or, by default, every step) is
+        damaged. Falling back past damaged steps calls ``warn`` with one line.
         """
-        step = self.latest_step() if step is None else int(step)
-        if step is None:
-            raise CheckpointError(f"no checkpoint in {self.directory}")
-        if step not in self.steps():
-            raise CheckpointError(f"no checkpoint for step {step} in {self.directory}")
+        if step is not None:
+            if int(step) not in self.steps():
+                raise CheckpointError(f"no checkpoint for step {int(step)} in {self.directory}")
+            return self._restore_one(int(step), template)
+        damaged = []
+        for candidate in reversed(self.steps()):
+            try:
+                restored = self._restore_one(candidate, template)
+            except CheckpointCorrupt as exc:
+                damaged.append(exc)
+                continue
+            if damaged:
+                self._warn(_fallback_line(damaged, self.directory, candidate))
+            return restored
+        if damaged:
+            raise CheckpointError(
+                f"no intact checkpoint in {self.directory}: " + "; ".join(f"{e.step}: {e.reason}" for e in damaged)
+            )
+        raise CheckpointError(f"no checkpoint in {self.directory}")
+
+    def verified_step(self) -> int | None:
+        """The newest step whose arrays match their recorded digest (restored from the
+        saved metadata, no template needed), or ``None``."""
+        for candidate in reversed(self.steps()):
+            try:
+                record = self.record(candidate)
+                self._check_files(candidate, record)
+                stored = _read_item(self._item_dir(candidate), None)
+            except Exception:  # damaged or unreadable: not good
+                continue
+            if content_digest(stored)[0] == record["sha256"]:
+                return candidate
+        return None
+
+    def _item_dir(self, step: int) -> epath.Path:
+        return epath.Path(self._step_dir(step)) / ITEM
+
+    def _check_files(self, step: int, record: dict) -> None:
+        """Every file orbax wrote for ``step`` is there with its recorded size and sha256
+        (checked before orbax reads anything, so damage is named instead of failing deep
+        inside an asynchronous read)."""
+        files = record.get("files")
+        if not isinstance(files, dict) or not files:
+            raise CheckpointCorrupt(step, self.directory, f"{RECORD_FILE} lists no files")
+        root = self._step_dir(step)
+        for name, (size, digest) in sorted(files.items()):
+            path = os.path.join(root, name)
+            try:
+                actual = os.path.getsize(path)
+            except OSError:
+                raise CheckpointCorrupt(step, self.directory, f"file {name} is missing") from None
+            if actual != size:
+                raise CheckpointCorrupt(step, self.directory, f"file {name} has {actual} bytes, {size} were written")
+            if _file_sha256(path) != digest:
+                raise CheckpointCorrupt(step, self.directory, f"file {name} changed on disk (sha256 mismatch)")
+
+    def _restore_one(self, step: int, template: Any) -> Restored:
+        record = self.record(step)
+        self._check_files(step, record)
         abstract = abstract_state(template)
         self._check_metadata(step, abstract)
-        try:
-            stored = self._manager.restore(step, args=ocp.args.StandardRestore(abstract))
-        except (ValueError, KeyError, TypeError) as exc:
-            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            raise CheckpointError(
-                f"checkpoint {step} in {self.directory} does not match this run's state: {first}"
-            ) from None
+        try:  # the metadata matched, so a failure to read is damage, not another run's state
+            stored = _read_item(self._item_dir(step), abstract)
+        except Exception as exc:
+            raise CheckpointCorrupt(step, self.directory, f"unreadable arrays: {_first_line(exc)}") from None
         _check_same(stored, abstract, step, self.directory)
-        return from_storable(stored, template)
+        if content_digest(stored)[0] != record["sha256"]:
+            raise CheckpointCorrupt(step, self.directory, "content checksum mismatch (the arrays changed on disk)")
+        return Restored(step, from_storable(stored, template), record)
 
     def _check_metadata(self, step: int, abstract: Any) -> None:
         """Compare the saved tree's metadata with ``abstract`` before reading any array."""
-        saved = self._manager.item_metadata(step)
+        try:
+            saved = ocp.StandardCheckpointHandler().metadata(self._item_dir(step))
+        except Exception as exc:  # a missing or garbled metadata file
+            raise CheckpointCorrupt(step, self.directory, f"unreadable metadata: {_first_line(exc)}") from None
         saved = _leaf_table(getattr(saved, "tree", saved))
         wanted = _leaf_table(abstract)
         where = f"checkpoint {step} in {self.directory} does not match this run's state"
@@ -147,13 +333,52 @@ class Checkpoints:
                 )
 
     def close(self) -> None:
-        self._manager.close()
+        if self._manager is not None:
+            self._manager.close()
 
     def __enter__(self):
         return self
 
     def __exit__(self, *exc):
         self.close()
+
+
+def _read_item(path: epath.Path, abstract: Any) -> Any:
+    """The arrays of one orbax item directory, read with a plain (read-only) checkpointer."""
+    args = ocp.args.StandardRestore(abstract) if abstract is not None else ocp.args.StandardRestore()
+    with ocp.Checkpointer(ocp.StandardCheckpointHandler()) as checkpointer:
+        return checkpointer.restore(path, args=args)
+
+
+def _file_sha256(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _file_table(step_dir: str) -> dict:
+    """``{relative path: [size, sha256]}`` of every file orbax wrote into ``step_dir``."""
+    table = {}
+    for root, _, names in os.walk(step_dir):
+        for name in names:
+            path = os.path.join(root, name)
+            rel = os.path.relpath(path, step_dir)
+            if rel != RECORD_FILE:
+                table[rel] = [os.path.getsize(path), _file_sha256(path)]
+    return table
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    line = text.splitlines()[0] if text else type(exc).__name__
+    return line if len(line) <= 200 else line[:197] + "..."
+
+
+def _fallback_line(damaged: list, directory: str, used: int) -> str:
+    which = "; ".join(f"checkpoint {e.step}: {e.reason}" for e in damaged)
+    return f"damaged checkpoint(s) in {directory} skipped ({which}); restored checkpoint {used} instead"
 
 
 def _key_name(key) -> str:

@@ -15,12 +15,13 @@ A run config file looks like::
     devices: 1                # "all" or a device count
     shard: auto               # what the devices split: auto | envs | seeds
 
-:func:`load_config` parses it (never executes code), applies ``--set a.b=value`` overrides
-to a copy, and converts it by walking dataclass fields and their type hints. Every problem
-raises :class:`ConfigError` with a one-line message naming the key ("did you mean" for
-unknown keys). Nothing is built here: :func:`jaxrl.run.build.build` builds the env and the
-program once. Derived values come from :func:`derive`; config objects are frozen and the
-user's mapping is never mutated. :func:`save_config` writes the resolved config as YAML that
+:func:`load_config` reads it with :mod:`jaxrl.run.yamlio` (safe YAML: no code, no aliases,
+no duplicate keys, bounded sizes), applies ``--set a.b=value`` overrides to a copy, and
+converts it by walking dataclass fields and their type hints. Every problem raises
+:class:`ConfigError` with a one-line message naming the key ("did you mean" for unknown
+keys). Nothing is built here: :func:`jaxrl.run.build.build` builds the env and the program
+once. Derived values come from :func:`derive`; config objects are frozen and the user's
+mapping is never mutated. :func:`save_config` writes the resolved config as YAML that
 :func:`load_config` reads back to an equal object.
 """
 
@@ -37,6 +38,8 @@ from typing import Any, Literal, Union
 import yaml
 
 from jaxrl.algos.contract import Plan
+from jaxrl.run import yamlio
+from jaxrl.run.yamlio import short
 
 
 class ConfigError(ValueError):
@@ -125,7 +128,7 @@ def _type_name(tp) -> str:
 
 
 def _wrong(key: str, tp, value) -> ConfigError:
-    return ConfigError(f"{key}: expected {_type_name(tp)}, got {value!r}")
+    return ConfigError(f"{key}: expected {_type_name(tp)}, got {short(value)}")
 
 
 def _convert_scalar(value, tp, key: str):
@@ -206,12 +209,12 @@ def from_dict(cls, raw, prefix: str = ""):
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):
-        raise ConfigError(f"{prefix or 'config'}: expected a mapping, got {raw!r}")
+        raise ConfigError(f"{prefix or 'config'}: expected a mapping, got {short(raw)}")
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
     for name in raw:
         if name not in fields:
-            raise ConfigError(f"unknown key {_join(prefix, str(name))!r}{_suggest(str(name), fields, prefix)}")
+            raise ConfigError(f"unknown key {short(_join(prefix, str(name)))}{_suggest(str(name), fields, prefix)}")
     kwargs = {}
     for name, f in fields.items():
         key = _join(prefix, name)
@@ -242,14 +245,18 @@ def to_dict(obj) -> Any:
 
 
 def apply_overrides(raw: dict, overrides=()) -> dict:
-    """A copy of ``raw`` with each ``"a.b=value"`` applied (value parsed as a YAML scalar)."""
+    """A copy of ``raw`` with each ``"a.b=value"`` applied (value parsed as a bounded YAML
+    scalar or flow collection by :func:`jaxrl.run.yamlio.load`; text that is not valid YAML
+    is kept as a string)."""
     out = copy.deepcopy(raw)
     for item in overrides:
         path, sep, text = str(item).partition("=")
         if not sep or not path.strip():
-            raise ConfigError(f"--set {item!r}: expected key=value, e.g. ppo.lr=1e-3")
+            raise ConfigError(f"--set {short(item)}: expected key=value, e.g. ppo.lr=1e-3")
         try:
-            value = yaml.safe_load(text) if text.strip() else ""
+            value = yamlio.load(text, max_chars=yamlio.MAX_VALUE_CHARS) if text.strip() else ""
+        except yamlio.YamlError as exc:
+            raise ConfigError(f"--set {short(item)}: the value {exc}") from None
         except yaml.YAMLError:
             value = text
         node = out
@@ -259,7 +266,7 @@ def apply_overrides(raw: dict, overrides=()) -> dict:
             if child is None:
                 child = node[part] = {}
             if not isinstance(child, dict):
-                raise ConfigError(f"--set {item!r}: {'.'.join(parts[: i + 1])!r} is not a section")
+                raise ConfigError(f"--set {short(item)}: {short('.'.join(parts[: i + 1]))} is not a section")
             node = child
         node[parts[-1]] = value
     return out
@@ -277,7 +284,7 @@ def algo_entry(name: str):
 
     algos = algo_registry.algorithms()
     if not isinstance(name, str) or name not in algos:
-        raise ConfigError(f"algo: unknown algorithm {name!r}{_suggest(str(name), algos)}")
+        raise ConfigError(f"algo: unknown algorithm {short(name)}{_suggest(str(name), algos)}")
     return algos[name]
 
 
@@ -292,8 +299,9 @@ def _check_env(env: EnvConfig) -> None:
         raise ConfigError(f"env.id: {exc}") from None
     for section in ("params", "eval_params"):
         for name, value in getattr(env, section).items():
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise ConfigError(f"env.{section}.{name}: expected a number, got {value!r}")
+            numeric = isinstance(value, (int, float)) or (isinstance(value, str) and _NUMBER_RE.match(value.strip()))
+            if not numeric:  # bools pass: bool params take them; make checks every kind and range
+                raise ConfigError(f"env.{section}.{name}: expected a number, got {short(value)}")
     c = env.curriculum
     if c is not None:
         if c.start > c.stop:
@@ -343,7 +351,7 @@ def config_from_dict(raw) -> RunConfig:
     known = set(_RUN_KEYS) | {name}
     for key in raw:
         if key not in known:
-            raise ConfigError(f"unknown key {str(key)!r}{_suggest(str(key), known)}")
+            raise ConfigError(f"unknown key {short(str(key))}{_suggest(str(key), known)}")
     hints = typing.get_type_hints(RunConfig)
     if "env" not in raw:
         raise ConfigError("missing key 'env'")
@@ -375,16 +383,12 @@ def config_to_dict(cfg: RunConfig) -> dict:
 
 
 def read_yaml(path) -> dict:
-    """The raw mapping in a YAML file (``safe_load``: plain data only)."""
+    """The raw mapping in a YAML file, read by :mod:`jaxrl.run.yamlio` (plain data only: no
+    aliases, no duplicate keys, bounded size); every refusal is one :class:`ConfigError` line."""
     try:
-        with open(path) as f:
-            raw = yaml.safe_load(f)
-    except FileNotFoundError:
-        raise ConfigError(f"config file {str(path)!r} not found") from None
-    except yaml.YAMLError as exc:
-        where = getattr(exc, "problem_mark", None)
-        line = f" at line {where.line + 1}" if where is not None else ""
-        raise ConfigError(f"config file {str(path)!r} is not valid YAML{line}") from None
+        raw = yamlio.read_file(path)
+    except yamlio.YamlError as exc:
+        raise ConfigError(f"config file {yamlio.display_path(path)} {exc}") from None
     return {} if raw is None else raw
 
 
@@ -392,7 +396,7 @@ def load_config(path, overrides=()) -> RunConfig:
     """Read, override and check a config file; raises :class:`ConfigError`."""
     raw = read_yaml(path)
     if not isinstance(raw, dict):
-        raise ConfigError(f"config file {str(path)!r}: expected a mapping at the top level")
+        raise ConfigError(f"config file {yamlio.display_path(path)}: expected a mapping at the top level")
     return config_from_dict(apply_overrides(raw, overrides))
 
 

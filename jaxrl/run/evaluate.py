@@ -22,7 +22,6 @@ import functools
 import json
 import math
 import os
-import sys
 from typing import Any
 
 import jax
@@ -84,8 +83,10 @@ def format_summary(summary: dict) -> str:
 
 
 def write_summary(summary: dict, path: str) -> None:
-    with open(path, "w") as f:
-        json.dump(summary, f, indent=2)
+    """Write ``summary`` as JSON, atomically; a symbolic link at ``path`` is refused."""
+    from jaxrl.run import rundir
+
+    rundir.write_text(path, json.dumps(summary, indent=2))
 
 
 def evaluate_states(built: Built, states: Any, seed: int = 0) -> dict:
@@ -121,40 +122,46 @@ def with_episodes(cfg: RunConfig, episodes: int | None) -> RunConfig:
 
 
 def run_config(run_dir: str) -> RunConfig:
-    """The resolved config saved in a run directory."""
+    """The resolved config saved in a run directory (read as bounded YAML)."""
     path = os.path.join(run_dir, CONFIG_FILE)
-    if not os.path.exists(path):
+    if not os.path.lexists(path):
         raise ConfigError(f"{run_dir!r} is not a run directory (no {CONFIG_FILE})")
     return config_lib.load_config(path)
 
 
 def load_run(run_dir: str, episodes: int | None = None):
-    """``(cfg, built, states [S, ...], step)`` of the latest checkpoint in ``run_dir``.
+    """``(cfg, built, states [S, ...], step)`` of the newest verified checkpoint in ``run_dir``.
 
-    ``episodes`` replaces the algorithm's evaluation episode count (a new config object).
+    ``episodes`` replaces the algorithm's evaluation episode count (a new config object). The
+    checkpoints are opened read-only: nothing in the run directory is created, cleaned up
+    or deleted, so this is safe while the run is still training.
     """
+    from jaxrl.run import guards
+
     cfg = with_episodes(run_config(run_dir), episodes)
     built = build(cfg)
+    guards.check_memory(cfg, built)
     keys = seed_keys(cfg.train.seed, cfg.train.seeds)
     template = jax.eval_shape(jax.vmap(built.program.init), keys)
-    with Checkpoints(os.path.join(run_dir, CHECKPOINT_DIR), keep=cfg.train.keep_checkpoints) as ckpts:
-        step = ckpts.latest_step()
-        if step is None:
+    with Checkpoints(os.path.join(run_dir, CHECKPOINT_DIR), read_only=True) as ckpts:
+        if not ckpts.steps():
             raise ConfigError(f"{run_dir!r} has no checkpoint yet")
-        states = ckpts.restore(template, step)
-    return cfg, built, states, step
+        restored = ckpts.restore_verified(template)
+    return cfg, built, restored.state, restored.step
 
 
 def main_eval(args) -> int:
-    """``jaxrl eval RUN_DIR [--episodes N]``: print and write ``eval.json``."""
-    try:
-        cfg, built, states, step = load_run(args.run_dir, args.episodes)
-    except ConfigError as exc:
-        print(f"jaxrl: config error: {exc}", file=sys.stderr)
-        return 2
+    """``jaxrl eval RUN_DIR [--episodes N]``: print and write ``eval.json``; failures raise
+    and reach the one-line handler of :func:`jaxrl.cli.main`."""
+    from jaxrl.run import guards, rundir
+
+    out_path = os.path.join(args.run_dir, EVAL_FILE)
+    rundir.refuse_link(out_path)  # before the work, not after it
+    guards.check_seed(args.seed, "--seed", guards.MAX_SEED - EVAL_SEED_OFFSET)
+    cfg, built, states, step = load_run(args.run_dir, args.episodes)
     summary = evaluate_run(built, states, seed=args.seed)
     summary["checkpoint_update"] = step
-    write_summary(summary, os.path.join(args.run_dir, EVAL_FILE))
+    write_summary(summary, out_path)
     print(format_summary(summary))
     for line in sample_lines(built, states, seed=args.seed):
         print(line)
@@ -195,21 +202,33 @@ def render_frames(built: Built, states: Any, steps: int, deterministic: bool = T
     return render.rollout_frames(policy.env, built.envs.eval_params, rollout_states)
 
 
-def main_render(args) -> int:
-    """``jaxrl render RUN_DIR --out FILE.gif``."""
-    from jaxrl.core import render
+def check_render_args(args) -> None:
+    """``--steps`` and ``--fps`` positive; ``--out`` a file in an existing directory."""
+    for name in ("steps", "fps"):
+        value = getattr(args, name)
+        if value < 1:
+            raise ConfigError(f"--{name}: must be >= 1, got {value}")
+    folder = os.path.dirname(os.path.abspath(args.out))
+    if not os.path.isdir(folder):
+        raise ConfigError(f"--out {args.out!r}: the folder {folder!r} does not exist")
+    if os.path.isdir(args.out):
+        raise ConfigError(f"--out {args.out!r} is a directory; name a .gif file")
 
-    try:
-        cfg, built, states, _ = load_run(args.run_dir)
-        if built.program.policy is None and built.program.samples is not None:
-            print("jaxrl: this run's episodes are token sequences; transcripts instead of frames:")
-            for line in sample_lines(built, states, seed=args.seed):
-                print(line)
-            return 0
-        frames = render_frames(built, states, args.steps, not args.stochastic, args.seed)
-    except ConfigError as exc:
-        print(f"jaxrl: config error: {exc}", file=sys.stderr)
-        return 2
+
+def main_render(args) -> int:
+    """``jaxrl render RUN_DIR --out FILE.gif``; failures raise (see :func:`main_eval`)."""
+    from jaxrl.core import render
+    from jaxrl.run import guards
+
+    check_render_args(args)
+    guards.check_seed(args.seed, "--seed")
+    cfg, built, states, _ = load_run(args.run_dir)
+    if built.program.policy is None and built.program.samples is not None:
+        print("jaxrl: this run's episodes are token sequences; transcripts instead of frames:")
+        for line in sample_lines(built, states, seed=args.seed):
+            print(line)
+        return 0
+    frames = render_frames(built, states, args.steps, not args.stochastic, args.seed)
     render.save_gif(frames, args.out, fps=args.fps)
     print(f"jaxrl: wrote {len(frames)} frames to {args.out}")
     return 0

@@ -5,3 +5,6 @@ METRICS_FILE = "metrics.jsonl"  # one record per update
 CURVE_FILE = "learning_curve.png"
 CHECKPOINT_DIR = "checkpoints"  # checkpoints/<updates done>/
 EVAL_FILE = "eval.json"
+CHANGES_FILE = "config_changes.jsonl"  # config changes accepted on resume
+#: Files a run writes; a fresh run refuses a directory that holds any of them.
+RUN_FILES = (CONFIG_FILE, METRICS_FILE, CURVE_FILE, CHECKPOINT_DIR, EVAL_FILE, CHANGES_FILE)

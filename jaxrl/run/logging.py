@@ -13,16 +13,24 @@ per seed (``log_seeds: per_seed``). When the metrics count finished episodes
 (``episode_count``), the per-episode averages ``episode_return`` and ``episode_length`` of an
 update in which no episode ended are left out (``None`` for that seed in per-seed lists),
 so curves never show a fake 0 return.
+
+The file survives crashes: each chunk's records go out in one append (never through a
+symbolic link), readers skip a torn or garbled line instead of failing, and a resumed run
+calls :func:`repair_metrics`, which keeps the good records up to its checkpoint, rewrites
+the file atomically and says what it dropped or found missing.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import os
 from typing import Iterable, Sequence
 
 import numpy as np
+
+from jaxrl.run import rundir
 
 RETURN_KEYS = ("episode_return", "return_mean", "mean_return", "return")
 #: Averages over the episodes that ended in an update: meaningless when none ended.
@@ -87,36 +95,78 @@ def _aggregate(name: str, column: np.ndarray, finished: np.ndarray | None, log_s
 
 
 class MetricsLog:
-    """Appends records to ``metrics.jsonl`` (one line each, flushed per chunk)."""
+    """Appends records to ``metrics.jsonl`` (one write per chunk, never through a link)."""
 
     def __init__(self, path: str):
         self.path = path
-        self._file = open(path, "a")
+        self._fd: int | None = rundir.open_append(path)
 
     def write(self, records: Iterable[dict]) -> None:
-        for rec in records:
-            self._file.write(json.dumps(rec) + "\n")
-        self._file.flush()
+        data = "".join(json.dumps(rec) + "\n" for rec in records).encode("utf-8")
+        if data:
+            rundir.write_all(self._fd, data)
 
     def close(self) -> None:
-        self._file.close()
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+def _parse(line: bytes) -> dict | None:
+    """A record of one line, or None when the line is torn or garbled."""
+    try:
+        rec = json.loads(line)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    ok = isinstance(rec, dict) and isinstance(rec.get("update"), int) and not isinstance(rec.get("update"), bool)
+    return rec if ok else None
+
+
+def _read_lines(path: str) -> list[bytes]:
+    with open(path, "rb") as f:
+        return f.read().split(b"\n")
 
 
 def read_metrics(path: str) -> list[dict]:
-    """All records of a ``metrics.jsonl`` file (empty list if there is none)."""
+    """The good records of a ``metrics.jsonl`` file (empty if there is none); torn or
+    garbled lines are skipped."""
     if not os.path.exists(path):
         return []
-    with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
+    return [rec for rec in map(_parse, _read_lines(path)) if rec is not None]
+
+
+def repair_metrics(path: str, last_update: int) -> tuple[list[dict], list[str]]:
+    """Keep the good records of updates ``<= last_update`` (a resumed run redoes the rest)
+    and rewrite the file atomically; returns ``(kept, warnings)``, one line per problem:
+    a missing file, torn or garbled lines dropped, updates whose records are missing."""
+    name = os.path.basename(path)
+    if not os.path.exists(path):
+        if last_update <= 0:
+            return [], []
+        return [], [f"{name} is missing: the records of updates 1-{last_update} are lost; the run continues"]
+    lines = [line for line in _read_lines(path) if line.strip()]
+    parsed = [_parse(line) for line in lines]
+    warnings = []
+    bad = sum(rec is None for rec in parsed)
+    if bad:
+        torn = parsed[-1] is None
+        what = "a torn last line" if bad == 1 and torn else f"{bad} unreadable line{'s' if bad > 1 else ''}"
+        warnings.append(f"{name}: dropped {what} (a crash or a full disk mid-write)")
+    kept, seen = [], set()
+    for rec in parsed:
+        if rec is not None and rec["update"] <= last_update and rec["update"] not in seen:
+            seen.add(rec["update"])
+            kept.append(rec)
+    missing = last_update - len(seen)
+    if missing > 0:
+        warnings.append(f"{name}: the records of {missing} of updates 1-{last_update} are missing; the run continues")
+    rundir.write_text(path, "".join(json.dumps(rec) + "\n" for rec in kept))
+    return kept, warnings
 
 
 def truncate_metrics(path: str, last_update: int) -> list[dict]:
     """Drop records after ``last_update`` (a resumed run rewrites them); returns the kept."""
-    kept = [r for r in read_metrics(path) if r["update"] <= last_update]
-    with open(path, "w") as f:
-        for rec in kept:
-            f.write(json.dumps(rec) + "\n")
-    return kept
+    return repair_metrics(path, last_update)[0]
 
 
 def return_key(names: Iterable[str]) -> str | None:
@@ -164,8 +214,10 @@ def plot_learning_curve(records: Sequence[dict], path: str, title: str = "") -> 
     ax.grid(alpha=0.3)
     ax.legend(loc="lower right")
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    png = io.BytesIO()
+    fig.savefig(png, format="png", dpi=100)
     plt.close(fig)
+    rundir.write_bytes(path, png.getvalue())
     return path
 
 

@@ -18,11 +18,14 @@ times (``lax.cond`` skips the rest), so any ``K`` and any resume point give the 
 states bit for bit. ``n_active`` is an argument, so the chunk compiles once per run.
 
 Run directory layout: ``config.yaml`` (the resolved config), ``metrics.jsonl``,
-``learning_curve.png``, ``checkpoints/<updates done>/``, ``eval.json``.
+``learning_curve.png``, ``checkpoints/<updates done>/``, ``eval.json``, ``.lock`` (the
+writer's, :mod:`jaxrl.run.rundir`), ``config_changes.jsonl`` (accepted config changes).
+Seeds and memory are checked before anything is written (:mod:`jaxrl.run.guards`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import io
@@ -40,15 +43,21 @@ from jaxrl.parallel import distributed, sharding
 from jaxrl.run import config as config_lib
 from jaxrl.run import evaluate as eval_lib
 from jaxrl.run import logging as log_lib
+from jaxrl.run import guards, rundir
 from jaxrl.run.build import Built, build, seed_keys
 from jaxrl.run.checkpoint import Checkpoints, to_storable
 from jaxrl.run.config import ConfigError, RunConfig
-from jaxrl.run.files import CHECKPOINT_DIR, CONFIG_FILE, CURVE_FILE, EVAL_FILE, METRICS_FILE
+from jaxrl.run.files import (
+    CHANGES_FILE, CHECKPOINT_DIR, CONFIG_FILE, CURVE_FILE, EVAL_FILE, METRICS_FILE, RUN_FILES,
+)
 
 __all__ = [
-    "CHECKPOINT_DIR", "CONFIG_FILE", "CURVE_FILE", "EVAL_FILE", "METRICS_FILE", "Built", "NonFiniteError",
-    "RunResult", "build", "make_chunk", "make_layout", "make_train", "run", "seed_keys",
+    "CHANGES_FILE", "CHECKPOINT_DIR", "CONFIG_FILE", "CURVE_FILE", "EVAL_FILE", "METRICS_FILE", "RUN_FILES",
+    "Built", "NonFiniteError", "RunResult", "build", "make_chunk", "make_layout", "make_train", "run", "seed_keys",
 ]
+#: Config keys that change where and how a run reports, never its results: a resume may
+#: change them without --accept-config-change.
+OPERATIONAL_KEYS = ("train.progress", "train.out_dir", "train.keep_checkpoints", "train.checkpoint_every")
 
 
 class NonFiniteError(RuntimeError):
@@ -197,14 +206,16 @@ def default_run_dir(cfg: RunConfig) -> str:
 
 
 def check_fresh_run_dir(run_dir: str) -> None:
-    """A new run never overwrites another run's config, metrics or checkpoints."""
+    """A new run never overwrites another run's config, metrics or checkpoints, nor a file
+    of the user's that a run would write (:data:`RUN_FILES`)."""
     ckpt_dir = os.path.join(run_dir, CHECKPOINT_DIR)
     has_checkpoints = os.path.isdir(ckpt_dir) and bool(os.listdir(ckpt_dir))
-    if os.path.exists(os.path.join(run_dir, CONFIG_FILE)) or has_checkpoints:
+    if os.path.isdir(run_dir) and (os.path.exists(os.path.join(run_dir, CONFIG_FILE)) or has_checkpoints):
         raise ConfigError(
             f"run directory {run_dir!r} already holds a run; continue it with --resume {run_dir} "
             "or choose another --out"
         )
+    rundir.check_fresh(run_dir, RUN_FILES)
 
 
 def _first_nonfinite(metrics: dict, num_active: int) -> tuple[str, int, int] | None:
@@ -221,7 +232,7 @@ def _first_nonfinite(metrics: dict, num_active: int) -> tuple[str, int, int] | N
 
 
 def _kept_message(ckpts: Checkpoints) -> str:
-    step = ckpts.latest_step()
+    step = ckpts.verified_step()  # "good" means its files and arrays verify
     if step is None:
         return "no checkpoint had been saved yet"
     return f"last good checkpoint kept at {os.path.join(ckpts.directory, str(step))} (update {step})"
@@ -245,7 +256,7 @@ def check_finite(metrics: dict, finite: np.ndarray, first_update: int, num_activ
 
 def _resolve_resume(cfg: RunConfig | None, resume: str) -> RunConfig:
     path = os.path.join(resume, CONFIG_FILE)
-    if not os.path.exists(path):
+    if not os.path.lexists(path):
         raise ConfigError(f"--resume {resume!r}: no {CONFIG_FILE} there (not a run directory)")
     saved = config_lib.load_config(path)
     if cfg is not None and cfg != saved:
@@ -267,13 +278,19 @@ def run(
     run_dir: str | None = None,
     resume: str | None = None,
     evaluate: bool = True,
-    out=sys.stdout,
+    out=None,
+    accept_config_change: bool = False,
 ) -> RunResult:
     """Train ``cfg`` with logging and checkpoints in ``run_dir``; see the module docstring.
 
-    ``resume=RUN_DIR`` continues that run from its latest checkpoint (its own
-    ``config.yaml`` is used; a ``cfg`` given as well must equal it).
+    ``resume=RUN_DIR`` continues that run from its newest verified checkpoint (its own
+    ``config.yaml`` is used; a ``cfg`` given as well must equal it). When ``config.yaml``
+    differs from the config that checkpoint was trained with, the resume is refused with
+    the difference, unless ``accept_config_change`` (then the change is appended to
+    ``config_changes.jsonl``). The primary process holds the run directory's lock
+    (:class:`jaxrl.run.rundir.RunLock`) from before its first write to the end.
     """
+    out = sys.stdout if out is None else out  # looked up per call (redirected streams)
     if resume is not None:
         cfg = _resolve_resume(cfg, resume)
         run_dir = resume
@@ -282,44 +299,66 @@ def run(
     if run_dir is None and jax.process_count() > 1:  # a default name could differ between processes
         raise ConfigError("a multi-process run needs --out DIR on a filesystem every process shares")
     run_dir = run_dir or default_run_dir(cfg)
-    if resume is None and jax.process_count() == 1:  # (several processes share one --out)
+    fresh = resume is None and jax.process_count() == 1  # (several processes share one --out)
+    if fresh:
         check_fresh_run_dir(run_dir)
+    guards.check_seed(cfg.train.seed, "train.seed")
     built = build(cfg)
-    d = built.derived
+    guards.check_memory(cfg, built)  # before anything is written or allocated
     keys = seed_keys(cfg.train.seed, cfg.train.seeds)
     layout = make_layout(cfg, built, keys)
     primary = distributed.is_primary()  # only process 0 writes files and prints
+    with rundir.RunLock(run_dir) if primary else contextlib.nullcontext():
+        if fresh:
+            check_fresh_run_dir(run_dir)  # again under the lock: a writer may have started meanwhile
+        return _run_locked(cfg, built, keys, layout, run_dir, resume, evaluate, out, accept_config_change)
+
+
+def _run_locked(cfg, built, keys, layout, run_dir, resume, evaluate, out, accept_config_change) -> RunResult:
+    """The body of :func:`run` once the checks passed and the lock is held."""
+    d = built.derived
+    primary = distributed.is_primary()
     out = out if primary else io.StringIO()
     print(f"jaxrl: {cfg.algo} on {cfg.env.id}: {d.describe()}", file=out)
     batch = built.program.batch
     per_device = (cfg.train.seeds, "seeds") if layout.mode == "seeds" else ((batch.size, batch.unit) if batch else ())
     print(f"jaxrl: {sharding.summary(layout.mesh, *per_device)}", file=out)
     print(f"jaxrl: run directory {run_dir}", file=out)
-    if primary:
-        os.makedirs(run_dir, exist_ok=True)
-        config_lib.save_config(cfg, os.path.join(run_dir, CONFIG_FILE))
-    distributed.barrier("run-dir")
-
     init = sharding.init_sharded(jax.vmap(built.program.init), layout)
-    ckpts = Checkpoints(os.path.join(run_dir, CHECKPOINT_DIR), keep=cfg.train.keep_checkpoints)
+    ckpts = Checkpoints(
+        os.path.join(run_dir, CHECKPOINT_DIR), keep=cfg.train.keep_checkpoints,
+        meta={"config": config_lib.config_to_dict(cfg)}, read_only=not primary,
+    )
     metrics_path = os.path.join(run_dir, METRICS_FILE)
     done, wall_offset, records = 0, 0.0, []
-    if resume is not None and ckpts.latest_step() is not None:
-        done = ckpts.latest_step()
+    if resume is not None and ckpts.steps():
         template = jax.eval_shape(jax.vmap(built.program.init), keys)
-        restored = to_storable(ckpts.restore(template, done))  # keys as raw data for put
-        state = sharding.put(restored, template, layout.state)  # same file, every process
-        records = log_lib.truncate_metrics(metrics_path, done) if primary else []
+        restored = ckpts.restore_verified(template)  # the newest that verifies (warns if it fell back)
+        done = restored.step
+        _check_config_drift(cfg, restored.record, run_dir, done, accept_config_change, primary, out)
+        if primary:
+            ckpts.discard_after(done)  # damaged newer steps: this run redoes them
+        state = sharding.put(to_storable(restored.state), template, layout.state)  # same file, every process
+        del restored
+        records, problems = log_lib.repair_metrics(metrics_path, done) if primary else ([], [])
+        for line in problems:
+            print(f"jaxrl: warning: {line}", file=sys.stderr)
         wall_offset = records[-1]["wall_time"] if records else 0.0
         print(f"jaxrl: resuming at update {done}", file=out)
     else:
         state = init(keys)
-        if primary and os.path.exists(metrics_path):
+        if primary and os.path.lexists(metrics_path):
             os.remove(metrics_path)
+    if primary:
+        rundir.write_text(os.path.join(run_dir, CONFIG_FILE), config_lib.dump_config(cfg))
+    distributed.barrier("run-dir")
     try:
         state, done = _loop(cfg, built, state, done, wall_offset, ckpts, metrics_path, layout)
         if not ckpts.steps() or ckpts.latest_step() != done:
             save_checkpoint(ckpts, done, state)
+    except guards.Interrupted as stop:
+        _save_on_interrupt(ckpts, stop, run_dir)
+        raise
     finally:
         ckpts.close()
     summary = None
@@ -333,6 +372,43 @@ def run(
             eval_lib.write_summary(summary, os.path.join(run_dir, EVAL_FILE))
             print(eval_lib.format_summary(summary), file=out)
     return RunResult(run_dir, state, done, summary)
+
+
+def _check_config_drift(cfg: RunConfig, record: dict, run_dir: str, step: int, accept: bool, primary: bool, out) -> None:
+    """Refuse (or, with ``accept``, record) a resume whose config differs from the one
+    checkpoint ``step`` was trained with (its record's ``meta.config``)."""
+    trained = (record.get("meta") or {}).get("config")
+    if not isinstance(trained, dict):
+        raise ConfigError(f"--resume {run_dir!r}: checkpoint {step} records no config; cannot check config.yaml")
+    diff = rundir.config_diff(trained, config_lib.config_to_dict(cfg), ignore=OPERATIONAL_KEYS)
+    if not diff:
+        return
+    changes = rundir.describe_diff(diff)
+    if not accept:
+        raise ConfigError(
+            f"--resume {run_dir!r}: {CONFIG_FILE} differs from the config checkpoint {step} was trained with: "
+            f"{changes}; restore it, or pass --accept-config-change to continue with the new values"
+        )
+    if primary:
+        when = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+        entry = {"update": step, "time": when, "changes": {k: [a, b] for k, (a, b) in diff.items()}}
+        rundir.append_jsonl(os.path.join(run_dir, CHANGES_FILE), entry)
+    print(f"jaxrl: config changed at update {step} (accepted, recorded in {CHANGES_FILE}): {changes}", file=out)
+
+
+def _save_on_interrupt(ckpts: Checkpoints, stop: guards.Interrupted, run_dir: str) -> None:
+    """Checkpoint the state a Ctrl-C left (the last completed chunk) and fill in ``stop``."""
+    stop.run_dir = run_dir
+    state, stop.state = stop.state, None
+    try:
+        if ckpts.latest_step() == stop.update and ckpts.verified_step() == stop.update:
+            stop.saved = True
+        elif state is not None and guards.alive(state):
+            save_checkpoint(ckpts, stop.update, state)
+            stop.saved = True
+    finally:
+        if not stop.saved:
+            stop.last_checkpoint = ckpts.verified_step()
 
 
 def _loop(
@@ -352,22 +428,31 @@ def _loop(
     start = time.perf_counter()
     chunks_since_save = 0
     trace_mesh = layout.mesh if layout is not None and layout.mode == "envs" else None
+    last = (done, state)  # the state after `done` updates, all logged: what a Ctrl-C checkpoints
     try:
-        while done < d.num_updates:
-            n = min(k, d.num_updates - done)
-            with jax.transfer_guard("disallow"), sharding.use_mesh(trace_mesh):
-                state, metrics, finite = chunk(state, n_dev[n])  # env split: traced under the mesh (constrain_batch)
-            metrics, finite = jax.device_get((metrics, finite))
-            check_finite(metrics, finite, done, n, ckpts)
-            wall = wall_offset + time.perf_counter() - start
-            records = log_lib.chunk_records(metrics, done, n, d.env_steps_per_update, wall, cfg.train.log_seeds)
-            log.write(records)
-            done += n
-            bar.update(n * d.env_steps_per_update * d.seeds, _recent_return(records))
-            chunks_since_save += 1
-            if cfg.train.checkpoint_every and chunks_since_save >= cfg.train.checkpoint_every and done < d.num_updates:
-                save_checkpoint(ckpts, done, state)
-                chunks_since_save = 0
+        with guards.InterruptFlag() as ctrl_c:
+            while done < d.num_updates:
+                n = min(k, d.num_updates - done)
+                with jax.transfer_guard("disallow"), sharding.use_mesh(trace_mesh):
+                    state, metrics, finite = chunk(state, n_dev[n])  # env split: traced under the mesh (constrain_batch)
+                metrics, finite = jax.device_get((metrics, finite))
+                check_finite(metrics, finite, done, n, ckpts)
+                wall = wall_offset + time.perf_counter() - start
+                records = log_lib.chunk_records(metrics, done, n, d.env_steps_per_update, wall, cfg.train.log_seeds)
+                log.write(records)
+                done += n
+                last = (done, state)
+                bar.update(n * d.env_steps_per_update * d.seeds, _recent_return(records))
+                chunks_since_save += 1
+                if cfg.train.checkpoint_every and chunks_since_save >= cfg.train.checkpoint_every and done < d.num_updates:
+                    save_checkpoint(ckpts, done, state)
+                    chunks_since_save = 0
+                if ctrl_c.requested and done < d.num_updates:
+                    raise guards.Interrupted(done, state)
+    except guards.Interrupted:
+        raise
+    except KeyboardInterrupt:  # a second Ctrl-C, or one raised outside the signal handler
+        raise guards.Interrupted(*last) from None
     finally:
         bar.close()
         log.close()
@@ -406,19 +491,15 @@ def join_processes(args) -> bool:
 
 
 def main_train(args) -> int:
-    """``jaxrl train``: returns 0, 2 on a config error, 1 when the run stops non-finite."""
-    try:
-        if args.config is None and args.resume is None:
-            raise ConfigError("train needs a CONFIG file or --resume RUN_DIR")
-        join_processes(args)
-        cfg = config_from_args(args)
-        result = run(cfg, run_dir=args.out, resume=args.resume)
-    except ConfigError as exc:
-        print(f"jaxrl: config error: {exc}", file=sys.stderr)
-        return 2
-    except NonFiniteError as exc:
-        print(f"jaxrl: {exc}", file=sys.stderr)
-        return 1
+    """``jaxrl train``: returns 0; failures (config error 2, non-finite stop 1, Ctrl-C 130,
+    I/O or memory 3) raise and reach the one-line handler of :func:`jaxrl.cli.main`."""
+    if args.config is None and args.resume is None:
+        raise ConfigError("train needs a CONFIG file or --resume RUN_DIR")
+    join_processes(args)
+    cfg = config_from_args(args)
+    accept = bool(getattr(args, "accept_config_change", False))
+    if accept and args.resume is None:
+        raise ConfigError("--accept-config-change only applies with --resume RUN_DIR")
+    result = run(cfg, run_dir=args.out, resume=args.resume, accept_config_change=accept)
     print(f"jaxrl: done: {result.updates} updates; run directory {result.run_dir}")
     return 0
-

@@ -1,0 +1,197 @@
+"""Guards a run passes before it writes anything, and the Ctrl-C that stops it cleanly.
+
+* :func:`check_seed`: a PRNG seed is an integer in ``[0, 2**63 - 1]``.
+* :func:`check_memory`: an up-front estimate from the *abstract* train state
+  (``jax.eval_shape`` of ``init``: nothing is allocated) times the seeds, plus the env
+  states of the evaluation episodes where the algorithm's config has ``eval_episodes``,
+  against the memory available (the devices' ``bytes_limit``, or host memory on CPU via
+  ``psutil`` when installed, else ``/proc/meminfo`` or ``os.sysconf``). It refuses only
+  sizes that cannot fit: the state is a floor of what a run needs, not a prediction.
+* :class:`InterruptFlag`: the host loop's Ctrl-C handling. The first SIGINT sets a flag
+  that the loop reads after each chunk (the state it then holds is consistent and can be
+  checkpointed); a second SIGINT raises ``KeyboardInterrupt`` at once.
+  :class:`Interrupted` carries where the run stopped to the command line.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import sys
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from jaxrl.run.config import ConfigError
+from jaxrl.run.yamlio import short
+
+MAX_SEED = 2**63 - 1
+
+
+class ResourceError(RuntimeError):
+    """The run cannot fit the machine (memory); the message is one line."""
+
+
+def check_seed(seed, name: str, limit: int = MAX_SEED) -> None:
+    """Raise :class:`ConfigError` unless ``seed`` is an int in ``[0, limit]``."""
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= limit:
+        raise ConfigError(f"{name}: must be an integer in [0, {limit}], got {short(seed)}")
+
+
+# ------------------------------------------------------------------------------------------
+# Memory
+# ------------------------------------------------------------------------------------------
+
+
+def tree_bytes(tree: Any) -> int:
+    """Bytes of the array leaves of an (abstract) pytree; PRNG keys count as their data."""
+    total = 0
+    for leaf in jax.tree_util.tree_leaves(tree):
+        dtype = leaf.dtype
+        if jnp.issubdtype(dtype, jax.dtypes.prng_key):
+            shape = jax.eval_shape(jax.random.key_data, leaf)
+            total += math.prod(shape.shape) * shape.dtype.itemsize
+        else:
+            total += math.prod(leaf.shape) * jnp.dtype(dtype).itemsize
+    return total
+
+
+def host_memory() -> int:
+    """Bytes of host memory available to a new allocation."""
+    try:
+        import psutil
+
+        return int(psutil.virtual_memory().available)
+    except ImportError:
+        pass
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def available_memory(devices) -> tuple[int, str]:
+    """``(bytes, where)``: the memory the run's devices can hold."""
+    local = jax.local_devices()
+    if local[0].platform == "cpu":
+        return host_memory(), "host memory"
+    n = len(local) if devices == "all" else max(1, min(int(devices), len(local)))
+    try:
+        limit = (local[0].memory_stats() or {}).get("bytes_limit")
+    except Exception:  # a backend without memory statistics
+        limit = None
+    if not limit:
+        return host_memory(), "host memory"
+    return int(limit) * n, f"memory of {n} {local[0].platform} device{'s' if n > 1 else ''}"
+
+
+def _gib(n: int) -> str:
+    return f"{n / 2**30:,.1f} GiB" if n >= 2**30 else f"{n / 2**20:,.1f} MiB" if n >= 2**20 else f"{n / 2**10:,.1f} KiB"
+
+
+def estimate_bytes(cfg, built) -> tuple[int, int]:
+    """``(train state bytes, evaluation bytes)`` of ``cfg`` (all seeds), from shapes only."""
+    key = jax.ShapeDtypeStruct((2,), jnp.uint32)
+    per_seed = tree_bytes(jax.eval_shape(built.program.init, key))
+    episodes = getattr(cfg.algo_config, "eval_episodes", None)
+    eval_bytes = 0
+    if isinstance(episodes, int) and episodes > 0:
+        try:
+            per_episode = tree_bytes(jax.eval_shape(built.envs.env.reset, key, built.envs.eval_params))
+        except Exception:  # an env whose reset cannot be traced alone: no estimate
+            per_episode = 0
+        eval_bytes = per_episode * episodes * cfg.train.seeds
+    return per_seed * cfg.train.seeds, eval_bytes
+
+
+def check_memory(cfg, built, available: tuple[int, str] | None = None) -> None:
+    """Raise :class:`ResourceError` when the train state (plus evaluation) of ``cfg`` cannot
+    fit in the memory available."""
+    state, evaluation = estimate_bytes(cfg, built)
+    have, where = available or available_memory(cfg.devices)
+    if state + evaluation <= have:
+        return
+    seeds = cfg.train.seeds
+    parts = f"the train state of {seeds:,} seed{'s' if seeds > 1 else ''} needs {_gib(state)}"
+    if evaluation:
+        parts += f" and evaluation {_gib(evaluation)}"
+    raise ResourceError(
+        f"not enough memory: {parts}, more than the {_gib(have)} of {where} available; "
+        f"lower train.seeds or the sizes in the {cfg.algo} section"
+    )
+
+
+# ------------------------------------------------------------------------------------------
+# Ctrl-C
+# ------------------------------------------------------------------------------------------
+
+
+class Interrupted(KeyboardInterrupt):
+    """The run stopped on Ctrl-C at ``update`` (holding ``state``, if still alive).
+
+    The trainer fills in ``run_dir`` and ``saved`` (a checkpoint at ``update`` exists) and
+    drops ``state``; ``str()`` is the one line the command line prints.
+    """
+
+    def __init__(self, update: int, state: Any = None):
+        super().__init__(update)
+        self.update, self.state = update, state
+        self.run_dir: str | None = None
+        self.saved = False
+        self.last_checkpoint: int | None = None
+
+    def __str__(self) -> str:
+        if self.saved:
+            what = "checkpoint saved"
+        elif self.last_checkpoint is not None:
+            what = f"no checkpoint saved (the last one is at update {self.last_checkpoint})"
+        else:
+            what = "no checkpoint saved"
+        resume = f"; continue with: jaxrl train --resume {self.run_dir}" if self.run_dir else ""
+        return f"interrupted at update {self.update}; {what}{resume}"
+
+
+def alive(state: Any) -> bool:
+    """No array of ``state`` was deleted (donated into a chunk that never returned)."""
+    return not any(isinstance(x, jax.Array) and x.is_deleted() for x in jax.tree_util.tree_leaves(state))
+
+
+class InterruptFlag:
+    """Context manager: SIGINT sets :attr:`requested` (a second one raises at once).
+
+    Only installed in the main thread of a single-process run (a signal handler cannot be
+    set elsewhere, and processes of a multi-process run must stop together).
+    """
+
+    def __init__(self, out=None):
+        self.requested = False
+        self._out = out  # None: the sys.stderr of the moment
+        self._installed, self._previous = False, None
+
+    def _handle(self, signum, frame) -> None:
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+        out = sys.stderr if self._out is None else self._out
+        print("jaxrl: interrupt: stopping after the current chunk (Ctrl-C again to stop at once)", file=out)
+
+    def __enter__(self) -> "InterruptFlag":
+        try:
+            if jax.process_count() == 1:
+                self._previous = signal.signal(signal.SIGINT, self._handle)
+                self._installed = True
+        except ValueError:  # not the main thread
+            pass
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._installed:
+            previous = self._previous if self._previous is not None else signal.default_int_handler
+            signal.signal(signal.SIGINT, previous)
+            self._installed = False

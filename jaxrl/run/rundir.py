@@ -1,0 +1,188 @@
+"""The run directory's safety rules: one writer, files written whole, never through a link.
+
+* **One writer**: :class:`RunLock` holds an exclusive ``fcntl.flock`` on ``RUN/.lock`` (the
+  file names the holder: pid and host) for as long as ``jaxrl train`` writes the run; a
+  second writer is refused with one line naming the holder. The kernel drops the lock when
+  the holder exits, even on ``kill -9``, so a stale file never blocks a resume. Readers
+  (``jaxrl eval``, ``render``) take no lock and write nothing but their own output.
+* **Whole files, no links followed**: :func:`write_bytes` writes a sibling temporary file
+  (``O_EXCL | O_NOFOLLOW``) and renames it over the target, so a reader never sees half a
+  file and a crash never leaves one; a target that is a symbolic link is refused instead of
+  written through (a rename would replace the link itself, but a link in a run directory
+  is someone's mistake or an attack, so it is named).
+* **Fresh runs never overwrite**: :func:`check_fresh` refuses an ``--out`` that is a file
+  or already holds a file a run would write.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import socket
+import tempfile
+
+from jaxrl.run.yamlio import display_path, short
+
+LOCK_FILE = ".lock"
+
+
+class RunDirError(RuntimeError):
+    """The run directory cannot be used as asked; the message is one line."""
+
+
+def _holder(fd: int) -> str:
+    try:
+        text = os.pread(fd, 200, 0).decode("utf-8", "replace").strip()
+    except OSError:
+        text = ""
+    return text or "another process"
+
+
+class RunLock:
+    """Exclusive writer lock on ``run_dir`` (created if missing); a context manager."""
+
+    def __init__(self, run_dir: str):
+        self.run_dir = run_dir
+        self.path = os.path.join(run_dir, LOCK_FILE)
+        self._fd: int | None = None
+
+    def acquire(self) -> "RunLock":
+        import fcntl
+
+        os.makedirs(self.run_dir, exist_ok=True)
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise RunDirError(f"{display_path(self.path)} is a symbolic link; refusing to lock through it") from None
+            raise
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _holder(fd)
+            os.close(fd)
+            raise RunDirError(
+                f"run directory {display_path(self.run_dir)} is being written by {holder}; "
+                "wait for that run to finish or choose another --out"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
+        self._fd = fd
+        return self
+
+    def release(self) -> None:
+        if self._fd is not None:
+            import fcntl
+
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = None
+
+    def __enter__(self) -> "RunLock":
+        return self.acquire()
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+def refuse_link(path: str) -> None:
+    """Raise :class:`RunDirError` if ``path`` is a symbolic link."""
+    if os.path.islink(path):
+        raise RunDirError(f"{display_path(path)} is a symbolic link; refusing to write through it (remove it first)")
+
+
+def write_bytes(path: str, data: bytes) -> None:
+    """Replace ``path`` by ``data`` atomically (sibling temp file + rename, fsynced);
+    a symbolic link at ``path`` is refused."""
+    refuse_link(path)
+    directory, name = os.path.split(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=directory)  # O_EXCL, no link followed
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def write_text(path: str, text: str) -> None:
+    """:func:`write_bytes` of UTF-8 ``text``."""
+    write_bytes(path, text.encode("utf-8"))
+
+
+def open_append(path: str) -> int:
+    """A raw append-only descriptor on ``path`` (created if missing), never through a link."""
+    try:
+        return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            refuse_link(path)
+        raise
+
+
+def write_all(fd: int, data: bytes) -> None:
+    """``os.write`` until every byte of ``data`` is written."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def append_jsonl(path: str, record: dict) -> None:
+    """Append one JSON record as a line (one write; never through a link)."""
+    fd = open_append(path)
+    try:
+        write_all(fd, (json.dumps(record) + "\n").encode("utf-8"))
+    finally:
+        os.close(fd)
+
+
+def check_fresh(run_dir: str, run_files) -> None:
+    """Refuse ``run_dir`` for a new run when it is not a directory or holds one of
+    ``run_files`` (a non-empty directory among them counts; an empty one does not)."""
+    if os.path.lexists(run_dir) and not os.path.isdir(run_dir):
+        raise RunDirError(f"--out {display_path(run_dir)} is a file, not a directory")
+    if not os.path.isdir(run_dir):
+        return
+    taken = []
+    for name in run_files:
+        path = os.path.join(run_dir, name)
+        if os.path.isdir(path) and not os.path.islink(path):
+            if os.listdir(path):
+                taken.append(name)
+        elif os.path.lexists(path):
+            taken.append(name)
+    if taken:
+        raise RunDirError(
+            f"--out {display_path(run_dir)} already holds {', '.join(taken)}, which a new run would overwrite; "
+            "choose another --out"
+        )
+
+
+def flat(tree: dict, prefix: str = "") -> dict:
+    """``{"a.b": leaf}`` of a nested mapping (lists are leaves)."""
+    out = {}
+    for key, value in tree.items():
+        name = f"{prefix}.{key}" if prefix else str(key)
+        if isinstance(value, dict) and value:
+            out.update(flat(value, name))
+        else:
+            out[name] = value
+    return out
+
+
+def config_diff(old: dict, new: dict, ignore=()) -> dict:
+    """``{"ppo.lr": (old, new)}`` for every dotted key whose value differs (missing: None)."""
+    a, b = flat(old), flat(new)
+    return {k: (a.get(k), b.get(k)) for k in sorted(set(a) | set(b)) if k not in ignore and a.get(k) != b.get(k)}
+
+
+def describe_diff(diff: dict) -> str:
+    """``"ppo.lr: 0.0025 -> 0.001, ..."`` (values abbreviated)."""
+    return ", ".join(f"{k}: {short(a)} -> {short(b)}" for k, (a, b) in diff.items())

@@ -1,0 +1,550 @@
+"""Run safety, by fault injection: one writer per run, read-only readers, verified
+checkpoints with fallback, honest resume, bounded YAML, and one line (with a documented
+exit code) for every failure.
+
+Most runs use the tiny ``fake`` algorithm of ``test_trainer`` (compiles in about a
+second); one small PPO CartPole run, trained once for the module, serves the eval tests.
+"""
+
+from __future__ import annotations
+
+import errno
+import glob
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import jax
+import pytest
+import yaml
+
+from jaxrl import cli
+from jaxrl.run import checkpoint as ckpt_lib
+from jaxrl.run import logging as log_lib
+from jaxrl.run import rundir, trainer, yamlio
+from jaxrl.run.checkpoint import Checkpoints
+from test_trainer import FAKE, leaves_equal, read_jsonl, without_wall_time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CARTPOLE = os.path.join(REPO, "configs", "ppo_cartpole.yaml")
+TINY_PPO = [
+    "ppo.total_env_steps=512", "ppo.num_envs=4", "ppo.num_steps=32", "ppo.eval_episodes=2", "ppo.hidden=[8]",
+    "ppo.update_epochs=1", "ppo.num_minibatches=1", "train.updates_per_chunk=2", "train.checkpoint_every=1",
+    "train.progress=false",
+]
+
+
+def _sets(items) -> list[str]:
+    return [arg for s in items for arg in ("--set", s)]
+
+
+def _one_line(err: str) -> str:
+    lines = [line for line in err.strip().splitlines() if line.strip()]
+    assert len(lines) == 1, err
+    assert "Traceback" not in err
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def fake_table():
+    from jaxrl.algos import registry as algo_registry
+
+    algo_registry.register_algorithm(FAKE, overwrite=True)
+    yield
+    algo_registry.deregister_algorithm("fake")
+
+
+def fake_raw(num_updates: int = 7, **train) -> dict:
+    """7 updates in chunks of 3 (3 + 3 + 1), a checkpoint every chunk: checkpoints 3, 6, 7."""
+    return {
+        "algo": "fake",
+        "env": {"id": "CartPole-v1"},
+        "fake": {"num_updates": num_updates},
+        "train": {"updates_per_chunk": 3, "checkpoint_every": 1, "keep_checkpoints": 3, "progress": False, **train},
+    }
+
+
+def write_yaml(path, raw) -> str:
+    path.write_text(raw if isinstance(raw, str) else yaml.safe_dump(raw))
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def straight(fake_table, tmp_path_factory):
+    """The uninterrupted fake run: ``(run_dir, RunResult)``."""
+    from jaxrl.run import config as C
+
+    run_dir = tmp_path_factory.mktemp("straight") / "run"
+    return run_dir, trainer.run(C.config_from_dict(fake_raw()), run_dir=str(run_dir), evaluate=False)
+
+
+@pytest.fixture(scope="module")
+def ppo_run(tmp_path_factory):
+    """A small PPO CartPole run trained in-process: checkpoints 2, 4 (4 updates)."""
+    run_dir = tmp_path_factory.mktemp("ppo") / "run"
+    code = cli.main(["train", CARTPOLE, "--out", str(run_dir), *_sets(TINY_PPO)])
+    assert code == 0
+    return run_dir
+
+
+def copy_run(src, tmp_path) -> str:
+    dst = tmp_path / "copy"
+    shutil.copytree(src, dst)
+    return str(dst)
+
+
+# ------------------------------------------------------------------------------------------
+# One writer, read-only readers, no links followed
+# ------------------------------------------------------------------------------------------
+
+_HOLD_LOCK = """
+import fcntl, os, sys, time
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT)
+fcntl.flock(fd, fcntl.LOCK_EX)
+os.write(fd, b"pid %d on testhost" % os.getpid())
+print("locked", flush=True)
+time.sleep(60)
+"""
+
+
+def test_a_second_writer_is_refused_naming_the_holder(fake_table, tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    holder = subprocess.Popen([sys.executable, "-c", _HOLD_LOCK, str(run_dir / ".lock")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        code = cli.main(["train", write_yaml(tmp_path / "c.yaml", fake_raw()), "--out", str(run_dir)])
+        line = _one_line(capsys.readouterr().err)
+        assert code == 2
+        assert f"is being written by pid {holder.pid} on testhost" in line and "choose another --out" in line
+        assert os.listdir(run_dir) == [".lock"]  # nothing of the refused run was written
+    finally:
+        holder.kill()
+        holder.wait()
+    # The kernel released the lock with its holder: the same command now runs.
+    assert cli.main(["train", str(tmp_path / "c.yaml"), "--out", str(run_dir)]) == 0
+    assert open(run_dir / ".lock").read().startswith(f"pid {os.getpid()} on ")
+
+
+def test_eval_reads_checkpoints_read_only_next_to_an_unfinished_save(ppo_run, tmp_path, capsys):
+    run_dir = copy_run(ppo_run, tmp_path)
+    ckpt_dir = os.path.join(run_dir, "checkpoints")
+    in_flight = os.path.join(ckpt_dir, "6.orbax-checkpoint-tmp-1234567")  # a training run's save in progress
+    os.makedirs(os.path.join(in_flight, "default"))
+    open(os.path.join(in_flight, "default", "partial"), "wb").write(b"half")
+    before = sorted(os.listdir(ckpt_dir))
+    assert cli.main(["eval", run_dir]) == 0
+    assert json.loads(open(os.path.join(run_dir, "eval.json")).read())["checkpoint_update"] == 4
+    assert sorted(os.listdir(ckpt_dir)) == before  # nothing created, cleaned up or deleted
+    assert open(os.path.join(in_flight, "default", "partial"), "rb").read() == b"half"
+    assert "eval deterministic" in capsys.readouterr().out
+
+
+def test_a_symlinked_eval_json_is_refused(ppo_run, tmp_path, capsys):
+    run_dir = copy_run(ppo_run, tmp_path)
+    outside = tmp_path / "outside.json"
+    outside.write_text("precious")
+    os.remove(os.path.join(run_dir, "eval.json"))
+    os.symlink(outside, os.path.join(run_dir, "eval.json"))
+    assert cli.main(["eval", run_dir]) == 2
+    line = _one_line(capsys.readouterr().err)
+    assert "eval.json" in line and "is a symbolic link; refusing to write through it" in line
+    assert outside.read_text() == "precious"
+
+
+def test_a_fresh_run_never_overwrites_the_users_files(fake_table, tmp_path, capsys):
+    config = write_yaml(tmp_path / "c.yaml", fake_raw())
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "eval.json").write_text("my results")
+    (mine / "notes.txt").write_text("kept")
+    assert cli.main(["train", config, "--out", str(mine)]) == 2
+    assert "already holds eval.json, which a new run would overwrite" in _one_line(capsys.readouterr().err)
+    assert (mine / "eval.json").read_text() == "my results" and sorted(os.listdir(mine)) == ["eval.json", "notes.txt"]
+    # A folder holding none of the run's files is fine (the user's files stay).
+    os.remove(mine / "eval.json")
+    assert cli.main(["train", config, "--out", str(mine)]) == 0
+    assert (mine / "notes.txt").read_text() == "kept" and (mine / "metrics.jsonl").exists()
+    # --out naming a file, or a path under a file.
+    a_file = tmp_path / "file"
+    a_file.write_text("x")
+    assert cli.main(["train", config, "--out", str(a_file)]) == 2
+    assert "is a file, not a directory" in _one_line(capsys.readouterr().err)
+    assert cli.main(["train", config, "--out", str(a_file / "sub")]) == 3
+    assert _one_line(capsys.readouterr().err).startswith("jaxrl: I/O error: Not a directory")
+
+
+# ------------------------------------------------------------------------------------------
+# Honest resume
+# ------------------------------------------------------------------------------------------
+
+
+class SimulatedKill(BaseException):
+    """kill -9 mid-run: nothing in the trainer handles it."""
+
+
+def killed_run(tmp_path, at_save: int = 2, **train) -> str:
+    """A fake run killed during its ``at_save``-th checkpoint save (checkpoint 3 kept,
+    metrics of updates 1-6 written)."""
+    from jaxrl.run import config as C
+
+    real_save, calls = Checkpoints.save, []
+
+    def crashing_save(self, step, state):
+        calls.append(step)
+        if len(calls) == at_save:
+            raise SimulatedKill
+        return real_save(self, step, state)
+
+    run_dir = tmp_path / "killed"
+    with pytest.MonkeyPatch.context() as mp, pytest.raises(SimulatedKill):
+        mp.setattr(Checkpoints, "save", crashing_save)
+        trainer.run(C.config_from_dict(fake_raw(**train)), run_dir=str(run_dir), evaluate=False)
+    return str(run_dir)
+
+
+def test_torn_or_missing_metrics_are_repaired_on_resume(straight, tmp_path, capsys):
+    straight_dir, straight_result = straight
+    run_dir = killed_run(tmp_path)
+    metrics = os.path.join(run_dir, "metrics.jsonl")
+    with open(metrics, "ab") as f:
+        f.write(b'{"update": 7, "env_st')  # the disk filled up mid-line
+    with pytest.raises(json.JSONDecodeError):
+        read_jsonl(metrics)  # the control: the file really is torn
+    resumed = trainer.run(None, resume=run_dir, evaluate=False)
+    err = capsys.readouterr().err
+    assert "jaxrl: warning: metrics.jsonl: dropped a torn last line" in err and "Traceback" not in err
+    assert leaves_equal(resumed.state, straight_result.state)
+    assert without_wall_time(read_jsonl(metrics)) == without_wall_time(read_jsonl(straight_dir / "metrics.jsonl"))
+
+    run_dir = killed_run(tmp_path / "b")
+    os.remove(os.path.join(run_dir, "metrics.jsonl"))
+    resumed = trainer.run(None, resume=run_dir, evaluate=False)
+    err = capsys.readouterr().err
+    assert "metrics.jsonl is missing: the records of updates 1-3 are lost" in err
+    assert leaves_equal(resumed.state, straight_result.state)
+    assert [r["update"] for r in read_jsonl(os.path.join(run_dir, "metrics.jsonl"))] == [4, 5, 6, 7]
+
+
+def test_config_drift_is_refused_with_a_diff_then_accepted_and_recorded(fake_table, tmp_path, capsys):
+    run_dir = killed_run(tmp_path)
+    path = os.path.join(run_dir, "config.yaml")
+    raw = yaml.safe_load(open(path).read())
+    raw["fake"]["lr"] = 0.01
+    raw["fake"]["num_updates"] = 9
+    raw["train"]["progress"] = True  # operational: never needs the flag
+    open(path, "w").write(yaml.safe_dump(raw))
+    metrics_before = open(os.path.join(run_dir, "metrics.jsonl")).read()
+
+    assert cli.main(["train", "--resume", run_dir]) == 2
+    line = _one_line(capsys.readouterr().err)
+    assert "config.yaml differs from the config checkpoint 3 was trained with: fake.lr: 0.05 -> 0.01, fake.num_updates: 7 -> 9;" in line
+    assert "--accept-config-change" in line and "progress" not in line
+    assert open(os.path.join(run_dir, "metrics.jsonl")).read() == metrics_before  # nothing touched
+    assert not os.path.exists(os.path.join(run_dir, "config_changes.jsonl"))
+
+    assert cli.main(["train", "--resume", run_dir, "--accept-config-change"]) == 0
+    out = capsys.readouterr().out
+    assert "config changed at update 3 (accepted, recorded in config_changes.jsonl): fake.lr: 0.05 -> 0.01" in out
+    (change,) = read_jsonl(os.path.join(run_dir, "config_changes.jsonl"))
+    assert change["update"] == 3 and change["changes"] == {"fake.lr": [0.05, 0.01], "fake.num_updates": [7, 9]}
+    assert [r["update"] for r in read_jsonl(os.path.join(run_dir, "metrics.jsonl"))] == list(range(1, 10))
+    # The new checkpoints record the new config: resuming again needs no flag.
+    with Checkpoints(os.path.join(run_dir, "checkpoints"), read_only=True) as ckpts:
+        assert ckpts.record(9)["meta"]["config"]["fake"]["lr"] == 0.01
+
+
+# ------------------------------------------------------------------------------------------
+# Verified checkpoints with fallback
+# ------------------------------------------------------------------------------------------
+
+
+def _data_file(step_dir: str) -> str:
+    files = glob.glob(os.path.join(step_dir, "default", "**", "d", "*"), recursive=True)
+    return max(files, key=os.path.getsize)
+
+
+def _flip_a_bit(step_dir):
+    path = _data_file(step_dir)
+    data = bytearray(open(path, "rb").read())
+    data[len(data) // 2] ^= 0x01
+    open(path, "wb").write(bytes(data))
+
+
+def _zero_64_bytes(step_dir):
+    path = _data_file(step_dir)
+    data = bytearray(open(path, "rb").read())
+    data[-80:-16] = bytes(64)
+    open(path, "wb").write(bytes(data))
+
+
+def _truncate(step_dir):
+    path = _data_file(step_dir)
+    os.truncate(path, os.path.getsize(path) // 2)
+
+
+def _delete_manifest(step_dir):
+    os.remove(os.path.join(step_dir, "default", "manifest.ocdbt"))
+
+
+def _garble_metadata(step_dir):
+    path = os.path.join(step_dir, "default", "_METADATA")
+    size = os.path.getsize(path)
+    open(path, "wb").write(b"{" + b"\x00" * (size - 1))  # same size, not JSON
+
+
+def _delete_record(step_dir):  # killed after orbax committed, before the record was written
+    os.remove(os.path.join(step_dir, ckpt_lib.RECORD_FILE))
+
+
+DAMAGE = {
+    "flip_a_bit": (_flip_a_bit, "changed on disk (sha256 mismatch)"),
+    "zero_64_bytes": (_zero_64_bytes, "changed on disk (sha256 mismatch)"),
+    "truncate": (_truncate, "bytes, "),
+    "delete_manifest": (_delete_manifest, "file default/manifest.ocdbt is missing"),
+    "garble_metadata": (_garble_metadata, "file default/_METADATA changed on disk"),
+    "delete_record": (_delete_record, "no jaxrl_checkpoint.json (an unfinished save)"),
+}
+
+
+@pytest.mark.parametrize("damage", sorted(DAMAGE))
+def test_a_damaged_checkpoint_falls_back_and_resumes_bit_for_bit(straight, tmp_path, capsys, damage):
+    straight_dir, straight_result = straight
+    run_dir = copy_run(straight_dir, tmp_path)
+    ckpt_dir = os.path.join(run_dir, "checkpoints")
+    assert Checkpoints(ckpt_dir, read_only=True).steps() == [3, 6, 7]
+    corrupt, reason = DAMAGE[damage]
+    corrupt(os.path.join(ckpt_dir, "7"))
+
+    resumed = trainer.run(None, resume=run_dir, evaluate=False)
+    warning = _one_line(capsys.readouterr().err)
+    assert warning.startswith(f"jaxrl: warning: damaged checkpoint(s) in {ckpt_dir} skipped (checkpoint 7: ")
+    assert reason in warning and warning.endswith("restored checkpoint 6 instead")
+    assert resumed.updates == 7
+    assert leaves_equal(resumed.state, straight_result.state)  # redone from 6: the same bits
+    with Checkpoints(ckpt_dir, read_only=True) as ckpts:
+        assert ckpts.verified_step() == 7  # the damaged step was replaced by a verified one
+    assert without_wall_time(read_jsonl(os.path.join(run_dir, "metrics.jsonl"))) == without_wall_time(
+        read_jsonl(straight_dir / "metrics.jsonl")
+    )
+
+
+def test_damage_in_every_checkpoint_is_one_line_and_eval_falls_back(straight, tmp_path, capsys):
+    straight_dir, _ = straight
+    run_dir = copy_run(straight_dir, tmp_path)
+    ckpt_dir = os.path.join(run_dir, "checkpoints")
+    _flip_a_bit(os.path.join(ckpt_dir, "7"))
+    assert cli.main(["eval", run_dir, "--episodes", "2"]) == 0  # read-only: falls back, deletes nothing
+    assert "restored checkpoint 6 instead" in capsys.readouterr().err
+    assert json.loads(open(os.path.join(run_dir, "eval.json")).read())["checkpoint_update"] == 6
+    assert Checkpoints(ckpt_dir, read_only=True).steps() == [3, 6, 7]
+    for step in (3, 6):
+        _truncate(os.path.join(ckpt_dir, str(step)))
+    assert cli.main(["train", "--resume", run_dir]) == 1
+    line = _one_line(capsys.readouterr().err)
+    assert line.startswith(f"jaxrl: checkpoint error: no intact checkpoint in {ckpt_dir}: 7: file ")
+
+
+def test_save_record_digest_matches_the_restored_arrays(straight):
+    straight_dir, result = straight
+    with Checkpoints(os.path.join(straight_dir, "checkpoints"), read_only=True) as ckpts:
+        template = jax.eval_shape(lambda: result.state)
+        restored = ckpts.restore_verified(template)
+        assert restored.step == 7 and leaves_equal(restored.state, result.state)
+        digest, leaves = ckpt_lib.content_digest(ckpt_lib.to_storable(result.state))
+        assert restored.record["sha256"] == digest and restored.record["leaves"] == leaves
+        other = ckpt_lib.content_digest(ckpt_lib.to_storable(result.state.replace(w=result.state.w + 1e-7)))[0]
+        assert other != digest  # the control: one changed value changes the digest
+        with pytest.raises(ckpt_lib.CheckpointError, match="is opened read-only; cannot save"):
+            ckpts.save(8, result.state)
+
+
+# ------------------------------------------------------------------------------------------
+# Ctrl-C and full disks
+# ------------------------------------------------------------------------------------------
+
+
+def _interrupt_on_first_update(monkeypatch, how):
+    real = log_lib.Progress.update
+    calls = []
+
+    def update(self, *args, **kwargs):
+        real(self, *args, **kwargs)
+        calls.append(1)
+        if len(calls) == 1:
+            if how == "signal":
+                os.kill(os.getpid(), signal.SIGINT)  # a real Ctrl-C: the loop stops after this chunk
+            else:
+                raise KeyboardInterrupt  # a second Ctrl-C: raised at once
+
+    monkeypatch.setattr(log_lib.Progress, "update", update)
+
+
+@pytest.mark.parametrize("how", ["signal", "raise"])
+def test_ctrl_c_saves_a_checkpoint_and_names_the_resume_command(straight, tmp_path, capsys, monkeypatch, how):
+    _, straight_result = straight
+    run_dir = str(tmp_path / "run")
+    config = write_yaml(tmp_path / "c.yaml", fake_raw(checkpoint_every=0))  # only the interrupt saves
+    _interrupt_on_first_update(monkeypatch, how)
+    assert cli.main(["train", config, "--out", run_dir]) == 130
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last == f"jaxrl: interrupted at update 3; checkpoint saved; continue with: jaxrl train --resume {run_dir}"
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the handler was put back
+    with Checkpoints(os.path.join(run_dir, "checkpoints"), read_only=True) as ckpts:
+        assert ckpts.steps() == [3] and ckpts.verified_step() == 3
+    monkeypatch.undo()
+    resumed = trainer.run(None, resume=run_dir, evaluate=False)
+    assert leaves_equal(resumed.state, straight_result.state)
+
+
+def test_a_full_disk_is_one_line(fake_table, tmp_path, capsys, monkeypatch):
+    def no_space(fd, data):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    config = write_yaml(tmp_path / "c.yaml", fake_raw())
+    monkeypatch.setattr(rundir, "write_all", no_space)  # metrics.jsonl appends
+    assert cli.main(["train", config, "--out", str(tmp_path / "a")]) == 3
+    line = _one_line(capsys.readouterr().err)
+    assert line.startswith("jaxrl: I/O error: No space left on device; free some space") and "--resume" in line
+    monkeypatch.undo()
+
+    import orbax.checkpoint as ocp
+
+    def tensorstore_full(self, *args, **kwargs):  # orbax reports it as its own error type
+        raise ValueError("DATA_LOSS: Error writing local file: No space left on device [tensorstore]")
+
+    monkeypatch.setattr(ocp.CheckpointManager, "save", tensorstore_full)
+    assert cli.main(["train", config, "--out", str(tmp_path / "b")]) == 3
+    assert _one_line(capsys.readouterr().err).startswith("jaxrl: I/O error: No space left on device: ")
+
+
+# ------------------------------------------------------------------------------------------
+# Bounded input, and one line for every bad argument
+# ------------------------------------------------------------------------------------------
+
+ALIAS_BOMB = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"{c}: &{c} [{', '.join(['*' + p] * 9)}]\n" for p, c in zip("abcdefgh", "bcdefghi")
+)
+
+
+def test_alias_bombs_are_refused_quickly_with_a_short_line(ppo_run, tmp_path, capsys):
+    bomb = write_yaml(tmp_path / "bomb.yaml", "algo: ppo\n" + ALIAS_BOMB)
+    start = time.perf_counter()
+    assert cli.main(["train", bomb]) == 2
+    line = _one_line(capsys.readouterr().err)
+    assert line == f"jaxrl: config error: config file {bomb!r} uses a YAML anchor or alias at line 2 (not allowed: aliases can expand without bound)"
+    flow_bomb = "{a: &a [x, x], b: &b [*a, *a], c: [*b, *b]}"
+    assert cli.main(["train", CARTPOLE, "--set", f"ppo.hidden={flow_bomb}"]) == 2
+    line = _one_line(capsys.readouterr().err)
+    assert "the value uses a YAML anchor or alias" in line and len(line) < 300
+    run_dir = copy_run(ppo_run, tmp_path)  # a run whose config.yaml was replaced by a bomb
+    write_yaml(tmp_path / "copy" / "config.yaml", ALIAS_BOMB)
+    assert cli.main(["eval", run_dir]) == 2
+    assert "uses a YAML anchor or alias" in _one_line(capsys.readouterr().err)
+    assert time.perf_counter() - start < 5
+
+
+BAD_YAML = [
+    ("ppo:\n  lr: 0.1\n  gamma: 0.9\n  lr: 0.2\n", "has a duplicate key 'lr' at line 4 (first at line 2)"),
+    ("ppo: {lr: 1, lr: 2}\n", "has a duplicate key 'lr' at line 1"),
+    ("base: {lr: 1}\nppo:\n  <<: {lr: 2}\n", "uses a YAML merge key (<<) at line 3"),
+    ("algo: ppo\nenv: [unclosed\n", "is not valid YAML at line 3"),
+    ("x: " + "[" * 40 + "]" * 40 + "\n", "nests deeper than 32 levels"),
+    ("x: '" + "y" * 5000 + "'\n", "has a value of 5,000 characters at line 1 (at most 4,096 allowed)"),
+    (b"algo: ppo\n# caf\xe9\n", "is not UTF-8 text (byte 0xe9 at offset 15)"),
+    ("#" * (yamlio.MAX_FILE_BYTES + 1), "is larger than the 1,048,576 bytes allowed for a YAML file"),
+]
+
+
+@pytest.mark.parametrize("text, expected", BAD_YAML, ids=[str(i) for i in range(len(BAD_YAML))])
+def test_bad_yaml_is_one_short_line(tmp_path, capsys, text, expected):
+    path = tmp_path / "bad.yaml"
+    path.write_bytes(text if isinstance(text, bytes) else text.encode())
+    assert cli.main(["train", str(path)]) == 2
+    line = _one_line(capsys.readouterr().err)
+    assert line.startswith(f"jaxrl: config error: config file {str(path)!r} {expected}"), line
+    assert len(line) < 300
+
+
+def test_long_values_in_messages_are_abbreviated(tmp_path, capsys):
+    assert cli.main(["train", CARTPOLE, "--set", "train.log_seeds=" + "x" * 4000]) == 2
+    line = _one_line(capsys.readouterr().err)
+    assert line.startswith("jaxrl: config error: train.log_seeds: expected one of 'mean', 'per_seed', got 'xxx")
+    assert "..." in line and len(line) < 200
+    assert cli.main(["train", CARTPOLE, "--set", "train.seed=[" + "1, " * 1300 + "1]"]) == 2
+    line = _one_line(capsys.readouterr().err)
+    assert "..." in line and len(line) < 300
+    # Messages written elsewhere (the algorithm's validate) are clipped by the command line.
+    assert cli.main(["train", CARTPOLE, "--set", "ppo.num_envs=" + "9" * 4000]) == 2
+    line = _one_line(capsys.readouterr().err)
+    assert line.endswith("...") and len(line) == cli.MAX_LINE
+
+
+def test_bad_paths_and_arguments_are_one_line(ppo_run, tmp_path, capsys):
+    cases = [
+        (["train", str(tmp_path)], 2, "is a directory, not a file"),
+        (["train", CARTPOLE, "--set", "train.seed=18446744073709551616"], 2, "train.seed: must be an integer in [0, 9223372036854775807], got 18446744073709551616"),
+        (["train", CARTPOLE, "--set", "train.seed=-1"], 2, "train.seed: must be an integer in [0, 9223372036854775807], got -1"),
+        (["train", "--resume", str(ppo_run), "--seeds", "2"], 2, "--set/--seeds need a CONFIG"),
+        (["train", CARTPOLE, "--accept-config-change"], 2, "--accept-config-change only applies with --resume"),
+        (["render", str(ppo_run), "--out", str(tmp_path / "x.gif"), "--fps", "0"], 2, "--fps: must be >= 1, got 0"),
+        (["render", str(ppo_run), "--out", str(tmp_path / "x.gif"), "--steps", "0"], 2, "--steps: must be >= 1, got 0"),
+        (["render", str(ppo_run), "--out", str(tmp_path / "x.gif"), "--steps", "-3"], 2, "--steps: must be >= 1, got -3"),
+        (["render", str(ppo_run), "--out", str(tmp_path / "missing" / "x.gif")], 2, "does not exist"),
+        (["eval", str(ppo_run), "--seed", str(2**63)], 2, "--seed: must be an integer in [0, "),
+    ]
+    for argv, code, expected in cases:
+        assert cli.main(argv) == code, argv
+        line = _one_line(capsys.readouterr().err)
+        assert expected in line, (argv, line)
+    assert not (tmp_path / "x.gif").exists()
+
+
+def test_the_memory_estimate_refuses_impossible_sizes_before_writing(ppo_run, tmp_path, capsys):
+    out = tmp_path / "huge"
+    assert cli.main(["train", CARTPOLE, "--seeds", "10000000", "--out", str(out)]) == 3
+    line = _one_line(capsys.readouterr().err)
+    assert line.startswith("jaxrl: not enough memory: the train state of 10,000,000 seeds needs ")
+    assert "lower train.seeds or the sizes in the ppo section" in line
+    assert not out.exists()
+    big_batch = ["ppo.num_envs=1000000000", "ppo.num_steps=1", "ppo.num_minibatches=1", "ppo.total_env_steps=1000000000"]
+    assert cli.main(["train", CARTPOLE, *_sets(big_batch), "--out", str(out)]) == 3
+    assert "the train state of 1 seed needs " in _one_line(capsys.readouterr().err)
+    assert cli.main(["eval", str(ppo_run), "--episodes", "1e11"]) == 3
+    assert "and evaluation " in _one_line(capsys.readouterr().err)
+    assert not out.exists()
+
+
+def test_exit_codes_are_documented():
+    text = cli.build_parser().format_help()
+    for code in ("1 the run failed", "2 bad input", "3 I/O or resources", "130 interrupted"):
+        assert code in " ".join(text.split()), code
+        assert code in " ".join(cli.__doc__.split()), code
+
+
+class XlaRuntimeError(RuntimeError):
+    """Stands in for jaxlib's error of the same name (matched by name and status)."""
+
+
+def test_failures_map_to_one_line_and_an_exit_code(capsys):
+    assert cli.failure(MemoryError()) == (3, "jaxrl: out of memory: MemoryError; lower train.seeds or the batch sizes")
+    oom = XlaRuntimeError("RESOURCE_EXHAUSTED: Out of memory while trying to allocate 1.00TiB.\nmore detail")
+    assert cli.failure(oom) == (3, "jaxrl: out of memory: RESOURCE_EXHAUSTED: Out of memory while trying to allocate 1.00TiB.; lower train.seeds or the batch sizes")
+    assert cli.failure(XlaRuntimeError("INTERNAL: a compiler bug")) is None  # a bug keeps its traceback
+    assert cli.failure(ValueError("a bug")) is None
+    assert cli.failure(OverflowError("Python int too large to convert to C long"))[0] == 2
+    assert cli.failure(UnicodeDecodeError("utf-8", b"\xff", 0, 1, "invalid start byte")) == (
+        2, "jaxrl: input is not UTF-8 text: invalid start byte at byte 0"
+    )
+    assert cli.failure(PermissionError(13, "Permission denied", "/x")) == (3, "jaxrl: I/O error: Permission denied: /x")
+    assert cli.failure(KeyboardInterrupt()) == (130, "jaxrl: interrupted")
+    # Argument errors are one line too (argparse prints usage and a second line otherwise).
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["eval", "RUN", "--episodes", "many"])
+    assert exc.value.code == 2
+    assert _one_line(capsys.readouterr().err) == "jaxrl eval: error: argument --episodes: invalid integer: 'many' (see jaxrl eval --help)"
+    assert cli.count("1e6") == 1_000_000 and cli.count("12") == 12
