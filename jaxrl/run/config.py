@@ -8,10 +8,10 @@ A run config file looks like::
       params: {}              # overrides of the env's default params
       eval_params: {}         # further overrides when evaluating
       curriculum: null        # or {param: num_digits, start: 1, stop: 3, threshold: 0.9}
+      randomize: {}           # per-episode draws, e.g. {length: "uniform(0.4, 0.8)"}
     ppo:                      # the algorithm's own section, named after `algo`,
       lr: 2.5e-3              # loaded into that algorithm's config class
-    train:                    # the trainer's section (TrainConfig)
-      seed: 0
+    train: {seed: 0}          # the trainer's section (TrainConfig)
     devices: 1                # "all" or a device count
     shard: auto               # what the devices split: auto | envs | seeds
 
@@ -71,6 +71,9 @@ class EnvConfig:
     params: dict = dataclasses.field(default_factory=dict)  # overrides of the env's default params
     eval_params: dict = dataclasses.field(default_factory=dict)  # further overrides at evaluation
     curriculum: CurriculumConfig | None = None  # raise one param during training (algorithms that run one)
+    # Domain randomisation: {param: "uniform(a, b)" | "loguniform(a, b)" | "choice(v, ...)"},
+    # drawn per episode for each env, in training and evaluation (jaxrl.core.randomize).
+    randomize: dict = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -302,6 +305,13 @@ def _check_env(env: EnvConfig) -> None:
             numeric = isinstance(value, (int, float)) or (isinstance(value, str) and _NUMBER_RE.match(value.strip()))
             if not numeric:  # bools pass: bool params take them; make checks every kind and range
                 raise ConfigError(f"env.{section}.{name}: expected a number, got {short(value)}")
+    from jaxrl.core.randomize import parse_distribution
+
+    for name, text in env.randomize.items():
+        try:
+            parse_distribution(text)
+        except ValueError as exc:
+            raise ConfigError(f"env.randomize.{name}: {exc}") from None
     c = env.curriculum
     if c is not None:
         if c.start > c.stop:
