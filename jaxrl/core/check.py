@@ -200,6 +200,7 @@ class Rollout:
     finite: jax.Array  # bool [T, B], reward and observations finite
     limit_ok: jax.Array  # bool [T, B], `truncated` agrees with the episode step counter
     at_limit: jax.Array  # bool [T, B], the episode step counter reached the limit this step
+    elapsed: jax.Array  # int32 [T, B], steps of the running episode including this one
     final_state: Any  # env state with leading axis [B] after T steps
 
 
@@ -231,6 +232,7 @@ def _rollout_step(env, obs_space, act_space, params, limit, carry: _RolloutCarry
         jnp.isfinite(ts.reward) & jax.vmap(_float_leaves_finite)(ts.obs) & jax.vmap(_float_leaves_finite)(reset_ts.obs),
         limit_ok,
         at_limit & (limit >= 0),
+        elapsed,
     )
     state = tree_select(done, reset_state, state)
     return _RolloutCarry(key, state, jnp.where(done, 0, elapsed)), record
@@ -294,6 +296,7 @@ class _Context:
     compile_seconds: float = 0.0
     steps_per_second: float = 0.0
     compiler_options: dict | None = None  # passed to every jax.jit of the checker
+    trace_error: Exception | None = None  # a TRACER_ERRORS error: later checks are skipped
 
 
 def _jit(ctx: _Context, fn: Callable) -> Callable:
@@ -476,11 +479,12 @@ def check_truncation(ctx: _Context) -> tuple[str, str]:
     """With ``max_steps_in_episode`` in params: ``truncated`` is never set before the
     episode's step counter reaches the limit and always set (or the episode terminated) when
     it does, at the env's own limit and at :data:`SMALL_LIMIT` (set with
-    :func:`jaxrl.core.env.replace_params`); the counter restarts after reset.
+    :func:`jaxrl.core.env.replace_params`); the counter restarts after reset. Without it, a
+    fixed-horizon env (``episode_bound``) never truncates and ends within its bound.
     """
     limit = _limit_of(ctx.params)
     if limit < 0:
-        return SKIP, "params have no max_steps_in_episode"
+        return _check_fixed_horizon(ctx)
     _ensure_rollouts(ctx)
     reached = 0
     for lim, ro in ((limit, ctx.main), (ctx.small_limit, ctx.small)):
@@ -494,6 +498,25 @@ def check_truncation(ctx: _Context) -> tuple[str, str]:
     if reached == 0:
         return SKIP, f"every episode terminated before the limit (tried {limit} and {ctx.small_limit})"
     return PASS, f"truncated exactly at the limit ({reached} episodes reached max_steps_in_episode={limit} or {ctx.small_limit})"
+
+
+def _check_fixed_horizon(ctx: _Context) -> tuple[str, str]:
+    """No truncation limit: with ``env.episode_bound(params) = H`` every episode of the
+    random rollout ends (terminated, never truncated) within ``H`` steps."""
+    bound = ctx.env.episode_bound(ctx.params)
+    if bound is None:
+        return SKIP, "no max_steps_in_episode and no episode_bound: episodes are unbounded"
+    _ensure_rollouts(ctx)
+    ro = ctx.main
+    elapsed, truncated = np.asarray(ro.elapsed), np.asarray(ro.truncated)
+    if truncated.any():
+        t, b = np.argwhere(truncated)[0]
+        return FAIL, f"truncated at step {t}, env {b}, but the params have no max_steps_in_episode to truncate at"
+    if (elapsed > bound).any():
+        t, b = np.argwhere(elapsed > bound)[0]
+        return FAIL, f"episode ran past episode_bound(params)={bound} (step {t}, env {b})"
+    ends = np.asarray(ro.terminated)
+    return PASS, f"fixed horizon: {int(ends.sum())} episodes terminated within episode_bound(params)={bound} steps (longest {int(elapsed.max())})"
 
 
 def check_determinism(ctx: _Context) -> tuple[str, str]:
@@ -608,9 +631,41 @@ CHECKS: list[tuple[str, Callable[[_Context], tuple[str, str]]]] = [
 ]
 
 
+#: Errors of Python control flow or conversions on traced values (``if x > 0:``, ``int(x)``).
+TRACER_ERRORS = (jax.errors.TracerBoolConversionError, jax.errors.ConcretizationTypeError, jax.errors.TracerIntegerConversionError)
+
+
+def user_frame(exc: BaseException) -> str:
+    """``file:line (code)`` of the deepest traceback frame outside JAX and this checker: the
+    env author's line that raised (``"?"`` if none)."""
+    import os
+    import traceback
+
+    internal = tuple(os.path.dirname(m.__file__) + os.sep for m in (jax, np)) + (__file__,)
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.startswith(internal)]
+    if not frames:
+        return "?"
+    f = frames[-1]
+    return f"{f.filename}:{f.lineno} ({(f.line or '').strip()})"
+
+
+def tracer_message(exc: BaseException) -> str:
+    """One line for a :data:`TRACER_ERRORS` error: where, what, and the fix."""
+    return (
+        f"Python control flow on a traced value at {user_frame(exc)}: {type(exc).__name__}; "
+        "reset/step are traced, so use jnp.where(cond, a, b) (or jax.lax.cond / lax.select) "
+        "instead of `if`/`while`/int()/float() on arrays"
+    )
+
+
 def _run_one(fn, ctx: _Context) -> tuple[str, str]:
+    if ctx.trace_error is not None:
+        return SKIP, "not run: reset/step cannot be traced (see the first failure)"
     try:
         return fn(ctx)
+    except TRACER_ERRORS as exc:  # reported once, with the author's line; the rest skip
+        ctx.trace_error = exc
+        return FAIL, tracer_message(exc)
     except Exception as exc:  # a check that crashes is a failed check, with the reason
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         return FAIL, f"raised {type(exc).__name__}: {first}"[:300]

@@ -40,7 +40,7 @@ def rollout_length(env: Environment, env_params, cfg: GRPOConfig) -> int:
         return int(cfg.sampling.max_steps)
     if isinstance(env, TokenTask):
         return int(env.max_completion_len)
-    limit = getattr(env_params, "max_steps_in_episode", None)
+    limit = env.episode_bound(env_params)
     if limit is None:
         raise ValueError(f"sampling.max_steps: {env.name} has no step limit; set grpo.sampling.max_steps")
     return int(limit)

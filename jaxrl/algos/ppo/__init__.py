@@ -82,12 +82,12 @@ def make_setup(env: Environment, env_params: Any, cfg: PPOConfig) -> Setup:
     return Setup(train_env, env_params, network, cfg, plan, schedule, update.make_optimizer(cfg, plan))
 
 
-def _eval_max_steps(env_params: Any, cfg: PPOConfig) -> int:
+def _eval_max_steps(env: Environment, env_params: Any, cfg: PPOConfig) -> int:
     if cfg.eval_max_steps is not None:
         return cfg.eval_max_steps
-    limit = getattr(env_params, "max_steps_in_episode", None)
+    limit = env.episode_bound(env_params)
     if limit is None:
-        raise ValueError("eval_max_steps: the env params have no max_steps_in_episode; set eval_max_steps")
+        raise ValueError(f"eval_max_steps: {env.name} has no episode bound (max_steps_in_episode or a fixed horizon); set eval_max_steps")
     return int(limit)
 
 
@@ -123,7 +123,7 @@ def build(envs: EnvSetup, cfg: PPOConfig) -> Program:
         init=functools.partial(update.init, setup),
         update=functools.partial(update.update, setup),
         evaluate=functools.partial(
-            evaluate.evaluate, setup, eval_env, envs.eval_params, _eval_max_steps(envs.eval_params, cfg)
+            evaluate.evaluate, setup, eval_env, envs.eval_params, _eval_max_steps(envs.env, envs.eval_params, cfg)
         ),
         plan=setup.plan,
         batch_axes=batch_axes,
