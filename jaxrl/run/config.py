@@ -77,6 +77,14 @@ class EnvConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class StopAt:
+    """Stop when a metric of ``metrics.jsonl`` reaches a threshold, checked after each chunk."""
+
+    metric: str  # a key of the update records, e.g. "exact_match" or "episode_return"
+    threshold: float  # stop once the chunk's last record has metric >= threshold (seed mean)
+
+
+@dataclasses.dataclass(frozen=True)
 class TrainConfig:
     """The trainer's knobs (the host loop around the algorithm)."""
 
@@ -88,6 +96,8 @@ class TrainConfig:
     out_dir: str = "runs"  # parent of run directories when --out is not given
     log_seeds: Literal["mean", "per_seed"] = "mean"  # with seeds > 1: mean/min/max or every seed
     progress: bool = True  # show a tqdm progress bar
+    loggers: tuple[str, ...] = ("jsonl",)  # metric sinks: jsonl (always written), tensorboard, wandb
+    stop_at: StopAt | None = None  # end training early once a logged metric reaches a threshold
 
 
 @dataclasses.dataclass(frozen=True)
@@ -325,6 +335,14 @@ def _check_train(train: TrainConfig) -> None:
     for name in positive:
         if getattr(train, name) < 1:
             raise ConfigError(f"train.{name}: must be >= 1, got {getattr(train, name)}")
+    from jaxrl.run.loggers import check_loggers
+
+    try:
+        check_loggers(train.loggers)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    if train.stop_at is not None and not train.stop_at.metric.strip():
+        raise ConfigError("train.stop_at.metric: must name a metric, e.g. exact_match")
     if train.checkpoint_every < 0:
         raise ConfigError(f"train.checkpoint_every: must be >= 0 (0 = final only), got {train.checkpoint_every}")
 

@@ -29,6 +29,7 @@ import contextlib
 import dataclasses
 import functools
 import io
+import json
 import os
 import sys
 import time
@@ -43,12 +44,12 @@ from jaxrl.parallel import distributed, sharding
 from jaxrl.run import config as config_lib
 from jaxrl.run import evaluate as eval_lib
 from jaxrl.run import logging as log_lib
-from jaxrl.run import guards, rundir
+from jaxrl.run import guards, loggers, rundir
 from jaxrl.run.build import Built, build, seed_keys
 from jaxrl.run.checkpoint import Checkpoints, to_storable
 from jaxrl.run.config import ConfigError, RunConfig
 from jaxrl.run.files import (
-    CHANGES_FILE, CHECKPOINT_DIR, CONFIG_FILE, CURVE_FILE, EVAL_FILE, METRICS_FILE, RUN_FILES,
+    CHANGES_FILE, CHECKPOINT_DIR, CONFIG_FILE, CURVE_FILE, EVAL_FILE, METRICS_FILE, RUN_FILES, STOP_FILE,
 )
 
 __all__ = [
@@ -57,7 +58,7 @@ __all__ = [
 ]
 #: Config keys that change where and how a run reports, never its results: a resume may
 #: change them without --accept-config-change.
-OPERATIONAL_KEYS = ("train.progress", "train.out_dir", "train.keep_checkpoints", "train.checkpoint_every")
+OPERATIONAL_KEYS = ("train.progress", "train.out_dir", "train.keep_checkpoints", "train.checkpoint_every", "train.loggers")
 
 
 class NonFiniteError(RuntimeError):
@@ -411,6 +412,28 @@ def _save_on_interrupt(ckpts: Checkpoints, stop: guards.Interrupted, run_dir: st
             stop.last_checkpoint = ckpts.verified_step()
 
 
+def stop_reached(stop: config_lib.StopAt, record: dict) -> bool:
+    """``record[stop.metric]`` (the seed mean of a per-seed list) ``>= stop.threshold``;
+    a metric the records do not have is a :class:`ConfigError` naming the ones they do."""
+    if stop.metric not in record:
+        known = ", ".join(k for k in record if k not in loggers.INDEX_KEYS)
+        raise ConfigError(f"train.stop_at.metric: no metric {stop.metric!r} in the update records; they have: {known}")
+    value = record[stop.metric]
+    values = [v for v in (value if isinstance(value, list) else [value]) if v is not None]
+    return bool(values) and float(np.mean(values)) >= stop.threshold
+
+
+def record_stop(stop: config_lib.StopAt, record: dict, run_dir: str) -> None:
+    """Write ``stopped.json`` (update, env steps, metric, value, threshold) and say so."""
+    value = record[stop.metric]
+    entry = {
+        "update": record["update"], "env_steps": record["env_steps"], "wall_time": record["wall_time"],
+        "metric": stop.metric, "value": value, "threshold": stop.threshold,
+    }
+    rundir.write_text(os.path.join(run_dir, STOP_FILE), json.dumps(entry) + "\n")
+    print(f"jaxrl: stopped at update {record['update']}: {stop.metric} = {value} >= {stop.threshold} (train.stop_at)")
+
+
 def _loop(
     cfg: RunConfig, built: Built, state, done: int, wall_offset: float, ckpts: Checkpoints, metrics_path: str,
     layout: sharding.Layout | None = None,
@@ -422,7 +445,8 @@ def _loop(
     where = None if layout is None else layout.replicated
     n_dev = {n: jax.device_put(np.int32(n), where) for n in {k, d.num_updates % k or k}}
     primary = distributed.is_primary()
-    log = log_lib.MetricsLog(metrics_path if primary else os.devnull)
+    jsonl = log_lib.MetricsLog(metrics_path if primary else os.devnull)
+    log = loggers.open_sinks(cfg.train.loggers, os.path.dirname(metrics_path), jsonl, config_lib.config_to_dict(cfg), primary)
     show = cfg.train.progress and primary
     bar = log_lib.Progress(d.total_env_steps * d.seeds, done * d.env_steps_per_update * d.seeds, show)
     start = time.perf_counter()
@@ -443,6 +467,10 @@ def _loop(
                 done += n
                 last = (done, state)
                 bar.update(n * d.env_steps_per_update * d.seeds, _recent_return(records))
+                if cfg.train.stop_at is not None and done < d.num_updates and stop_reached(cfg.train.stop_at, records[-1]):
+                    if primary:
+                        record_stop(cfg.train.stop_at, records[-1], os.path.dirname(metrics_path))
+                    break
                 chunks_since_save += 1
                 if cfg.train.checkpoint_every and chunks_since_save >= cfg.train.checkpoint_every and done < d.num_updates:
                     save_checkpoint(ckpts, done, state)
