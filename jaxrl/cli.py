@@ -144,6 +144,10 @@ def _add_train(sub) -> None:
     p.add_argument("--out", help="run directory (default: <train.out_dir>/<algo>_<env>_<time>)")
     p.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its last checkpoint")
     p.add_argument(
+        "--init-from", metavar="RUN_DIR",
+        help="start a new run from the learned parameters of RUN_DIR's last checkpoint (fresh optimiser and envs)",
+    )
+    p.add_argument(
         "--accept-config-change", action="store_true",
         help="with --resume: continue although RUN_DIR/config.yaml differs from the config of the checkpoint "
         "(the change is recorded in RUN_DIR/config_changes.jsonl)",

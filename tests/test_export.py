@@ -71,3 +71,61 @@ def test_bad_inputs_are_one_line_errors(short_run, tmp_path):
         jaxrl.load_policy(run_dir, seed=2)
     with pytest.raises(C.ConfigError, match="not a run directory"):
         jaxrl.load_policy(str(tmp_path))
+
+
+# ----------------------------------------------------------------- jaxrl train --init-from RUN
+
+
+def _leaves_equal(a, b) -> bool:
+    la, lb = jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)
+    return len(la) == len(lb) and all(np.array_equal(np.asarray(x), np.asarray(y)) for x, y in zip(la, lb))
+
+
+def test_init_from_starts_with_the_runs_parameters_and_a_fresh_optimiser(short_run):
+    from jaxrl.run.build import seed_keys
+    from jaxrl.run.evaluate import load_run
+
+    cfg, run_dir, _ = short_run
+    cfg1 = C.with_overrides(cfg, ["train.seeds=1"])  # one seed of a two-seed source is refused ...
+    built = build(cfg1)
+    keys = seed_keys(0, 1)
+    layout = trainer.make_layout(cfg1, built, keys)
+    fresh = jax.vmap(built.program.init)(keys)
+    with pytest.raises(C.ConfigError, match="trained 2 seeds; this run needs 1 or 1"):
+        trainer.initial_from(cfg1, built, fresh, keys, run_dir, layout)
+    # ... a two-seed run takes seed for seed.
+    built = build(cfg)
+    keys = seed_keys(0, 2)
+    layout = trainer.make_layout(cfg, built, keys)
+    fresh = jax.vmap(built.program.init)(keys)
+    state, record = trainer.initial_from(cfg, built, fresh, keys, run_dir, layout)
+    source = load_run(run_dir)[2]
+    assert record["update"] == 2 and record["seeds"] == 2
+    assert _leaves_equal(state.agent, source.agent) and not _leaves_equal(fresh.agent, source.agent)
+    assert _leaves_equal(state.opt_state, fresh.opt_state) and _leaves_equal(state.update_step, fresh.update_step)
+
+
+def test_init_from_refuses_a_different_network(short_run):
+    from jaxrl.run.build import seed_keys
+
+    cfg, run_dir, _ = short_run
+    other = C.with_overrides(cfg, ["ppo.hidden=[32]"])
+    built = build(other)
+    keys = seed_keys(0, 2)
+    fresh = jax.vmap(built.program.init)(keys)
+    with pytest.raises(C.ConfigError, match="network shapes differ"):
+        trainer.initial_from(other, built, fresh, keys, run_dir, trainer.make_layout(other, built, keys))
+
+
+def test_train_init_from_cli_records_the_source(short_run, tmp_path, capsys):
+    from jaxrl import cli
+
+    _, run_dir, _ = short_run
+    out = tmp_path / "tuned"
+    argv = ["train", str(ROOT / "configs" / "ppo_cartpole.yaml"), "--set", "ppo.total_env_steps=512",
+            "--set", "train.progress=false", "--seeds", "2", "--init-from", run_dir, "--out", str(out)]
+    assert cli.main(argv) == 0
+    record = __import__("json").loads((out / "init_from.json").read_text())
+    assert record["run_dir"] == str(__import__("pathlib").Path(run_dir).resolve()) and record["update"] == 2
+    assert f"starting from the parameters of {run_dir}" in capsys.readouterr().out
+    assert cli.main(["train", "--resume", str(out), "--init-from", run_dir]) == 2

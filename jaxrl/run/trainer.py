@@ -49,7 +49,7 @@ from jaxrl.run.build import Built, build, seed_keys
 from jaxrl.run.checkpoint import Checkpoints, to_storable
 from jaxrl.run.config import ConfigError, RunConfig
 from jaxrl.run.files import (
-    CHANGES_FILE, CHECKPOINT_DIR, CONFIG_FILE, CURVE_FILE, EVAL_FILE, METRICS_FILE, RUN_FILES, STOP_FILE,
+    CHANGES_FILE, CHECKPOINT_DIR, CONFIG_FILE, CURVE_FILE, EVAL_FILE, METRICS_FILE, RUN_FILES, STOP_FILE, INIT_FROM_FILE,
 )
 
 __all__ = [
@@ -281,6 +281,7 @@ def run(
     evaluate: bool = True,
     out=None,
     accept_config_change: bool = False,
+    init_from: str | None = None,
 ) -> RunResult:
     """Train ``cfg`` with logging and checkpoints in ``run_dir``; see the module docstring.
 
@@ -288,7 +289,9 @@ def run(
     ``config.yaml`` is used; a ``cfg`` given as well must equal it). When ``config.yaml``
     differs from the config that checkpoint was trained with, the resume is refused with
     the difference, unless ``accept_config_change`` (then the change is appended to
-    ``config_changes.jsonl``). The primary process holds the run directory's lock
+    ``config_changes.jsonl``). ``init_from=RUN_DIR`` starts a fresh run from the learned
+    parameters of that run's newest verified checkpoint (:func:`initial_from`). The primary
+    process holds the run directory's lock
     (:class:`jaxrl.run.rundir.RunLock`) from before its first write to the end.
     """
     out = sys.stdout if out is None else out  # looked up per call (redirected streams)
@@ -297,6 +300,8 @@ def run(
         run_dir = resume
     if cfg is None:
         raise ValueError("run() needs a config or a run directory to resume")
+    if init_from is not None and resume is not None:
+        raise ConfigError("--init-from starts a new run; it cannot be combined with --resume")
     if run_dir is None and jax.process_count() > 1:  # a default name could differ between processes
         raise ConfigError("a multi-process run needs --out DIR on a filesystem every process shares")
     run_dir = run_dir or default_run_dir(cfg)
@@ -312,10 +317,10 @@ def run(
     with rundir.RunLock(run_dir) if primary else contextlib.nullcontext():
         if fresh:
             check_fresh_run_dir(run_dir)  # again under the lock: a writer may have started meanwhile
-        return _run_locked(cfg, built, keys, layout, run_dir, resume, evaluate, out, accept_config_change)
+        return _run_locked(cfg, built, keys, layout, run_dir, resume, evaluate, out, accept_config_change, init_from)
 
 
-def _run_locked(cfg, built, keys, layout, run_dir, resume, evaluate, out, accept_config_change) -> RunResult:
+def _run_locked(cfg, built, keys, layout, run_dir, resume, evaluate, out, accept_config_change, init_from=None) -> RunResult:
     """The body of :func:`run` once the checks passed and the lock is held."""
     d = built.derived
     primary = distributed.is_primary()
@@ -348,6 +353,11 @@ def _run_locked(cfg, built, keys, layout, run_dir, resume, evaluate, out, accept
         print(f"jaxrl: resuming at update {done}", file=out)
     else:
         state = init(keys)
+        if init_from is not None:
+            state, source = initial_from(cfg, built, state, keys, init_from, layout)
+            if primary:
+                rundir.write_text(os.path.join(run_dir, INIT_FROM_FILE), json.dumps(source) + "\n")
+            print(f"jaxrl: starting from the parameters of {init_from} (update {source['update']})", file=out)
         if primary and os.path.lexists(metrics_path):
             os.remove(metrics_path)
     if primary:
@@ -373,6 +383,46 @@ def _run_locked(cfg, built, keys, layout, run_dir, resume, evaluate, out, accept
             eval_lib.write_summary(summary, os.path.join(run_dir, EVAL_FILE))
             print(eval_lib.format_summary(summary), file=out)
     return RunResult(run_dir, state, done, summary)
+
+
+def initial_from(cfg: RunConfig, built: Built, fresh, keys, source_dir: str, layout):
+    """``(state, record)``: ``fresh`` (seeds ``[S, ...]``) with the learned parameters of the
+    run in ``source_dir`` put in by the program's ``load_params``; the source must be the
+    same algorithm with the same network shapes, and train one seed or as many seeds."""
+    from jaxrl.run.evaluate import load_run
+
+    load = built.program.load_params
+    if load is None:
+        raise ConfigError(f"--init-from: {cfg.algo} cannot start from another run's parameters")
+    src_cfg, _, trained, step = load_run(source_dir)
+    if src_cfg.algo != cfg.algo:
+        raise ConfigError(f"--init-from: {source_dir!r} trained {src_cfg.algo}, this run is {cfg.algo}")
+    n_src, n = src_cfg.train.seeds, cfg.train.seeds
+    if n_src not in (1, n):
+        raise ConfigError(f"--init-from: {source_dir!r} trained {n_src} seeds; this run needs 1 or {n}")
+    if n_src != n:
+        trained = jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x, (n,) + x.shape[1:]), trained)
+    template = jax.eval_shape(jax.vmap(built.program.init), keys)
+    try:
+        loaded = jax.eval_shape(jax.vmap(load), template, trained)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"--init-from: {source_dir!r}'s parameters do not fit this config: {exc}") from None
+    diff = _tree_mismatch(template, loaded)
+    if diff:
+        raise ConfigError(f"--init-from: {source_dir!r}'s parameters do not fit this config (network shapes differ): {diff}")
+    host = to_storable(jax.device_get(jax.jit(jax.vmap(load))(sharding.local_copy(fresh) if jax.process_count() > 1 else fresh, trained)))
+    state = sharding.put(host, template, layout.state)
+    return state, {"run_dir": os.path.abspath(source_dir), "update": int(step), "seeds": n_src}
+
+
+def _tree_mismatch(a, b) -> str | None:
+    """The first leaf (path) whose shape or dtype differs between two abstract trees."""
+    if jax.tree_util.tree_structure(a) != jax.tree_util.tree_structure(b):
+        return "different structure"
+    for (path, x), y in zip(jax.tree_util.tree_flatten_with_path(a)[0], jax.tree_util.tree_leaves(b)):
+        if x.shape != y.shape or x.dtype != y.dtype:
+            return f"{jax.tree_util.keystr(path)}: {x.dtype}{list(x.shape)} vs {y.dtype}{list(y.shape)}"
+    return None
 
 
 def _check_config_drift(cfg: RunConfig, record: dict, run_dir: str, step: int, accept: bool, primary: bool, out) -> None:
@@ -528,6 +578,6 @@ def main_train(args) -> int:
     accept = bool(getattr(args, "accept_config_change", False))
     if accept and args.resume is None:
         raise ConfigError("--accept-config-change only applies with --resume RUN_DIR")
-    result = run(cfg, run_dir=args.out, resume=args.resume, accept_config_change=accept)
+    result = run(cfg, run_dir=args.out, resume=args.resume, accept_config_change=accept, init_from=getattr(args, "init_from", None))
     print(f"jaxrl: done: {result.updates} updates; run directory {result.run_dir}")
     return 0

@@ -122,7 +122,13 @@ def build(envs: EnvSetup, cfg: GRPOConfig) -> Program:
         hyperparams=functools.partial(hyperparams, cfg),
         init_with=functools.partial(update.init, setup),
         samples=functools.partial(evaluate.samples, setup) if token else None,
+        load_params=load_params,
     )
+
+
+def load_params(fresh: update.GRPOState, trained: update.GRPOState) -> update.GRPOState:
+    """``fresh`` starting from ``trained``'s policy, which is also the KL reference."""
+    return fresh.replace(params=trained.params, ref_params=trained.params)
 
 
 ENTRY = AlgoEntry(

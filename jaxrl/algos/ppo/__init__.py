@@ -112,6 +112,11 @@ def _agent(state: PPOTrainState) -> AgentState:
     return state.agent
 
 
+def load_params(fresh: PPOTrainState, trained: PPOTrainState) -> PPOTrainState:
+    """``fresh`` acting with ``trained``'s agent (params and normaliser statistics)."""
+    return fresh.replace(agent=trained.agent)
+
+
 def build(envs: EnvSetup, cfg: PPOConfig) -> Program:
     """PPO on ``envs.env`` as a :class:`~jaxrl.algos.contract.Program`."""
     if envs.curriculum is not None:
@@ -137,6 +142,7 @@ def build(envs: EnvSetup, cfg: PPOConfig) -> Program:
         report=EvalReport({"episode_returns": "deterministic", "episode_returns_stochastic": "stochastic"}),
         hyperparams=functools.partial(hyperparams, cfg),
         init_with=functools.partial(update.init, setup),
+        load_params=load_params,
     )
 
 
