@@ -173,11 +173,3 @@ def test_old_style_done_is_split_by_the_step_counter(monkeypatch):
     assert episode([1, 1, 1], _OldParams())[-1] == (True, False)
     # Stays put: the limit cuts it at step 4: truncated, not terminated.
     assert episode([0, 0, 0, 0], _OldParams()) == [(False, False)] * 3 + [(False, True)]
-
-
-def test_missing_gymnax_gives_the_install_hint(monkeypatch):
-    monkeypatch.setattr(registry.importlib.util, "find_spec", lambda name, *a: None)
-    with pytest.raises(KeyError, match=r"install jaxrl\[gymnax\]"):
-        registry.spec("gymnax/NotRegistered-v0")
-    with pytest.raises(KeyError, match=r"install jaxrl\[physics\]"):
-        registry.spec("brax/not_there")
