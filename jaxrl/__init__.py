@@ -12,6 +12,14 @@ from jaxrl.core.vector import VectorEnv, VectorState
 
 __version__ = "0.1.0"
 
+
+def load_policy(run_dir: str, seed: int = 0, deterministic: bool = True):
+    """A trained run's policy as a pure, jittable ``act(obs, key) -> action``
+    (:func:`jaxrl.run.export.load_policy`; imported on first use: the run machinery is heavy)."""
+    from jaxrl.run.export import load_policy as load
+
+    return load(run_dir, seed=seed, deterministic=deterministic)
+
 __all__ = [
     "AutoReset",
     "CheckReport",
@@ -26,6 +34,7 @@ __all__ = [
     "VmapEnv",
     "Wrapper",
     "check_env",
+    "load_policy",
     "make",
     "register",
     "registered_ids",

@@ -136,13 +136,24 @@ def _add_check_env(sub) -> None:
 # ------------------------------------------------------------ train / eval / render
 
 
+TRAIN_EPILOG = """every config key, with type, default and meaning: `jaxrl config ALGO` (e.g. jaxrl config ppo)
+or docs/config_reference.md; override one with --set key=value"""
+
+
 def _add_train(sub) -> None:
-    p = sub.add_parser("train", help="train from a YAML config (or --resume a run)")
+    p = sub.add_parser(
+        "train", help="train from a YAML config (or --resume a run)", epilog=TRAIN_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("config", nargs="?", help="a YAML run config, e.g. configs/ppo_cartpole.yaml")
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config key, e.g. ppo.lr=1e-3")
     p.add_argument("--seeds", type=count, help="train N seeds together in one vmapped program")
     p.add_argument("--out", help="run directory (default: <train.out_dir>/<algo>_<env>_<time>)")
     p.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its last checkpoint")
+    p.add_argument(
+        "--init-from", metavar="RUN_DIR",
+        help="start a new run from the learned parameters of RUN_DIR's last checkpoint (fresh optimiser and envs)",
+    )
     p.add_argument(
         "--accept-config-change", action="store_true",
         help="with --resume: continue although RUN_DIR/config.yaml differs from the config of the checkpoint "
@@ -173,6 +184,12 @@ def _add_render(sub) -> None:
     p.set_defaults(func=_lazy("jaxrl.run.evaluate", "main_render"))
 
 
+def _add_config(sub) -> None:
+    p = sub.add_parser("config", help="print every config key of a run of ALGO: type, default, meaning")
+    p.add_argument("algo", metavar="ALGO", help="a registered algorithm, e.g. ppo or grpo")
+    p.set_defaults(func=_lazy("jaxrl.run.reference", "main_config"))
+
+
 # ----------------------------------------------------------------------- the table
 
 #: One entry per sub-command; each adds its parser to the sub-parser group.
@@ -182,7 +199,18 @@ COMMANDS: list[Callable] = [
     _add_train,
     _add_eval,
     _add_render,
+    _add_config,
 ]
+
+
+def _version() -> str:
+    """The installed distribution's version (``jaxrl --version``)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("jaxrl")
+    except metadata.PackageNotFoundError:
+        return "unknown (not installed)"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -190,6 +218,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="jaxrl", description="pure-JAX, on-device reinforcement learning", epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument("--version", action="version", version=f"jaxrl {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for add in COMMANDS:
         add(sub)
@@ -257,7 +286,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help(sys.stderr)
         return 2
     try:
-        return int(args.func(args) or 0)
+        code = int(args.func(args) or 0)
+        sys.stdout.flush()  # a closed pipe shows here, inside the handler below
+        return code
+    except BrokenPipeError:
+        return _closed_pipe()
     except (Exception, KeyboardInterrupt) as exc:
         known = failure(exc)
         if known is None:
@@ -265,6 +298,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         code, line = known
         print(_one_line(line), file=sys.stderr)
         return code
+
+
+def _closed_pipe() -> int:
+    """The reader went away (``jaxrl list | head``): stop quietly, as ``cat`` does. stdout
+    is pointed at /dev/null so the interpreter's final flush cannot fail again."""
+    import os
+
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    return 0
 
 
 if __name__ == "__main__":

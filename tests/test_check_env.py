@@ -12,9 +12,10 @@ from jaxrl.core.check import CheckReport, check_env
 from jaxrl.core.env import transition
 from jaxrl_envs.cartpole import CartPole
 
-# Physics envs compile for tens of seconds each; their owners' tests run check_env over a
-# representative subset (tests/test_brax.py, tests/test_mjx.py), so the sweep skips them.
-HEAVY_NAMESPACES = ("brax/", "mjx/")
+# Physics envs compile for tens of seconds each, and the gymnax suite holds 22 ids; their
+# owners' tests run check_env over a representative subset (tests/test_brax.py,
+# tests/test_mjx.py, tests/test_gymnax.py), so the sweep skips them.
+HEAVY_NAMESPACES = ("brax/", "mjx/", "gymnax/")
 SWEEP_IDS = [i for i in jaxrl.registered_ids() if not i.startswith(HEAVY_NAMESPACES)]
 # Lower XLA backend optimisation compiles ~20% faster; the verdicts do not depend on it.
 FAST = {"xla_backend_optimization_level": 1}
@@ -184,7 +185,7 @@ def test_env_that_cannot_jit_fails_cleanly():
             return super().step(key, state, action, params)
 
     report = check_env(PythonIf(), num_steps=4, num_envs=2, verbose=False)
-    assert report["jit"].status == "FAIL" and "raised" in report["jit"].message
+    assert report["jit"].status == "FAIL" and "if action == 1" in report["jit"].message
     assert isinstance(report, CheckReport)
 
 
@@ -195,3 +196,96 @@ def test_check_report_counts_traces_once_for_a_good_env():
     for _, fn in check.CHECKS:
         assert fn(ctx)[0] in ("PASS", "SKIP")
     assert ctx.reset_c.traces == 1 and ctx.step_c.traces == 1
+
+
+# ----------------------------------------------------------------- tracer errors, fixed horizons
+
+
+class PythonIfOnTracer(_Broken):
+    """A Python ``if`` over a traced value: every traced call raises."""
+
+    def step(self, key, state, action, params):
+        state, ts = super().step(key, state, action, params)
+        if state.x > 0:  # the line check_env must name
+            return state, ts
+        return state, ts
+
+
+def test_tracer_error_reported_once_with_the_users_line_and_the_hint():
+    report = check_env(PythonIfOnTracer(), **SMALL)
+    failed = [c for c in report.checks if c.status == "FAIL"]
+    assert len(failed) == 1 and failed[0].name == "jit"
+    msg = failed[0].message
+    assert "test_check_env.py:" in msg and "if state.x > 0" in msg and "jnp.where" in msg
+    assert all(c.status == "SKIP" for c in report.checks if c.name != "jit")
+
+
+from flax import struct  # noqa: E402
+
+from jaxrl.core import spaces  # noqa: E402
+from jaxrl.core.env import Environment, first_timestep  # noqa: E402
+
+
+@struct.dataclass
+class HorizonParams:
+    horizon: int = 6  # every episode terminates after exactly this many steps
+
+
+class FixedHorizon(Environment):
+    """Catch-like: the episode always terminates at ``horizon``; no truncation limit."""
+
+    invalid_action_rule = "clip into {0, 1}"
+    overshoot = 0  # a broken variant terminates this many steps late
+
+    def __eq__(self, other):
+        return type(other) is type(self)
+
+    def __hash__(self):
+        return hash(type(self))
+
+    @property
+    def default_params(self):
+        return HorizonParams()
+
+    def episode_bound(self, params):
+        return int(params.horizon)
+
+    def reset(self, key, params):
+        return jnp.int32(0), first_timestep(jnp.zeros((1,), jnp.float32))
+
+    def step(self, key, state, action, params):
+        t = state + 1
+        obs = jnp.full((1,), t, jnp.float32) / params.horizon
+        reward = (jnp.clip(action, 0, 1) == 0).astype(jnp.float32)
+        return t, transition(obs, reward, t >= params.horizon + self.overshoot, False)
+
+    def observation_space(self, params):
+        return spaces.Box(0.0, 2.0, (1,))
+
+    def action_space(self, params):
+        return spaces.Discrete(2)
+
+
+class LateHorizon(FixedHorizon):
+    overshoot = 2
+
+
+def test_fixed_horizon_env_needs_no_fake_time_limit():
+    report = check_env(FixedHorizon(), **SMALL)
+    assert report.passed, str(report)
+    assert "fixed horizon" in report["truncation"].message and "max_steps_in_episode" not in report["truncation"].message
+    late = check_env(LateHorizon(), only=["truncation"], **SMALL)
+    assert late.failed_names() == ["truncation"] and "ran past episode_bound(params)=6" in late["truncation"].message
+
+
+def test_ppo_evaluates_a_fixed_horizon_env_for_its_bound():
+    """PPO's evaluation caps episodes at ``episode_bound`` (it used to demand
+    ``max_steps_in_episode`` or ``ppo.eval_max_steps``)."""
+    from jaxrl.algos import ppo
+    from jaxrl.algos.contract import EnvSetup
+
+    cfg = ppo.ENTRY.config_cls(num_envs=4, num_steps=8, total_env_steps=64, num_minibatches=2, eval_episodes=2)
+    program = ppo.ENTRY.build(EnvSetup(FixedHorizon(), HorizonParams(), HorizonParams()), cfg)
+    metrics = program.evaluate(program.init(jax.random.PRNGKey(0)), jax.random.PRNGKey(1))
+    returns = [v for k, v in metrics.items() if "return" in k]
+    assert returns and all(float(jnp.max(r)) <= 6 for r in returns)

@@ -173,3 +173,19 @@ def test_plugins_load_once(tmp_path, fresh_plugin_loading):
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a second lookup must not load (and warn) again
         jaxrl.registered_ids()
+
+
+def test_missing_optional_package_gives_the_install_hint(monkeypatch):
+    """gymnax/, brax/ and mjx/ ids name the extra that installs them when it is missing."""
+    from jaxrl.core import registry
+
+    monkeypatch.setattr(registry.importlib.util, "find_spec", lambda name, *a: None)
+    with pytest.raises(KeyError, match=r"needs the optional package 'gymnax': install jaxrl\[gymnax\]"):
+        registry.spec("gymnax/NotRegistered-v0")
+    with pytest.raises(KeyError, match=r"install jaxrl\[physics\]"):
+        registry.spec("brax/not_there")
+    with pytest.raises(KeyError, match=r"'mujoco': install jaxrl\[physics\]"):
+        registry.spec("mjx/Nope-v0")
+    monkeypatch.undo()
+    with pytest.raises(KeyError, match="unknown env id"):  # installed packages: the usual message
+        registry.spec("brax/not_there")

@@ -109,3 +109,11 @@ def test_batched_rollout_states_render_frame_by_frame():
 def test_gif_of_no_frames_is_an_error():
     with pytest.raises(ValueError, match="no frames"):
         render.gif_bytes([])
+
+
+def test_gif_frame_count_reports_what_the_file_holds(tmp_path):
+    """Identical consecutive frames are merged by the GIF writer: the count says so."""
+    a = np.zeros((8, 8, 3), np.uint8)
+    b = np.full((8, 8, 3), 255, np.uint8)
+    path = render.save_gif([a, a, a, b, a], str(tmp_path / "x.gif"))
+    assert render.gif_frame_count(path) == 3

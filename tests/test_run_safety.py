@@ -492,9 +492,12 @@ def test_long_values_in_messages_are_abbreviated(tmp_path, capsys):
     line = _one_line(capsys.readouterr().err)
     assert "..." in line and len(line) < 300
     # Messages written elsewhere (the algorithm's validate) are clipped by the command line.
-    assert cli.main(["train", CARTPOLE, "--set", "ppo.num_envs=" + "9" * 4000]) == 2
+    assert cli.main(["train", CARTPOLE, "--set", "ppo.hidden=[" + "0, " * 1000 + "0]"]) == 2
     line = _one_line(capsys.readouterr().err)
     assert line.endswith("...") and len(line) == cli.MAX_LINE
+    assert cli.main(["train", CARTPOLE, "--set", "ppo.num_envs=" + "9" * 4000]) == 2
+    line = _one_line(capsys.readouterr().err)
+    assert "ppo.num_envs:" in line and "out of range" in line and len(line) < 200
 
 
 def test_bad_paths_and_arguments_are_one_line(ppo_run, tmp_path, capsys):

@@ -40,7 +40,7 @@ import numpy as np
 from flax import struct
 
 from jaxrl.core import spaces
-from jaxrl.adapters.params import PhysicsParams, clip_action, observation_size
+from jaxrl.adapters.params import PhysicsParams, clip_action, observation_size, strong_types
 from jaxrl.core.env import Environment, first_timestep, transition
 
 #: Brax 0.14's ``brax.envs`` registry, minus :data:`EXCLUDED_BRAX_ENVS`; each is registered
@@ -206,16 +206,6 @@ def _with_sys(raw_env, sys):
     return env
 
 
-def _strong(tree):
-    """``tree`` with every leaf a strongly typed array of its own dtype.
-
-    Brax envs return Python scalars or weakly typed values in places (inverted_pendulum's
-    ``reward = 1.0``); a weak type at reset and a strong one after a step would change the
-    ``scan`` carry's type and retrace every jitted step.
-    """
-    return jax.tree_util.tree_map(lambda x: jnp.asarray(x, jnp.result_type(x)), tree)
-
-
 def _info(brax_state) -> dict:
     """Brax's per-step metrics (reward terms, positions) as float32 info entries."""
     return {k: jnp.asarray(v, jnp.float32) for k, v in brax_state.metrics.items()}
@@ -259,13 +249,13 @@ class BraxEnv(Environment):
         return _with_sys(raw, scale_physics(raw.sys, params))
 
     def reset(self, key, params):
-        brax_state = _strong(self._env(params).reset(key))
+        brax_state = strong_types(self._env(params).reset(key))
         state = BraxState(brax_state, jnp.zeros((), jnp.int32))
         return state, first_timestep(jnp.asarray(brax_state.obs, jnp.float32), _info(brax_state))
 
     def step(self, key, state, action, params):
         del key  # Brax's dynamics are deterministic
-        brax_state = _strong(self._env(params).step(state.brax_state, clip_action(action)))
+        brax_state = strong_types(self._env(params).step(state.brax_state, clip_action(action)))
         time = state.time + 1
         ts = transition(
             jnp.asarray(brax_state.obs, jnp.float32),

@@ -1,5 +1,5 @@
-"""What every physics adapter (Brax and MJX) shares: the dynamic params, the
-invalid-action rule and the observation size."""
+"""What the adapters share: the physics params (Brax and MJX), the invalid-action rule, the
+observation size and strongly typed outputs (Brax, gymnax)."""
 
 from __future__ import annotations
 
@@ -40,3 +40,14 @@ def observation_size(env) -> int:
     if len(shape) != 1:
         raise ValueError(f"{env.name}: observation must be a flat vector, got shape {shape}")
     return int(shape[0])
+
+
+def strong_types(tree):
+    """``tree`` with every leaf a strongly typed array of its own dtype.
+
+    Adapted envs return Python scalars or weakly typed values in places (Brax's
+    inverted_pendulum ``reward = 1.0``, gymnax's ``time=0`` at reset); a weak type at reset
+    and a strong one after a step would change the ``scan`` carry's type and retrace every
+    jitted step.
+    """
+    return jax.tree_util.tree_map(lambda x: jnp.asarray(x, jnp.result_type(x)), tree)

@@ -125,6 +125,10 @@ class Program(NamedTuple):
       init_with: ``init_with(key, hyper) -> state``.
       samples: ``samples(state, key, num) -> list[str]``, a few printable episodes
         (``jaxrl eval``, transcripts of token tasks), or ``None``.
+      load_params: ``load_params(fresh, trained) -> state``: the fresh state ``init`` made,
+        starting from the learned parameters of ``trained`` (a state of the same
+        algorithm and network) with its own optimiser, envs and counters (``jaxrl train
+        --init-from RUN``), or ``None`` if the algorithm cannot.
     """
 
     init: Callable[[jax.Array], State]
@@ -138,6 +142,7 @@ class Program(NamedTuple):
     hyperparams: Callable[..., Any]
     init_with: Callable[[jax.Array, Any], State]
     samples: Callable[[State, jax.Array, int], list[str]] | None = None
+    load_params: Callable[[State, State], State] | None = None
 
 
 def replicated_axes(state: State) -> Any:

@@ -33,10 +33,9 @@ from typing import Any, Callable, Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
-from flax import struct
 
 from jaxrl.core import spaces
-from jaxrl.core.env import Environment, replace_params, tree_select
+from jaxrl.core.env import Environment, replace_params
 
 PASS, FAIL, SKIP = "PASS", "FAIL", "SKIP"
 #: The small episode limit used by the ``truncation`` check (or the env's own, if smaller).
@@ -105,149 +104,9 @@ class CheckReport:
         return "\n".join(lines)
 
 
-# ------------------------------------------------------------------- tree helpers
-
-
-def _avals(tree) -> list[tuple]:
-    """``(path, shape, dtype, weak_type)`` of every leaf of an abstract or concrete tree."""
-    out = []
-    for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
-        aval = jax.typeof(leaf) if isinstance(leaf, jax.Array) else jax.ShapeDtypeStruct(np.shape(leaf), jnp.result_type(leaf))
-        out.append((jax.tree_util.keystr(path), tuple(aval.shape), str(aval.dtype), bool(getattr(aval, "weak_type", False))))
-    return out
-
-
-def _type_diff(a, b, what: str) -> str | None:
-    """A message describing the first difference in structure or leaf types, else None."""
-    sa, sb = jax.tree_util.tree_structure(a), jax.tree_util.tree_structure(b)
-    if sa != sb:
-        return f"{what}: tree structure changed: {sa} vs {sb}"
-    for (path, *ta), (_, *tb) in zip(_avals(a), _avals(b)):
-        if ta != tb:
-            fmt = lambda t: f"{t[1]}{list(t[0])}{' (weak)' if t[2] else ''}"  # noqa: E731
-            return f"{what}{path}: {fmt(ta)} vs {fmt(tb)}"
-    return None
-
-
-def _to_numpy(x) -> np.ndarray:
-    if jnp.issubdtype(jnp.result_type(x), jax.dtypes.prng_key):
-        x = jax.random.key_data(x)
-    return np.asarray(x)
-
-
-def _bit_equal(a, b) -> bool:
-    la, lb = jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)
-    return len(la) == len(lb) and all(
-        _to_numpy(x).tobytes() == _to_numpy(y).tobytes() for x, y in zip(la, lb)
-    )
-
-
-def _close(a, b, rtol=1e-5, atol=1e-6) -> bool:
-    la, lb = jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)
-    if len(la) != len(lb):
-        return False
-    for x, y in zip(la, lb):
-        x, y = _to_numpy(x), _to_numpy(y)
-        if x.shape != y.shape:
-            return False
-        if np.issubdtype(x.dtype, np.inexact):
-            if not np.allclose(x, y, rtol=rtol, atol=atol, equal_nan=True):
-                return False
-        elif not np.array_equal(x, y):
-            return False
-    return True
-
-
-def _float_leaves_finite(tree) -> jax.Array:
-    """bool ``[...]`` over the leading (batch) axis: every float leaf finite."""
-    ok = jnp.array(True)
-    for leaf in jax.tree_util.tree_leaves(tree):
-        if jnp.issubdtype(leaf.dtype, jnp.inexact):
-            ok = ok & jnp.all(jnp.isfinite(leaf))
-    return ok
-
-
-def _obs_sum(tree) -> jax.Array:
-    """float32 checksum of every observation leaf (so the rollout consumes observations)."""
-    return sum((jnp.sum(leaf.astype(jnp.float32)) for leaf in jax.tree_util.tree_leaves(tree)), jnp.float32(0))
-
-
-class _Counted:
-    """Wraps ``fn``; ``traces`` counts how often JAX traced it (one increment per trace)."""
-
-    def __init__(self, fn: Callable):
-        self.fn = fn
-        self.traces = 0
-        functools.update_wrapper(self, fn)
-
-    def __call__(self, *args):
-        self.traces += 1
-        return self.fn(*args)
-
-
-# ------------------------------------------------------------------- the rollout
-
-
-@struct.dataclass
-class Rollout:
-    """What the checker's random rollout records, per step ``t`` and env ``b``."""
-
-    reward: jax.Array  # float32 [T, B]
-    terminated: jax.Array  # bool [T, B]
-    truncated: jax.Array  # bool [T, B]
-    obs_sum: jax.Array  # float32 [T, B], checksum of the step's observation
-    in_space: jax.Array  # bool [T, B], step obs and any new episode's first obs in the space
-    finite: jax.Array  # bool [T, B], reward and observations finite
-    limit_ok: jax.Array  # bool [T, B], `truncated` agrees with the episode step counter
-    at_limit: jax.Array  # bool [T, B], the episode step counter reached the limit this step
-    final_state: Any  # env state with leading axis [B] after T steps
-
-
-@struct.dataclass
-class _RolloutCarry:
-    key: jax.Array  # PRNG key
-    state: Any  # env state [B, ...]
-    elapsed: jax.Array  # int32 [B], steps since the episode started
-
-
-def _rollout_step(env, obs_space, act_space, params, limit, carry: _RolloutCarry, _):
-    """One auto-reset step of the batch; ``limit < 0`` means "no step limit to check"."""
-    num_envs = carry.elapsed.shape[0]
-    key, k_act, k_step, k_reset = jax.random.split(carry.key, 4)
-    actions = jax.vmap(act_space.sample)(jax.random.split(k_act, num_envs))
-    state, ts = jax.vmap(env.step, in_axes=(0, 0, 0, None))(jax.random.split(k_step, num_envs), carry.state, actions, params)
-    reset_state, reset_ts = jax.vmap(env.reset, in_axes=(0, None))(jax.random.split(k_reset, num_envs), params)
-    elapsed = carry.elapsed + 1
-    done = jnp.logical_or(ts.terminated, ts.truncated)
-    at_limit = elapsed >= limit
-    limit_ok = jnp.where(limit < 0, True, jnp.where(at_limit, done, ~ts.truncated))
-    contains = jax.vmap(obs_space.contains)
-    record = (
-        ts.reward,
-        ts.terminated,
-        ts.truncated,
-        jax.vmap(_obs_sum)(ts.obs),
-        contains(ts.obs) & contains(reset_ts.obs),
-        jnp.isfinite(ts.reward) & jax.vmap(_float_leaves_finite)(ts.obs) & jax.vmap(_float_leaves_finite)(reset_ts.obs),
-        limit_ok,
-        at_limit & (limit >= 0),
-    )
-    state = tree_select(done, reset_state, state)
-    return _RolloutCarry(key, state, jnp.where(done, 0, elapsed)), record
-
-
-def rollout(env, obs_space, act_space, num_envs: int, num_steps: int, key, params, limit) -> Rollout:
-    """``num_envs`` copies of ``env`` for ``num_steps`` random steps with auto-reset.
-
-    ``limit`` (int32 ``[]``, traced) is the step limit the ``truncation`` check expects,
-    negative for none. Jit this with ``env``, the spaces and the sizes bound (partial).
-    """
-    key, reset_key = jax.random.split(key)
-    state, _ = jax.vmap(env.reset, in_axes=(0, None))(jax.random.split(reset_key, num_envs), params)
-    carry = _RolloutCarry(key, state, jnp.zeros((num_envs,), jnp.int32))
-    body = functools.partial(_rollout_step, env, obs_space, act_space, params, limit)
-    carry, rec = jax.lax.scan(body, carry, None, length=num_steps)
-    return Rollout(*rec, final_state=carry.state)
+from jaxrl.core.check_rollout import (  # the rollout the checks read, and tree comparisons
+    Rollout, _bit_equal, _close, _Counted, _float_leaves_finite, _to_numpy, _type_diff, rollout,
+)
 
 
 # ------------------------------------------------------------------- the checks
@@ -294,6 +153,7 @@ class _Context:
     compile_seconds: float = 0.0
     steps_per_second: float = 0.0
     compiler_options: dict | None = None  # passed to every jax.jit of the checker
+    trace_error: Exception | None = None  # a TRACER_ERRORS error: later checks are skipped
 
 
 def _jit(ctx: _Context, fn: Callable) -> Callable:
@@ -402,9 +262,11 @@ def check_info_structure(ctx: _Context) -> tuple[str, str]:
 
 
 def _with_limit(params, limit: int):
-    """``params`` with ``max_steps_in_episode = limit``, keeping the field's type."""
+    """``params`` with ``max_steps_in_episode = limit``, keeping the field's type (an array's
+    dtype, or a Python float: gymnax's BernoulliBandit declares ``100.0``)."""
     old = params.max_steps_in_episode
-    return replace_params(params, max_steps_in_episode=jnp.asarray(limit, old.dtype) if hasattr(old, "dtype") else limit)
+    value = jnp.asarray(limit, old.dtype) if hasattr(old, "dtype") else type(old)(limit)
+    return replace_params(params, max_steps_in_episode=value)
 
 
 def _jit_rollout(ctx: _Context) -> Callable:
@@ -474,11 +336,12 @@ def check_truncation(ctx: _Context) -> tuple[str, str]:
     """With ``max_steps_in_episode`` in params: ``truncated`` is never set before the
     episode's step counter reaches the limit and always set (or the episode terminated) when
     it does, at the env's own limit and at :data:`SMALL_LIMIT` (set with
-    :func:`jaxrl.core.env.replace_params`); the counter restarts after reset.
+    :func:`jaxrl.core.env.replace_params`); the counter restarts after reset. Without it, a
+    fixed-horizon env (``episode_bound``) never truncates and ends within its bound.
     """
     limit = _limit_of(ctx.params)
     if limit < 0:
-        return SKIP, "params have no max_steps_in_episode"
+        return _check_fixed_horizon(ctx)
     _ensure_rollouts(ctx)
     reached = 0
     for lim, ro in ((limit, ctx.main), (ctx.small_limit, ctx.small)):
@@ -492,6 +355,25 @@ def check_truncation(ctx: _Context) -> tuple[str, str]:
     if reached == 0:
         return SKIP, f"every episode terminated before the limit (tried {limit} and {ctx.small_limit})"
     return PASS, f"truncated exactly at the limit ({reached} episodes reached max_steps_in_episode={limit} or {ctx.small_limit})"
+
+
+def _check_fixed_horizon(ctx: _Context) -> tuple[str, str]:
+    """No truncation limit: with ``env.episode_bound(params) = H`` every episode of the
+    random rollout ends (terminated, never truncated) within ``H`` steps."""
+    bound = ctx.env.episode_bound(ctx.params)
+    if bound is None:
+        return SKIP, "no max_steps_in_episode and no episode_bound: episodes are unbounded"
+    _ensure_rollouts(ctx)
+    ro = ctx.main
+    elapsed, truncated = np.asarray(ro.elapsed), np.asarray(ro.truncated)
+    if truncated.any():
+        t, b = np.argwhere(truncated)[0]
+        return FAIL, f"truncated at step {t}, env {b}, but the params have no max_steps_in_episode to truncate at"
+    if (elapsed > bound).any():
+        t, b = np.argwhere(elapsed > bound)[0]
+        return FAIL, f"episode ran past episode_bound(params)={bound} (step {t}, env {b})"
+    ends = np.asarray(ro.terminated)
+    return PASS, f"fixed horizon: {int(ends.sum())} episodes terminated within episode_bound(params)={bound} steps (longest {int(elapsed.max())})"
 
 
 def check_determinism(ctx: _Context) -> tuple[str, str]:
@@ -606,9 +488,41 @@ CHECKS: list[tuple[str, Callable[[_Context], tuple[str, str]]]] = [
 ]
 
 
+#: Errors of Python control flow or conversions on traced values (``if x > 0:``, ``int(x)``).
+TRACER_ERRORS = (jax.errors.TracerBoolConversionError, jax.errors.ConcretizationTypeError, jax.errors.TracerIntegerConversionError)
+
+
+def user_frame(exc: BaseException) -> str:
+    """``file:line (code)`` of the deepest traceback frame outside JAX and this checker: the
+    env author's line that raised (``"?"`` if none)."""
+    import os
+    import traceback
+
+    internal = tuple(os.path.dirname(m.__file__) + os.sep for m in (jax, np)) + (__file__,)
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.startswith(internal)]
+    if not frames:
+        return "?"
+    f = frames[-1]
+    return f"{f.filename}:{f.lineno} ({(f.line or '').strip()})"
+
+
+def tracer_message(exc: BaseException) -> str:
+    """One line for a :data:`TRACER_ERRORS` error: where, what, and the fix."""
+    return (
+        f"Python control flow on a traced value at {user_frame(exc)}: {type(exc).__name__}; "
+        "reset/step are traced, so use jnp.where(cond, a, b) (or jax.lax.cond / lax.select) "
+        "instead of `if`/`while`/int()/float() on arrays"
+    )
+
+
 def _run_one(fn, ctx: _Context) -> tuple[str, str]:
+    if ctx.trace_error is not None:
+        return SKIP, "not run: reset/step cannot be traced (see the first failure)"
     try:
         return fn(ctx)
+    except TRACER_ERRORS as exc:  # reported once, with the author's line; the rest skip
+        ctx.trace_error = exc
+        return FAIL, tracer_message(exc)
     except Exception as exc:  # a check that crashes is a failed check, with the reason
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         return FAIL, f"raised {type(exc).__name__}: {first}"[:300]

@@ -179,6 +179,17 @@ class Environment(Generic[EnvState, EnvParams]):
         """An RGB frame, ``uint8[H, W, 3]``, of ``state`` (one env, not a batch)."""
         raise NotImplementedError(f"{self.name} does not render")
 
+    def episode_bound(self, params: EnvParams) -> int | None:
+        """The most steps an episode of ``params`` can last, or ``None`` if unbounded.
+
+        By default ``params.max_steps_in_episode`` (the truncation limit). A fixed-horizon
+        env, whose episodes always *terminate* within ``H`` steps and have no time limit to
+        truncate at (bsuite's Catch), returns ``H`` instead of inventing a
+        ``max_steps_in_episode``; evaluation loops and ``check_env`` read this.
+        """
+        limit = getattr(params, "max_steps_in_episode", None)
+        return None if limit is None else int(limit)
+
     @property
     def unwrapped(self) -> "Environment":
         return self
@@ -234,6 +245,9 @@ class Wrapper(Environment):
 
     def render(self, state, params):
         return self.env.render(state, params)
+
+    def episode_bound(self, params):
+        return self.env.episode_bound(params)
 
     @property
     def unwrapped(self) -> Environment:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import importlib
+import importlib.util
 import re
 from importlib import metadata
 from typing import Any, Callable
@@ -55,6 +56,14 @@ class EnvSpec:
 
 
 _REGISTRY: dict[str, EnvSpec] = {}
+
+#: Id namespaces that adapters provide only when an optional package is installed:
+#: namespace -> (the module that must import, the extra that installs it).
+OPTIONAL_NAMESPACES = {
+    "brax": ("brax", "physics"),
+    "mjx": ("mujoco.mjx", "physics"),
+    "gymnax": ("gymnax", "gymnax"),
+}
 _plugins_loaded = False
 
 
@@ -132,6 +141,9 @@ def spec(env_id: str) -> EnvSpec:
     _load_plugins()
     if env_id in _REGISTRY:
         return _REGISTRY[env_id]
+    missing = _missing_extra(env_id)
+    if missing:
+        raise KeyError(missing)
     close = difflib.get_close_matches(env_id, _REGISTRY, n=3, cutoff=0.5)
     versions = [i for i in _REGISTRY if i.rsplit("-v", 1)[0] == env_id]
     hint = close or versions
@@ -141,6 +153,21 @@ def spec(env_id: str) -> EnvSpec:
     else:
         msg += "; see `jaxrl list` for the registered ids"
     raise KeyError(msg)
+
+
+def _missing_extra(env_id: str) -> str | None:
+    """A one-line install hint when ``env_id``'s namespace needs a package that is missing."""
+    namespace = env_id.partition("/")[0] if "/" in env_id else ""
+    if namespace not in OPTIONAL_NAMESPACES:
+        return None
+    module, extra = OPTIONAL_NAMESPACES[namespace]
+    try:
+        found = importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # the parent package (mujoco of mujoco.mjx) is missing
+        found = False
+    if found:
+        return None
+    return f"env id {env_id!r} needs the optional package {module.split('.')[0]!r}: install jaxrl[{extra}] (pip install 'jaxrl[{extra}]')"
 
 
 def make(env_id: str, **param_overrides: Any) -> tuple[Environment, Any]:

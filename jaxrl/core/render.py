@@ -91,6 +91,16 @@ def save_gif(frames: Sequence[np.ndarray], path: str, fps: int = 30) -> str:
     return path
 
 
+def gif_frame_count(path: str) -> int:
+    """Frames stored in the GIF at ``path``. The GIF writer merges a frame identical to the
+    previous one into that frame's display time (a pole at rest after the episode ended),
+    so this can be fewer than the frames given to :func:`save_gif`."""
+    from PIL import Image
+
+    with Image.open(path) as image:
+        return int(image.n_frames)
+
+
 def show_gif(frames: Sequence[np.ndarray], fps: int = 30):
     """An ``IPython.display.Image`` that shows the animation inline in Jupyter."""
     from IPython.display import Image

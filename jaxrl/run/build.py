@@ -18,6 +18,7 @@ from jaxrl.algos.contract import EnvSetup, Program
 from jaxrl.core import registry
 from jaxrl.core.curriculum import Curriculum
 from jaxrl.core.env import replace_params
+from jaxrl.core.randomize import DomainRandomization
 from jaxrl.core.tokens import TokenTask
 from jaxrl.run import config as config_lib
 from jaxrl.run.config import ConfigError, Derived, RunConfig
@@ -40,6 +41,14 @@ def env_setup(cfg: RunConfig) -> EnvSetup:
         eval_params = replace_params(eval_params, **e.eval_params)
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"env.params: {' '.join(str(exc).split())}") from None
+    if e.randomize:
+        if isinstance(env, TokenTask):
+            raise ConfigError("env.randomize: token tasks draw their prompts from their params already; not supported")
+        try:
+            env = DomainRandomization(env, e.randomize)
+            env.check_params(params)
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"env.{' '.join(str(exc).split())}") from None
     curriculum = None
     if e.curriculum is not None:
         c = e.curriculum

@@ -8,10 +8,10 @@ A run config file looks like::
       params: {}              # overrides of the env's default params
       eval_params: {}         # further overrides when evaluating
       curriculum: null        # or {param: num_digits, start: 1, stop: 3, threshold: 0.9}
+      randomize: {}           # per-episode draws, e.g. {length: "uniform(0.4, 0.8)"}
     ppo:                      # the algorithm's own section, named after `algo`,
       lr: 2.5e-3              # loaded into that algorithm's config class
-    train:                    # the trainer's section (TrainConfig)
-      seed: 0
+    train: {seed: 0}          # the trainer's section (TrainConfig)
     devices: 1                # "all" or a device count
     shard: auto               # what the devices split: auto | envs | seeds
 
@@ -71,6 +71,17 @@ class EnvConfig:
     params: dict = dataclasses.field(default_factory=dict)  # overrides of the env's default params
     eval_params: dict = dataclasses.field(default_factory=dict)  # further overrides at evaluation
     curriculum: CurriculumConfig | None = None  # raise one param during training (algorithms that run one)
+    # Domain randomisation: {param: "uniform(a, b)" | "loguniform(a, b)" | "choice(v, ...)"},
+    # drawn per episode for each env, in training and evaluation (jaxrl.core.randomize).
+    randomize: dict = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class StopAt:
+    """Stop when a metric of ``metrics.jsonl`` reaches a threshold, checked after each chunk."""
+
+    metric: str  # a key of the update records, e.g. "exact_match" or "episode_return"
+    threshold: float  # stop once the chunk's last record has metric >= threshold (seed mean)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,6 +96,8 @@ class TrainConfig:
     out_dir: str = "runs"  # parent of run directories when --out is not given
     log_seeds: Literal["mean", "per_seed"] = "mean"  # with seeds > 1: mean/min/max or every seed
     progress: bool = True  # show a tqdm progress bar
+    loggers: tuple[str, ...] = ("jsonl",)  # metric sinks: jsonl (always written), tensorboard, wandb
+    stop_at: StopAt | None = None  # end training early once a logged metric reaches a threshold
 
 
 @dataclasses.dataclass(frozen=True)
@@ -307,6 +320,13 @@ def _check_env(env: EnvConfig) -> None:
             numeric = isinstance(value, (int, float)) or (isinstance(value, str) and _NUMBER_RE.match(value.strip()))
             if not numeric:  # bools pass: bool params take them; make checks every kind and range
                 raise ConfigError(f"env.{section}.{name}: expected a number, got {short(value)}")
+    from jaxrl.core.randomize import parse_distribution
+
+    for name, text in env.randomize.items():
+        try:
+            parse_distribution(text)
+        except ValueError as exc:
+            raise ConfigError(f"env.randomize.{name}: {exc}") from None
     c = env.curriculum
     if c is not None:
         if c.start > c.stop:
@@ -320,6 +340,14 @@ def _check_train(train: TrainConfig) -> None:
     for name in positive:
         if getattr(train, name) < 1:
             raise ConfigError(f"train.{name}: must be >= 1, got {getattr(train, name)}")
+    from jaxrl.run.loggers import check_loggers
+
+    try:
+        check_loggers(train.loggers)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    if train.stop_at is not None and not train.stop_at.metric.strip():
+        raise ConfigError("train.stop_at.metric: must name a metric, e.g. exact_match")
     if train.checkpoint_every < 0:
         raise ConfigError(f"train.checkpoint_every: must be >= 0 (0 = final only), got {train.checkpoint_every}")
 

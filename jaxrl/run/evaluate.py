@@ -243,5 +243,8 @@ def main_render(args) -> int:
         return 0
     frames = render_frames(built, states, args.steps, not args.stochastic, args.seed)
     render.save_gif(frames, args.out, fps=args.fps)
-    print(f"jaxrl: wrote {len(frames)} frames to {args.out}")
+    stored = render.gif_frame_count(args.out)
+    merged = len(frames) - stored
+    note = f" ({len(frames)} states; {merged} repeated frames shown by lengthening the previous one)" if merged else ""
+    print(f"jaxrl: wrote {stored} frames ({len(frames) - 1} env steps) to {args.out}{note}")
     return 0

@@ -6,5 +6,9 @@ CURVE_FILE = "learning_curve.png"
 CHECKPOINT_DIR = "checkpoints"  # checkpoints/<updates done>/
 EVAL_FILE = "eval.json"
 CHANGES_FILE = "config_changes.jsonl"  # config changes accepted on resume
+STOP_FILE = "stopped.json"  # why training ended early (train.stop_at)
+INIT_FROM_FILE = "init_from.json"  # the run (and checkpoint) whose parameters this one started from
+TENSORBOARD_DIR = "tensorboard"  # train.loggers: tensorboard
+WANDB_DIR = "wandb"  # train.loggers: wandb
 #: Files a run writes; a fresh run refuses a directory that holds any of them.
-RUN_FILES = (CONFIG_FILE, METRICS_FILE, CURVE_FILE, CHECKPOINT_DIR, EVAL_FILE, CHANGES_FILE)
+RUN_FILES = (CONFIG_FILE, METRICS_FILE, CURVE_FILE, CHECKPOINT_DIR, EVAL_FILE, CHANGES_FILE, STOP_FILE, INIT_FROM_FILE, TENSORBOARD_DIR, WANDB_DIR)

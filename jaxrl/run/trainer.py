@@ -29,6 +29,7 @@ import contextlib
 import dataclasses
 import functools
 import io
+import json
 import os
 import sys
 import time
@@ -43,12 +44,12 @@ from jaxrl.parallel import distributed, sharding
 from jaxrl.run import config as config_lib
 from jaxrl.run import evaluate as eval_lib
 from jaxrl.run import logging as log_lib
-from jaxrl.run import guards, rundir
+from jaxrl.run import guards, loggers, rundir
 from jaxrl.run.build import Built, build, seed_keys
 from jaxrl.run.checkpoint import Checkpoints, to_storable
 from jaxrl.run.config import ConfigError, RunConfig
 from jaxrl.run.files import (
-    CHANGES_FILE, CHECKPOINT_DIR, CONFIG_FILE, CURVE_FILE, EVAL_FILE, METRICS_FILE, RUN_FILES,
+    CHANGES_FILE, CHECKPOINT_DIR, CONFIG_FILE, CURVE_FILE, EVAL_FILE, METRICS_FILE, RUN_FILES, STOP_FILE, INIT_FROM_FILE,
 )
 
 __all__ = [
@@ -57,7 +58,7 @@ __all__ = [
 ]
 #: Config keys that change where and how a run reports, never its results: a resume may
 #: change them without --accept-config-change.
-OPERATIONAL_KEYS = ("train.progress", "train.out_dir", "train.keep_checkpoints", "train.checkpoint_every")
+OPERATIONAL_KEYS = ("train.progress", "train.out_dir", "train.keep_checkpoints", "train.checkpoint_every", "train.loggers")
 
 
 class NonFiniteError(RuntimeError):
@@ -280,6 +281,7 @@ def run(
     evaluate: bool = True,
     out=None,
     accept_config_change: bool = False,
+    init_from: str | None = None,
 ) -> RunResult:
     """Train ``cfg`` with logging and checkpoints in ``run_dir``; see the module docstring.
 
@@ -287,7 +289,9 @@ def run(
     ``config.yaml`` is used; a ``cfg`` given as well must equal it). When ``config.yaml``
     differs from the config that checkpoint was trained with, the resume is refused with
     the difference, unless ``accept_config_change`` (then the change is appended to
-    ``config_changes.jsonl``). The primary process holds the run directory's lock
+    ``config_changes.jsonl``). ``init_from=RUN_DIR`` starts a fresh run from the learned
+    parameters of that run's newest verified checkpoint (:func:`initial_from`). The primary
+    process holds the run directory's lock
     (:class:`jaxrl.run.rundir.RunLock`) from before its first write to the end.
     """
     out = sys.stdout if out is None else out  # looked up per call (redirected streams)
@@ -296,6 +300,8 @@ def run(
         run_dir = resume
     if cfg is None:
         raise ValueError("run() needs a config or a run directory to resume")
+    if init_from is not None and resume is not None:
+        raise ConfigError("--init-from starts a new run; it cannot be combined with --resume")
     if run_dir is None and jax.process_count() > 1:  # a default name could differ between processes
         raise ConfigError("a multi-process run needs --out DIR on a filesystem every process shares")
     run_dir = run_dir or default_run_dir(cfg)
@@ -311,10 +317,10 @@ def run(
     with rundir.RunLock(run_dir) if primary else contextlib.nullcontext():
         if fresh:
             check_fresh_run_dir(run_dir)  # again under the lock: a writer may have started meanwhile
-        return _run_locked(cfg, built, keys, layout, run_dir, resume, evaluate, out, accept_config_change)
+        return _run_locked(cfg, built, keys, layout, run_dir, resume, evaluate, out, accept_config_change, init_from)
 
 
-def _run_locked(cfg, built, keys, layout, run_dir, resume, evaluate, out, accept_config_change) -> RunResult:
+def _run_locked(cfg, built, keys, layout, run_dir, resume, evaluate, out, accept_config_change, init_from=None) -> RunResult:
     """The body of :func:`run` once the checks passed and the lock is held."""
     d = built.derived
     primary = distributed.is_primary()
@@ -347,6 +353,11 @@ def _run_locked(cfg, built, keys, layout, run_dir, resume, evaluate, out, accept
         print(f"jaxrl: resuming at update {done}", file=out)
     else:
         state = init(keys)
+        if init_from is not None:
+            state, source = initial_from(cfg, built, state, keys, init_from, layout)
+            if primary:
+                rundir.write_text(os.path.join(run_dir, INIT_FROM_FILE), json.dumps(source) + "\n")
+            print(f"jaxrl: starting from the parameters of {init_from} (update {source['update']})", file=out)
         if primary and resume is not None:
             _restart_without_checkpoint(run_dir, metrics_path)
     if primary:
@@ -381,6 +392,46 @@ def _restart_without_checkpoint(run_dir: str, metrics_path: str) -> None:
         kept = rundir.set_aside(metrics_path)
         note = f"; its earlier metrics were kept as {os.path.basename(kept)}"
     print(f"jaxrl: warning: {run_dir} has no checkpoint to resume from: starting at update 0{note}", file=sys.stderr)
+
+
+def initial_from(cfg: RunConfig, built: Built, fresh, keys, source_dir: str, layout):
+    """``(state, record)``: ``fresh`` (seeds ``[S, ...]``) with the learned parameters of the
+    run in ``source_dir`` put in by the program's ``load_params``; the source must be the
+    same algorithm with the same network shapes, and train one seed or as many seeds."""
+    from jaxrl.run.evaluate import load_run
+
+    load = built.program.load_params
+    if load is None:
+        raise ConfigError(f"--init-from: {cfg.algo} cannot start from another run's parameters")
+    src_cfg, _, trained, step = load_run(source_dir)
+    if src_cfg.algo != cfg.algo:
+        raise ConfigError(f"--init-from: {source_dir!r} trained {src_cfg.algo}, this run is {cfg.algo}")
+    n_src, n = src_cfg.train.seeds, cfg.train.seeds
+    if n_src not in (1, n):
+        raise ConfigError(f"--init-from: {source_dir!r} trained {n_src} seeds; this run needs 1 or {n}")
+    if n_src != n:
+        trained = jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x, (n,) + x.shape[1:]), trained)
+    template = jax.eval_shape(jax.vmap(built.program.init), keys)
+    try:
+        loaded = jax.eval_shape(jax.vmap(load), template, trained)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"--init-from: {source_dir!r}'s parameters do not fit this config: {exc}") from None
+    diff = _tree_mismatch(template, loaded)
+    if diff:
+        raise ConfigError(f"--init-from: {source_dir!r}'s parameters do not fit this config (network shapes differ): {diff}")
+    host = to_storable(jax.device_get(jax.jit(jax.vmap(load))(sharding.local_copy(fresh) if jax.process_count() > 1 else fresh, trained)))
+    state = sharding.put(host, template, layout.state)
+    return state, {"run_dir": os.path.abspath(source_dir), "update": int(step), "seeds": n_src}
+
+
+def _tree_mismatch(a, b) -> str | None:
+    """The first leaf (path) whose shape or dtype differs between two abstract trees."""
+    if jax.tree_util.tree_structure(a) != jax.tree_util.tree_structure(b):
+        return "different structure"
+    for (path, x), y in zip(jax.tree_util.tree_flatten_with_path(a)[0], jax.tree_util.tree_leaves(b)):
+        if x.shape != y.shape or x.dtype != y.dtype:
+            return f"{jax.tree_util.keystr(path)}: {x.dtype}{list(x.shape)} vs {y.dtype}{list(y.shape)}"
+    return None
 
 
 def _check_config_drift(cfg: RunConfig, record: dict, run_dir: str, step: int, accept: bool, primary: bool, out) -> None:
@@ -420,6 +471,28 @@ def _save_on_interrupt(ckpts: Checkpoints, stop: guards.Interrupted, run_dir: st
             stop.last_checkpoint = ckpts.verified_step()
 
 
+def stop_reached(stop: config_lib.StopAt, record: dict) -> bool:
+    """``record[stop.metric]`` (the seed mean of a per-seed list) ``>= stop.threshold``;
+    a metric the records do not have is a :class:`ConfigError` naming the ones they do."""
+    if stop.metric not in record:
+        known = ", ".join(k for k in record if k not in loggers.INDEX_KEYS)
+        raise ConfigError(f"train.stop_at.metric: no metric {stop.metric!r} in the update records; they have: {known}")
+    value = record[stop.metric]
+    values = [v for v in (value if isinstance(value, list) else [value]) if v is not None]
+    return bool(values) and float(np.mean(values)) >= stop.threshold
+
+
+def record_stop(stop: config_lib.StopAt, record: dict, run_dir: str) -> None:
+    """Write ``stopped.json`` (update, env steps, metric, value, threshold) and say so."""
+    value = record[stop.metric]
+    entry = {
+        "update": record["update"], "env_steps": record["env_steps"], "wall_time": record["wall_time"],
+        "metric": stop.metric, "value": value, "threshold": stop.threshold,
+    }
+    rundir.write_text(os.path.join(run_dir, STOP_FILE), json.dumps(entry) + "\n")
+    print(f"jaxrl: stopped at update {record['update']}: {stop.metric} = {value} >= {stop.threshold} (train.stop_at)")
+
+
 def _loop(
     cfg: RunConfig, built: Built, state, done: int, wall_offset: float, ckpts: Checkpoints, metrics_path: str,
     layout: sharding.Layout | None = None,
@@ -431,7 +504,8 @@ def _loop(
     where = None if layout is None else layout.replicated
     n_dev = {n: jax.device_put(np.int32(n), where) for n in {k, d.num_updates % k or k}}
     primary = distributed.is_primary()
-    log = log_lib.MetricsLog(metrics_path if primary else os.devnull)
+    jsonl = log_lib.MetricsLog(metrics_path if primary else os.devnull)
+    log = loggers.open_sinks(cfg.train.loggers, os.path.dirname(metrics_path), jsonl, config_lib.config_to_dict(cfg), primary)
     show = cfg.train.progress and primary
     bar = log_lib.Progress(d.total_env_steps * d.seeds, done * d.env_steps_per_update * d.seeds, show)
     start = time.perf_counter()
@@ -452,6 +526,10 @@ def _loop(
                 done += n
                 last = (done, state)
                 bar.update(n * d.env_steps_per_update * d.seeds, _recent_return(records))
+                if cfg.train.stop_at is not None and done < d.num_updates and stop_reached(cfg.train.stop_at, records[-1]):
+                    if primary:
+                        record_stop(cfg.train.stop_at, records[-1], os.path.dirname(metrics_path))
+                    break
                 chunks_since_save += 1
                 if cfg.train.checkpoint_every and chunks_since_save >= cfg.train.checkpoint_every and done < d.num_updates:
                     save_checkpoint(ckpts, done, state)
@@ -509,6 +587,6 @@ def main_train(args) -> int:
     accept = bool(getattr(args, "accept_config_change", False))
     if accept and args.resume is None:
         raise ConfigError("--accept-config-change only applies with --resume RUN_DIR")
-    result = run(cfg, run_dir=args.out, resume=args.resume, accept_config_change=accept)
+    result = run(cfg, run_dir=args.out, resume=args.resume, accept_config_change=accept, init_from=getattr(args, "init_from", None))
     print(f"jaxrl: done: {result.updates} updates; run directory {result.run_dir}")
     return 0

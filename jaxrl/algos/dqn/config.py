@@ -29,8 +29,8 @@ class DQNConfig(AlgoConfig):
     n_step: int = 3  # n-step returns (1: one-step TD)
     # --- exploration: epsilon moves linearly from start to end over a fraction of the run ---
     epsilon_start: float = 1.0
-    epsilon_end: float = 0.05
-    exploration_fraction: float = 0.25
+    epsilon_end: float = 0.05  # exploration rate at the end of the schedule
+    exploration_fraction: float = 0.25  # share of the run over which epsilon decays linearly
     # --- optimisation (traced) ---
     lr: float = 1e-3  # Adam learning rate (initial value when annealed)
     anneal_lr: bool = False  # static: linear decay to 0 over the run
@@ -41,9 +41,9 @@ class DQNConfig(AlgoConfig):
     # --- the Q-function (static) ---
     double: bool = True  # double DQN: the online net picks the bootstrap action
     dueling: bool = True  # dueling heads Q = V + A - mean(A)
-    hidden: tuple[int, ...] = (64, 64)
-    activation: str = "relu"
-    layer_norm: bool = False
+    hidden: tuple[int, ...] = (64, 64)  # Q-network hidden widths
+    activation: str = "relu"  # hidden activation (relu, tanh, ...)
+    layer_norm: bool = False  # LayerNorm after each hidden layer
     # --- evaluation (static) ---
     eval_episodes: int = 16  # greedy episodes per seed
     eval_max_steps: int | None = None  # episode cap; None: the env's max_steps_in_episode

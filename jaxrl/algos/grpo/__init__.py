@@ -40,7 +40,7 @@ def rollout_length(env: Environment, env_params, cfg: GRPOConfig) -> int:
         return int(cfg.sampling.max_steps)
     if isinstance(env, TokenTask):
         return int(env.max_completion_len)
-    limit = getattr(env_params, "max_steps_in_episode", None)
+    limit = env.episode_bound(env_params)
     if limit is None:
         raise ValueError(f"sampling.max_steps: {env.name} has no step limit; set grpo.sampling.max_steps")
     return int(limit)
@@ -122,7 +122,13 @@ def build(envs: EnvSetup, cfg: GRPOConfig) -> Program:
         hyperparams=functools.partial(hyperparams, cfg),
         init_with=functools.partial(update.init, setup),
         samples=functools.partial(evaluate.samples, setup) if token else None,
+        load_params=load_params,
     )
+
+
+def load_params(fresh: update.GRPOState, trained: update.GRPOState) -> update.GRPOState:
+    """``fresh`` starting from ``trained``'s policy, which is also the KL reference."""
+    return fresh.replace(params=trained.params, ref_params=trained.params)
 
 
 ENTRY = AlgoEntry(

@@ -47,7 +47,7 @@ class ModelConfig:
 class LossConfig:
     """Advantages and the surrogate (``grpo.loss``); ``docs/grpo_losses.md`` compares them."""
 
-    type: Literal["grpo", "dr_grpo", "dapo", "rloo", "cispo", "gspo"] = "grpo"
+    type: Literal["grpo", "dr_grpo", "dapo", "rloo", "cispo", "gspo"] = "grpo"  # the loss (docs/grpo_losses.md)
     eps_low: float = 0.2  # clip range below 1 (traced)
     eps_high: float = 0.2  # clip range above 1; DAPO's clip-higher uses 0.28 (traced)
     beta: float = 0.0  # KL-to-reference coefficient (traced); 0 skips the reference (static)
@@ -74,8 +74,8 @@ class OptimConfig:
 
     lr: float = 1e-3  # Adam learning rate (traced)
     max_grad_norm: float = 1.0  # global-norm gradient clipping (traced)
-    adam_b1: float = 0.9
-    adam_b2: float = 0.99
+    adam_b1: float = 0.9  # Adam's first-moment decay
+    adam_b2: float = 0.99  # Adam's second-moment decay
     warmup_updates: int = 0  # linear learning-rate warm-up over this many updates
     lr_end_frac: float = 1.0  # linear decay to lr * lr_end_frac at num_updates
 

@@ -90,12 +90,12 @@ def make_setup(env: Environment, env_params: Any, cfg: PPOConfig) -> Setup:
     return Setup(train_env, env_params, network, cfg, plan, schedule, update.make_optimizer(cfg, plan))
 
 
-def _eval_max_steps(env_params: Any, cfg: PPOConfig) -> int:
+def _eval_max_steps(env: Environment, env_params: Any, cfg: PPOConfig) -> int:
     if cfg.eval_max_steps is not None:
         return cfg.eval_max_steps
-    limit = getattr(env_params, "max_steps_in_episode", None)
+    limit = env.episode_bound(env_params)
     if limit is None:
-        raise ValueError("eval_max_steps: the env params have no max_steps_in_episode; set eval_max_steps")
+        raise ValueError(f"eval_max_steps: {env.name} has no episode bound (max_steps_in_episode or a fixed horizon); set eval_max_steps")
     return int(limit)
 
 
@@ -140,6 +140,11 @@ def _policy(envs: EnvSetup, cfg: PPOConfig, network: ActorCritic) -> Policy:
     return Policy(env=agent_env(envs.env, envs.params, cfg), params=_agent, init_carry=init_carry, act=act)
 
 
+def load_params(fresh: PPOTrainState, trained: PPOTrainState) -> PPOTrainState:
+    """``fresh`` acting with ``trained``'s agent (params and normaliser statistics)."""
+    return fresh.replace(agent=trained.agent)
+
+
 def build(envs: EnvSetup, cfg: PPOConfig) -> Program:
     """PPO on ``envs.env`` as a :class:`~jaxrl.algos.contract.Program`."""
     if envs.curriculum is not None:
@@ -151,7 +156,7 @@ def build(envs: EnvSetup, cfg: PPOConfig) -> Program:
         init=functools.partial(update.init, setup),
         update=functools.partial(update.update, setup),
         evaluate=functools.partial(
-            evaluate.evaluate, setup, eval_env, envs.eval_params, _eval_max_steps(envs.eval_params, cfg)
+            evaluate.evaluate, setup, eval_env, envs.eval_params, _eval_max_steps(envs.env, envs.eval_params, cfg)
         ),
         plan=setup.plan,
         batch_axes=batch_axes,
@@ -160,6 +165,7 @@ def build(envs: EnvSetup, cfg: PPOConfig) -> Program:
         report=EvalReport({"episode_returns": "deterministic", "episode_returns_stochastic": "stochastic"}),
         hyperparams=functools.partial(hyperparams, cfg),
         init_with=functools.partial(update.init, setup),
+        load_params=load_params,
     )
 
 

@@ -25,8 +25,8 @@ class PQNConfig(AlgoConfig):
     num_minibatches: int = 16  # minibatches per epoch; must divide the batch
     # --- exploration: epsilon moves linearly from start to end over a fraction of the run ---
     epsilon_start: float = 1.0
-    epsilon_end: float = 0.05
-    exploration_fraction: float = 0.5
+    epsilon_end: float = 0.05  # exploration rate at the end of the schedule
+    exploration_fraction: float = 0.5  # share of the run over which epsilon decays linearly
     # --- optimisation ---
     lr: float = 3e-4  # Adam learning rate (traced; initial value when annealed)
     anneal_lr: bool = True  # linear decay to 0 over the run (static)
@@ -35,7 +35,7 @@ class PQNConfig(AlgoConfig):
     td_lambda: float = 0.9  # lambda of the Q(lambda) returns (traced)
     # --- the Q-function (static) ---
     hidden: tuple[int, ...] = (128, 128)
-    activation: str = "relu"
+    activation: str = "relu"  # hidden activation (relu, tanh, ...)
     layer_norm: bool = True  # what keeps TD stable without a target network
     # --- evaluation (static) ---
     eval_episodes: int = 16  # greedy episodes per seed

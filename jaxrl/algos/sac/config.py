@@ -36,7 +36,7 @@ class SACConfig(AlgoConfig):
     target_entropy_scale: float = 1.0  # target entropy = -scale * action dimensions
     # --- networks (static) ---
     hidden: tuple[int, ...] = (64, 64)  # of the actor and of each critic
-    activation: str = "relu"
+    activation: str = "relu"  # hidden activation of actor and critics
     # --- evaluation (static) ---
     eval_episodes: int = 16  # deterministic episodes per seed
     eval_max_steps: int | None = None  # episode cap; None: the env's max_steps_in_episode
