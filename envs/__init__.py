@@ -25,6 +25,7 @@ _BUILTIN = [
     ("text/Sort-v0", "jaxrl_envs.text.sort:Sort", "token task: sort 6 digits ascending; dense verifier reward"),
     ("text/AlphabetSort-v0", "jaxrl_envs.text.alphabet_sort:AlphabetSort", "token task: sort 3 two-letter names; similarity**4 reward"),
     ("text/Addition-v0", "jaxrl_envs.text.addition:Addition", "token task: 2+2-digit addition, answer LSD first; dense reward"),
+    ("text/AlphabetSortTurns-v0", "jaxrl_envs.text.alphabet_sort_turns:AlphabetSortTurns", "dialogue: 3 turns of alphabet-sort, a name more each turn; mean similarity**4"),
 ]
 
 
