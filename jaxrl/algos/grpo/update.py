@@ -86,7 +86,8 @@ def loss_fn(setup: Setup, hyper: GRPOHyper, params, batch: Batch) -> tuple[Array
     """:func:`policy_loss` of ``params`` on ``batch``, plus its token entropy."""
     logp, entropy = _token_logp(setup.policy, params, batch.obs, batch.actions, hyper.temperature)
     ref = batch.ref_logp if setup.cfg.loss.beta > 0 else None
-    loss, metrics = policy_loss(logp, batch.old_logp, ref, batch.advantages, batch.mask, hyper, setup.cfg.loss.type)
+    loss, metrics = policy_loss(
+        logp, batch.old_logp, ref, batch.advantages, batch.mask, hyper, setup.cfg.loss.type, setup.cfg.loss.cispo_clip_low)
     return loss, {**metrics, "entropy": _token_mean(jax.lax.stop_gradient(entropy), batch.mask)}
 
 
