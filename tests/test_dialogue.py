@@ -195,3 +195,144 @@ def test_single_turn_task_is_the_one_turn_dialogue():
     np.testing.assert_array_equal(prompt, task.prompt)
     assert float(out.rewards.sum()) == 1.0 and float(out.rewards[n]) == 1.0
     assert bool(out.terminated) and not bool(out.truncated) and out.reply.shape == (0,)
+
+
+# ---------------------------------------------------------------------------------------
+# The tool task and the guessing game
+# ---------------------------------------------------------------------------------------
+
+
+def _turn(env, text):
+    ids = encode(text)
+    return jnp.full((env.max_turn_tokens,), PAD, jnp.int32).at[: len(ids)].set(jnp.asarray(ids))
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_tool_call_result_and_answers(seed):
+    env, params = jaxrl.make("text/ToolAddition-v0")
+    key = jax.random.PRNGKey(seed)
+    state, prompt, _ = env.start(key, params)
+    a, b = decode(prompt).rstrip("=").split("+")
+    total = f"{int(a) + int(b):04d}"
+    # a call copying the prompt: the calculator answers, then the copied result earns 1
+    s1, out = env.respond(key, state, _turn(env, f"?{a}+{b}$"), params)
+    assert decode(out.reply) == total + "=" and not bool(out.terminated) and float(out.rewards.sum()) == 0.0
+    _, out = env.respond(key, s1, _turn(env, total + "$"), params)
+    assert float(out.rewards.sum()) == 1.0 and bool(out.terminated) and float(out.info["tool_calls"]) == 1.0
+    # the calculator computes what it is asked, not the prompt
+    _, out = env.respond(key, state, _turn(env, "?123+004$"), params)
+    assert decode(out.reply) == "0127="
+    # answering directly ends the episode; a wrong answer earns 0
+    _, out = env.respond(key, state, _turn(env, total + "$"), params)
+    assert float(out.rewards.sum()) == 1.0 and bool(out.terminated) and float(out.info["tool_calls"]) == 0.0
+    _, out = env.respond(key, state, _turn(env, "9999$"), params)
+    assert float(out.rewards.sum()) == (1.0 if total == "9999" else 0.0)
+    # malformed calls and the disabled tool get "!="
+    for text, p in [(f"?{a}{b}$", params), (f"?{a}+{b}", params), (f"?{a}+{b}$", params.replace(tool=0))]:
+        _, out = env.respond(key, state, _turn(env, text), p)
+        assert decode(out.reply) == "!=" and not bool(out.terminated)
+
+
+def test_guessing_game_binary_search_and_held_out_secrets():
+    env, params = jaxrl.make("text/GuessNumber-v0")
+    respond = jax.jit(env.respond)
+    turns_needed = {}
+    for split in (False, True):
+        p = params.replace(held_out=split)
+        for seed in range(12):
+            key = jax.random.PRNGKey(seed)
+            state, prompt, _ = env.start(key, p)
+            secret = int(state.secret)
+            assert (secret % 4 == 3) == split and 0 <= secret < env.range_size
+            lo, hi = 0, env.range_size - 1
+            for t in range(1, env.max_turns + 1):
+                guess = (lo + hi) // 2
+                state, out = respond(key, state, _turn(env, f"{guess:02d}$"), p)
+                reply = decode(out.reply)
+                assert reply == ("=" if guess == secret else "<" if secret < guess else ">")
+                if reply == "=":
+                    break
+                lo, hi = (lo, guess - 1) if reply == "<" else (guess + 1, hi)
+            assert bool(out.terminated) and float(out.info["solve_turns"]) == t
+            assert float(out.rewards.sum()) == pytest.approx(1 - (t - 1) / env.max_turns)
+            turns_needed[secret] = t
+    assert max(turns_needed.values()) <= np.log2(env.range_size) + 1
+    # a non-number is an error, and running out of turns truncates
+    state, _, _ = env.start(jax.random.PRNGKey(0), params)
+    for t in range(env.max_turns):
+        state, out = respond(jax.random.PRNGKey(0), state, _turn(env, "ab$"), params)
+        assert decode(out.reply) == "!"
+    assert bool(out.truncated) and not bool(out.terminated) and float(out.rewards.sum()) == 0.0
+
+
+@pytest.mark.parametrize("env_id", ["text/ToolAddition-v0", "text/GuessNumber-v0"])
+def test_dialogue_tasks_pass_check_env(env_id):
+    env, params = jaxrl.make(env_id)
+    assert check_env(env, params, num_steps=48, num_envs=4, verbose=False).passed
+
+
+def test_tool_task_held_out_split():
+    env, params = jaxrl.make("text/ToolAddition-v0")
+    keys = jax.random.split(jax.random.PRNGKey(0), 128)
+    start = jax.jit(jax.vmap(env.start, in_axes=(0, None)))
+    assert not np.any(np.asarray(jax.vmap(is_held_out)(start(keys, params)[1])))
+    assert np.all(np.asarray(jax.vmap(is_held_out)(start(keys, env.held_out_params(params))[1])))
+
+
+# ---------------------------------------------------------------------------------------
+# GRPO over dialogues
+# ---------------------------------------------------------------------------------------
+
+
+def _dialogue_setup(loss_type, credit):
+    from jaxrl.algos.grpo.config import LossConfig, ModelConfig
+
+    cfg = grpo.GRPOConfig(num_prompts=2, group_size=4, eval_episodes=2, model=ModelConfig(d_model=16, n_layers=1, n_heads=2),
+                          loss=LossConfig(type=loss_type, beta=0.04, token_credit=credit))
+    return grpo.make_setup(EnvSetup(ENV, PARAMS.replace(shaping=0.5), ENV.held_out_params(PARAMS)), cfg)
+
+
+@pytest.mark.parametrize("loss_type, credit", [("dapo", True), ("gspo", False)])
+def test_grpo_update_on_a_dialogue(loss_type, credit):
+    """A whole GRPO update (rollout, per-episode group advantages, KL, optimiser) on the
+    3-turn task: finite metrics, parameters move; with per-token credit a turn's tokens are
+    credited with the rewards from their turn on, so one dialogue's tokens differ."""
+    setup = _dialogue_setup(loss_type, credit)
+    state = grpo.update.init(setup, jax.random.PRNGKey(1))
+
+    def run(state):
+        _, batch, _ = grpo.update.collect(setup, state, state.key)
+        new, metrics = grpo.update.update(setup, state)
+        return batch, new, metrics
+
+    batch, new, metrics = jax.jit(run)(state)
+    assert all(np.isfinite(float(v)) for v in metrics.values()), metrics
+    assert float(metrics["completions/mean_turns"]) == 3.0 and float(metrics["kl"]) >= 0.0
+    moved = jax.tree_util.tree_map(lambda a, b: float(jnp.max(jnp.abs(a - b))), new.params, state.params)
+    assert max(jax.tree_util.tree_leaves(moved)) > 0
+    adv, mask = np.asarray(batch.advantages), np.asarray(batch.mask)
+    if credit:
+        assert adv.shape == mask.shape
+        assert any(len(set(adv[i][mask[i]].tolist())) > 1 for i in range(adv.shape[0]))
+    else:
+        assert adv.shape == (8,)
+
+
+def test_every_loss_type_and_the_kl_on_a_dialogue_batch():
+    """The six losses with the KL term on one collected dialogue batch: finite, a gradient,
+    and none of it from env reply slots (their log-probs do not enter any variant)."""
+    setup = _dialogue_setup("dapo", False)
+    state = grpo.update.init(setup, jax.random.PRNGKey(1))
+    _, batch, _ = jax.jit(grpo.update.collect, static_argnums=0)(setup, state, state.key)
+    replies = jnp.asarray(_reply_slots(ENV))[None]
+    for loss_type in ("grpo", "dr_grpo", "dapo", "rloo", "cispo", "gspo"):
+        s = _dialogue_setup(loss_type, False)
+        loss, metrics = grpo.update.loss_fn(s, state.hyper, state.params, batch)
+        assert np.isfinite(float(loss)) and float(metrics["kl"]) == 0.0  # ref = params at init
+
+        def with_logp(logp):  # the loss as a function of the per-slot log-probs
+            return grpo.losses.policy_loss(logp, batch.old_logp, batch.ref_logp, batch.advantages, batch.mask,
+                                           state.hyper, loss_type)[0]
+
+        g = np.asarray(jax.grad(with_logp)(batch.old_logp + 0.1 * jnp.where(replies, 1.0, -1.0)))
+        assert np.all(g[:, _reply_slots(ENV)] == 0.0) and np.any(g != 0.0), loss_type

@@ -119,6 +119,8 @@ def _reward_metrics(rollout: Rollout, rewards: Array, group_rewards: Array, mask
         "completions/clipped_ratio": jnp.mean(rollout.truncated.astype(jnp.float32)),
         "tokens_trained_frac": jnp.mean(mask.astype(jnp.float32)),
     }
+    if rollout.turns is not None:
+        metrics["completions/mean_turns"] = jnp.mean(rollout.turns.astype(jnp.float32))
     for name, value in rollout.final_info.items():
         metrics[f"rewards/{name}/mean"] = jnp.mean(value)
         metrics[f"rewards/{name}/std"] = jnp.std(value)
