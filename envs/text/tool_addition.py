@@ -7,9 +7,9 @@ digits, MSD first, then EOS; the episode ends) or calls the calculator: ``? aaa 
 the call and replies ``ssss =``; a malformed call, or any call while ``params.tool == 0``
 (the tool disabled), gets ``! =``. Turn 2 is then the answer. Reward: the exact match of the
 answer (gated on EOS), on the answer's last token; training may mix in the answer's token
-accuracy (``params.shaping = w``: ``(1 - w) exact + w token_accuracy``) and pay a
-well-formed call that copies the prompt's operands (``params.call_shaping``, on the call's
-last token; 0 at evaluation). Info: ``exact_match``, ``token_accuracy``, ``tool_calls`` (a
+accuracy (``params.shaping = w``: ``(1 - w) exact + w token_accuracy``) and pay a call
+``params.call_shaping`` times the fraction of its slots that match ``? aaa + bbb $`` with the
+prompt's operands (on the call's last token; 0 at evaluation). Info: ``exact_match``, ``token_accuracy``, ``tool_calls`` (a
 well-formed call was made).
 
 Held-out split: the single-turn tasks' rule on the prompt (the last digit of ``bbb`` is the
@@ -38,7 +38,7 @@ Array = jax.Array
 class ToolAdditionParams:
     tool: int = 1  # 1: the calculator answers calls; 0: every call gets "!="
     shaping: float = 0.0  # weight of the answer's token accuracy (0 = exact match only)
-    call_shaping: float = 0.0  # reward of a well-formed call that copies the prompt's operands
+    call_shaping: float = 0.0  # weight of a call's match with "?" + the prompt's operands + EOS
     held_out: bool = False  # draw prompts from the held-out split (evaluation only)
 
 
@@ -111,8 +111,8 @@ class ToolAddition(DialogueEnv):
         exact, m = self.verifier(state.task, turn)
         w = jnp.clip(jnp.asarray(params.shaping, jnp.float32), 0.0, 1.0)
         answer_reward = (1.0 - w) * exact + w * m["token_accuracy"]
-        copies = well_formed & jnp.all(turn[1 : 2 * self.digits + 2] == state.task.prompt[:-1])
-        call_reward = jnp.asarray(params.call_shaping, jnp.float32) * copies
+        ideal = jnp.concatenate([jnp.full((1,), CALL, jnp.int32), state.task.prompt[:-1], jnp.full((1,), EOS, jnp.int32)])
+        call_reward = jnp.asarray(params.call_shaping, jnp.float32) * jnp.mean((turn == ideal).astype(jnp.float32))
         reward = jnp.where(calling, call_reward, answer_reward)
         works = well_formed & (jnp.asarray(params.tool) != 0)
         result = jnp.concatenate([digits_of(value, self.digits + 1), jnp.full((1,), SEP, jnp.int32)])
