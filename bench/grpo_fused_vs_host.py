@@ -82,7 +82,7 @@ def learn(setup, state, ro, rewards, key):
 def host_iteration(setup, gen, lrn, state, key):
     k_gen, k_learn = jax.random.split(key)
     ro = gen(state, k_gen)
-    obs, actions = jax.device_get((ro.obs[:, 0, : setup.env.prompt_len], ro.actions))
+    obs, actions = jax.device_get((ro.obs[:, : setup.env.prompt_len], ro.actions))
     rewards = np.array([host_reward(decode(p), decode(a)) for p, a in zip(obs, actions)], np.float32)
     return lrn(state, ro, jnp.asarray(rewards), k_learn)
 
@@ -124,7 +124,7 @@ def main(argv=None) -> int:
 
     # sanity: the Python verifier agrees with the on-device one on real completions
     ro = gen(state, jax.random.PRNGKey(2))
-    obs, actions, returns = jax.device_get((ro.obs[:, 0, : env.prompt_len], ro.actions, ro.returns))
+    obs, actions, returns = jax.device_get((ro.obs[:, : env.prompt_len], ro.actions, ro.returns))
     host = np.array([host_reward(decode(p), decode(a)) for p, a in zip(obs, actions)])
     max_diff = float(np.max(np.abs(host - returns)))
 

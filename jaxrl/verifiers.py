@@ -33,10 +33,11 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
+from jaxrl.core.tokens import EOS, PAD
+
 Array = jax.Array
 
-PAD = 0  #: padding id (prompts are left-padded, answers right-padded)
-EOS = 1  #: end of a completion
+# PAD (0, padding) and EOS (1, end of a completion) are the token-episode contract's.
 
 
 @struct.dataclass

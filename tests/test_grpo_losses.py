@@ -95,12 +95,23 @@ def test_dr_grpo_constant_normaliser():
 
 def test_cispo_stop_gradient_weight():
     value, m = loss("cispo")
+    w = np.array([[1.2, 0.5], [1.2, 0.5]])  # min(r, 1.2), a constant (upper cap only, as TRL)
+    a = np.array([[1.0], [-0.5]])
+    logp = np.log([[0.75, 0.25], [0.75, 0.25]])
+    assert float(value) == pytest.approx(float(np.sum(-w * a * logp) / 4), abs=1e-6)
+    np.testing.assert_allclose(grad("cispo"), -w * a / 4, atol=1e-6)
+    assert float(m["clip_ratio/region_mean"]) == pytest.approx(0.5)  # the ratios above 1.2
+
+
+def test_cispo_two_sided_clip_when_asked():
+    value, m = grpo.losses.policy_loss(LOGP, OLD, None, ADV, FULL, hyper(), "cispo", True)
     w = np.array([[1.2, 0.8], [1.2, 0.8]])  # clip(r, 0.8, 1.2), a constant
     a = np.array([[1.0], [-0.5]])
     logp = np.log([[0.75, 0.25], [0.75, 0.25]])
     assert float(value) == pytest.approx(float(np.sum(-w * a * logp) / 4), abs=1e-6)  # = 0.18178...
     # gradient -w A / 4 on *every* token (the clipped ones keep theirs), no d(weight)/dlogp term
-    np.testing.assert_allclose(grad("cispo"), -w * a / 4, atol=1e-6)
+    g = jax.grad(lambda lp: grpo.losses.policy_loss(lp, OLD, None, ADV, FULL, hyper(), "cispo", True)[0])(LOGP)
+    np.testing.assert_allclose(g, -w * a / 4, atol=1e-6)
     assert float(m["clip_ratio/region_mean"]) == pytest.approx(1.0)  # every ratio is outside [0.8, 1.2]
 
 
@@ -149,7 +160,7 @@ def test_batch_std_advantages_use_the_whole_batch_std():
     # identical rewards everywhere: zero advantages, no NaN
     same = grpo.losses.group_advantages(jnp.ones((2, 3)), jnp.ones((2, 3), bool), "batch_std")
     assert np.all(np.asarray(same) == 0.0)
-    assert grpo.losses.advantage_kind("dapo", "batch") == "batch_std" and grpo.losses.advantage_kind("dr_grpo", "batch") == "mean"
+    assert grpo.losses.advantage_kind("dapo", "batch") == "batch_std" and grpo.losses.advantage_kind("dr_grpo") == "mean"
     assert grpo.losses.advantage_kind("grpo") == "std"
     with pytest.raises(ValueError, match="batch_std"):
         grpo.losses.group_advantages(r, valid, "bogus")

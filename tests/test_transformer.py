@@ -88,7 +88,7 @@ def test_rollout_log_probs_equal_one_pass_log_probs():
     ro, lp = jax.jit(both)(state.params, jax.random.PRNGKey(5))
     np.testing.assert_allclose(np.where(ro.mask, lp, 0.0), np.where(ro.mask, ro.logp, 0.0), atol=2e-5)
     # members of a group share the prompt, and sampled different completions somewhere
-    np.testing.assert_array_equal(ro.obs[0, 0], ro.obs[1, 0])
+    np.testing.assert_array_equal(ro.obs[0, : env.prompt_len], ro.obs[1, : env.prompt_len])
     assert not np.array_equal(ro.actions, ro.actions[::-1])
 
 

@@ -15,9 +15,12 @@ The vocabulary is shared (:mod:`jaxrl_envs.text.vocab`); the env contract is
 
 from jaxrl_envs.text.addition import Addition, AdditionParams
 from jaxrl_envs.text.alphabet_sort import AlphabetSort, AlphabetSortParams
+from jaxrl_envs.text.alphabet_sort_turns import AlphabetSortTurns
 from jaxrl_envs.text.base import TokenEnv, TokenState, is_held_out
 from jaxrl_envs.text.reverse import DigitParams, Reverse
+from jaxrl_envs.text.guess_number import GuessNumber
 from jaxrl_envs.text.sort import Sort
+from jaxrl_envs.text.tool_addition import ToolAddition
 from jaxrl_envs.text.vocab import VOCAB_SIZE, decode, encode
 
 __all__ = [
@@ -25,11 +28,14 @@ __all__ = [
     "AdditionParams",
     "AlphabetSort",
     "AlphabetSortParams",
+    "AlphabetSortTurns",
+    "GuessNumber",
     "DigitParams",
     "Reverse",
     "Sort",
     "TokenEnv",
     "TokenState",
+    "ToolAddition",
     "VOCAB_SIZE",
     "decode",
     "encode",

@@ -10,9 +10,14 @@ id     token
 4      ``,``    separator between names
 5-14   digits ``0``-``9``
 15-40  letters ``a``-``z``
+41     ``?``    a tool call (dialogue tasks)
+42     ``<``    "lower" (guessing game)
+43     ``>``    "higher" (guessing game)
+44     ``!``    an error / no tool
 ====== ===================================================
 
-Every task uses the same ids so that one policy head (41 logits) fits all of them.
+The single-turn tasks use the first 41 ids (``VOCAB_SIZE``, one policy head of 41 logits);
+the dialogue tasks declare ``DIALOGUE_VOCAB_SIZE`` (45) to add the last four.
 """
 
 from __future__ import annotations
@@ -27,8 +32,13 @@ COMMA = 4
 DIGIT0 = 5
 LETTER_A = 15
 VOCAB_SIZE = 41
+CALL = 41
+LOWER = 42
+HIGHER = 43
+ERROR = 44
+DIALOGUE_VOCAB_SIZE = 45
 
-_SYMBOLS = {PAD: "", EOS: "$", SEP: "=", PLUS: "+", COMMA: ","}
+_SYMBOLS = {PAD: "", EOS: "$", SEP: "=", PLUS: "+", COMMA: ",", CALL: "?", LOWER: "<", HIGHER: ">", ERROR: "!"}
 
 
 def token_str(token: int) -> str:
@@ -54,7 +64,7 @@ def decode(tokens, stop_at_eos: bool = True) -> str:
 
 
 def encode(text: str) -> np.ndarray:
-    """int32 ids of ``text`` (digits, lowercase letters, ``= + , $``); raises on anything else."""
+    """int32 ids of ``text`` (digits, lowercase letters, ``= + , $ ? < > !``); raises on anything else."""
     inverse = {v: k for k, v in _SYMBOLS.items() if v}
     ids = []
     for ch in text:

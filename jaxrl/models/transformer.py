@@ -10,7 +10,8 @@ Three entry points share one set of parameters:
   ``float32[B, V]`` of the next position after feeding one token ``int32[B]`` at position
   ``pos`` (int32 ``[]``), and the cache with that position written. Acting token by token in
   a ``lax.scan`` carries the cache; the cost per token is ``O(max_len)`` instead of
-  re-running the prefix.
+  re-running the prefix. ``TransformerLM.extend`` feeds ``L`` tokens at once (an
+  environment's reply in a dialogue) into the same cache.
 
 Architecture (GPT-2 style, pre-norm): token embedding + learned absolute position embedding,
 ``n_layers`` blocks of ``x + attn(LN(x))`` and ``x + MLP(LN(x))`` (GELU, ``mlp_ratio`` x
@@ -128,11 +129,13 @@ class Block(nn.Module):
         return self._finish(x, _attend(q, self._keys(k), v, causal[None, None])), k, v
 
     def step(self, x: Array, pos: Array, k_cache: Array, v_cache: Array) -> tuple[Array, Array, Array]:
-        """One position: ``x [B, 1, d]`` at ``pos``; caches ``[B, M, H, D]`` -> updated caches."""
-        q, k, v = self._qkv(x, jnp.reshape(pos, (1,)))
+        """``L`` positions ``pos .. pos + L - 1``: ``x [B, L, d]``; caches ``[B, M, H, D]``
+        (positions before ``pos`` already written) -> ``y [B, L, d]`` and the updated caches."""
+        q, k, v = self._qkv(x, pos + jnp.arange(x.shape[1]))
         k_cache = jax.lax.dynamic_update_slice_in_dim(k_cache, k, pos, axis=1)
         v_cache = jax.lax.dynamic_update_slice_in_dim(v_cache, v, pos, axis=1)
-        visible = (jnp.arange(k_cache.shape[1]) <= pos)[None, None, None, :]
+        query_pos = pos + jnp.arange(x.shape[1])
+        visible = (jnp.arange(k_cache.shape[1])[None, :] <= query_pos[:, None])[None, None]
         return self._finish(x, _attend(q, self._keys(k_cache), v_cache, visible)), k_cache, v_cache
 
 
@@ -193,16 +196,24 @@ class TransformerLM(nn.Module):
 
     def decode(self, token: Array, pos: Array, cache: KVCache) -> tuple[Array, KVCache]:
         """Feed ``token int32[B]`` at position ``pos``: logits ``[B, V]`` and the new cache."""
-        pos = jnp.clip(jnp.asarray(pos, jnp.int32), 0, self.max_len - 1)
-        x = self._tokens(token[:, None])
+        logits, cache = self.extend(token[:, None], pos, cache)
+        return logits[:, 0], cache
+
+    def extend(self, tokens: Array, pos: Array, cache: KVCache) -> tuple[Array, KVCache]:
+        """Prefill ``tokens int32[B, L]`` at positions ``pos .. pos + L - 1`` (int32 ``[]``)
+        into ``cache`` in one pass (an environment's reply): logits ``[B, L, V]`` and the
+        cache with those positions written. ``pos + L <= max_len``."""
+        length = tokens.shape[1]
+        pos = jnp.clip(jnp.asarray(pos, jnp.int32), 0, self.max_len - length)
+        x = self._tokens(tokens)
         if self.positions == "learned":
-            x = x + jax.lax.dynamic_slice_in_dim(self.pos_embed, pos, 1)[None]
+            x = x + jax.lax.dynamic_slice_in_dim(self.pos_embed, pos, length)[None]
         ks, vs = [], []
         for i, block in enumerate(self.blocks):
             x, k, v = block.step(x, pos, cache.k[i], cache.v[i])
             ks.append(k)
             vs.append(v)
-        return self._logits(x)[:, 0], KVCache(jnp.stack(ks), jnp.stack(vs))
+        return self._logits(x), KVCache(jnp.stack(ks), jnp.stack(vs))
 
 
 def num_params(params) -> int:

@@ -35,11 +35,13 @@ __all__ = [
 
 
 def rollout_length(env: Environment, env_params, cfg: GRPOConfig) -> int:
-    """T: ``sampling.max_steps``, else a token task's max completion length, else the env's limit."""
+    """T: a token task's dialogue after the prompt, else ``sampling.max_steps``, else the env's limit."""
+    if isinstance(env, TokenTask):
+        if cfg.sampling.max_steps:
+            raise ValueError(f"sampling.max_steps: a token task's length is its dialogue's ({env.name}); leave it at 0")
+        return int(env.dialogue_len - env.prompt_len)
     if cfg.sampling.max_steps:
         return int(cfg.sampling.max_steps)
-    if isinstance(env, TokenTask):
-        return int(env.max_completion_len)
     limit = env.episode_bound(env_params)
     if limit is None:
         raise ValueError(f"sampling.max_steps: {env.name} has no step limit; set grpo.sampling.max_steps")
@@ -59,7 +61,7 @@ def build_policy(env: Environment, env_params, cfg: GRPOConfig) -> policy.Policy
         if not is_token:
             raise ValueError(f"model.policy: 'transformer' needs a token task, {env.name} is not one")
         model = TransformerLM(
-            env.vocab_size, env.prompt_len + env.max_completion_len, m.d_model, m.n_layers, m.n_heads,
+            env.vocab_size, env.dialogue_len, m.d_model, m.n_layers, m.n_heads,
             positions=m.positions, tie_embeddings=m.tie_embeddings, smear_keys=m.smear_keys,
         )
         return transformer_policy(model, env.prompt_len)

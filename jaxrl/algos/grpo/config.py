@@ -51,7 +51,10 @@ class LossConfig:
     eps_low: float = 0.2  # clip range below 1 (traced)
     eps_high: float = 0.2  # clip range above 1; DAPO's clip-higher uses 0.28 (traced)
     beta: float = 0.0  # KL-to-reference coefficient (traced); 0 skips the reference (static)
-    scale_rewards: Literal["group", "batch"] = "group"  # std-scaled losses: the group's or the batch's std
+    # advantage scale (TRL's scale_rewards): the group's std, the batch's, or none; "auto" is the
+    # variant's own: none for dr_grpo and rloo, group for the others
+    scale_rewards: Literal["auto", "group", "batch", "none"] = "auto"
+    cispo_clip_low: bool = False  # cispo: also clip its weight below at 1 - eps_low (TRL and the paper: upper cap only)
     token_credit: bool = False  # per-token advantages: group-centred reward-to-go (not with gspo)
     credit_discount: float = 1.0  # gamma of that reward-to-go (static)
 
@@ -113,6 +116,8 @@ def validate(cfg: GRPOConfig) -> None:
     check(n % cfg.num_minibatches == 0, "num_minibatches", f"{cfg.num_minibatches} does not divide num_prompts * group_size = {n}")
     m, loss, s, o = cfg.model, cfg.loss, cfg.sampling, cfg.optim
     check(loss.type in LOSS_TYPES, "loss.type", f"expected one of {LOSS_TYPES}, got {loss.type!r}")
+    scales = ("auto", "group", "batch", "none")
+    check(loss.scale_rewards in scales, "loss.scale_rewards", f"expected one of {scales}, got {loss.scale_rewards!r}")
     _positive(m, ("d_model", "n_layers", "n_heads"), "model.")
     check(len(m.hidden) > 0 and all(h >= 1 for h in m.hidden), "model.hidden", f"expected positive widths, got {m.hidden!r}")
     check(m.d_model % m.n_heads == 0, "model.d_model", f"{m.d_model} is not divisible by model.n_heads={m.n_heads}")

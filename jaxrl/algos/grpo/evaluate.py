@@ -52,16 +52,31 @@ def evaluate(setup: Setup, state: GRPOState, key: Array) -> dict:
     return out
 
 
+def transcript(task: TokenTask, dialogue, turns: int) -> str:
+    """Host-side text of one dialogue's part after the prompt (numpy ``int32 [dialogue_len]``):
+    its first ``turns`` policy turns, each followed by the env's reply after `` | ``."""
+    tt, tr, lp = task.max_turn_tokens, task.max_reply_tokens, task.prompt_len
+    parts = []
+    for k in range(turns):
+        start = lp + k * (tt + tr)
+        parts.append(task.decode(dialogue[start : start + tt]))
+        reply = task.decode(dialogue[start + tt : start + tt + tr]) if tr else ""
+        if reply and k < turns - 1:
+            parts.append(reply)
+    return " | ".join(parts)
+
+
 def sample_completions(setup: Setup, params, key: Array, num: int = 5) -> list[tuple[str, str, float]]:
     """Host-side ``(prompt, completion, reward)`` of ``num`` greedy held-out episodes of a
-    token task (for ``jaxrl eval`` and notebooks)."""
+    token task (for ``jaxrl eval`` and notebooks); a dialogue's completion is its
+    :func:`transcript`."""
     env = setup.env
     if not isinstance(env, TokenTask):
         raise TypeError(f"{env.name} is not a token task; it has no text to show")
     ro = jax.device_get(eval_rollout(setup, params, key))
     lp = env.prompt_len
     n = min(num, ro.returns.shape[0])
-    return [(env.decode(ro.obs[i, 0, :lp]), env.decode(ro.actions[i]), float(ro.returns[i])) for i in range(n)]
+    return [(env.decode(ro.obs[i, :lp]), transcript(env, ro.obs[i], int(ro.turns[i])), float(ro.returns[i])) for i in range(n)]
 
 
 def samples(setup: Setup, state: GRPOState, key: Array, num: int = 5) -> list[str]:

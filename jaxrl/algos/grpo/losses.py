@@ -30,9 +30,17 @@ def _group_std(centred: Array, n: Array) -> Array:
     return jnp.sqrt(jnp.sum(centred**2, axis=1, keepdims=True) / jnp.maximum(n - 1.0, 1.0))
 
 
+KINDS = ("std", "batch_std", "mean", "loo", "loo_std", "loo_batch_std")
+
+
 def _check_kind(kind: str) -> None:
-    if kind not in ("std", "batch_std", "mean", "loo"):
-        raise ValueError(f"unknown advantage kind {kind!r}: expected 'std', 'batch_std', 'mean' or 'loo'")
+    if kind not in KINDS:
+        raise ValueError(f"unknown advantage kind {kind!r}: expected one of {KINDS}")
+
+
+def _loo_factor(n: Array) -> Array:
+    """``n / (n - 1)`` (0 for a single member): ``R_i - mean_{j != i} R_j = n / (n - 1) (R_i - mean)``."""
+    return jnp.where(n > 1, n / jnp.maximum(n - 1.0, 1.0), 0.0)
 
 
 def _batch_std(rewards: Array, valid: Array) -> Array:
@@ -48,14 +56,11 @@ def _group_scale(rewards: Array, valid: Array, kind: str) -> tuple[Array, Array,
     per-token advantages of :func:`token_advantages` use it)."""
     _check_kind(kind)
     v, n, mean, centred = _group_stats(rewards, valid)
-    if kind == "std":
-        scale = 1.0 / (_group_std(centred, n) + ADV_EPS)
-    elif kind == "batch_std":
-        scale = jnp.broadcast_to(1.0 / (_batch_std(rewards, valid) + ADV_EPS), n.shape)
-    elif kind == "mean":
-        scale = jnp.ones_like(n)
-    else:
-        scale = jnp.where(n > 1, n / jnp.maximum(n - 1.0, 1.0), 0.0)
+    scale = _loo_factor(n) if kind.startswith("loo") else jnp.ones_like(n)
+    if kind.endswith("batch_std"):
+        scale = scale / (_batch_std(rewards, valid) + ADV_EPS)
+    elif kind.endswith("std"):
+        scale = scale / (_group_std(centred, n) + ADV_EPS)
     return mean, scale, v
 
 
@@ -71,7 +76,9 @@ def group_advantages(rewards: Array, valid: Array, kind: str) -> Array:
         group's (TRL's ``scale_rewards="batch"``; the group-mean / batch-std advantage of
         Liu et al. 2025, "Tricks or Traps? A Deep Dive into RL for LLM Reasoning"): a group
         that is nearly solved no longer has its small differences blown up by a tiny std;
-        ``"mean"`` — ``R - mean`` (Dr. GRPO); ``"loo"`` — ``R_i - mean_{j != i} R_j`` (RLOO).
+        ``"mean"`` — ``R - mean`` (Dr. GRPO); ``"loo"`` — ``R_i - mean_{j != i} R_j`` (RLOO);
+        ``"loo_std"`` / ``"loo_batch_std"`` — the leave-one-out advantage divided by the
+        group's / the batch's std (``+ 1e-4``).
     Returns:
       float32 ``[P, G]``. A group with a single valid member gets 0 (no baseline exists),
       never NaN.
@@ -86,8 +93,11 @@ def group_advantages(rewards: Array, valid: Array, kind: str) -> Array:
         adv = centred / (_batch_std(rewards, valid) + ADV_EPS)
     elif kind == "mean":
         adv = centred
-    else:
+    elif kind == "loo":
         adv = jnp.where(n > 1, centred * n / jnp.maximum(n - 1.0, 1.0), 0.0)
+    else:
+        std = _batch_std(rewards, valid) if kind == "loo_batch_std" else _group_std(centred, n)
+        adv = centred * _loo_factor(n) / (std + ADV_EPS)
     return (adv * v).astype(jnp.float32)
 
 
@@ -128,11 +138,19 @@ def token_advantages(step_rewards: Array, valid: Array, kind: str, discount: flo
     return (scale[..., None] * (rtg - mean_t) * vt).astype(jnp.float32)
 
 
-def advantage_kind(loss_type: str, scale_rewards: str = "group") -> str:
-    """Which :func:`group_advantages` a loss variant uses (``scale_rewards: batch`` swaps the
-    group std of the std-scaled variants for the batch std)."""
-    kind = {"dr_grpo": "mean", "rloo": "loo"}.get(loss_type, "std")
-    return "batch_std" if kind == "std" and scale_rewards == "batch" else kind
+def advantage_kind(loss_type: str, scale_rewards: str = "auto") -> str:
+    """Which :func:`group_advantages` a loss variant uses: its centring (leave-one-out for
+    ``rloo``, the group mean otherwise) and ``scale_rewards`` (TRL's: ``"group"`` std,
+    ``"batch"`` std or ``"none"``; ``"auto"``: none for ``dr_grpo`` and ``rloo``, group for
+    the others)."""
+    if scale_rewards == "auto":
+        scale_rewards = "none" if loss_type in ("dr_grpo", "rloo") else "group"
+    if scale_rewards not in ("group", "batch", "none"):
+        raise ValueError(f"unknown scale_rewards {scale_rewards!r}: expected 'auto', 'group', 'batch' or 'none'")
+    suffix = {"group": "std", "batch": "batch_std", "none": ""}[scale_rewards]
+    if loss_type == "rloo":
+        return "loo_" + suffix if suffix else "loo"
+    return suffix or "mean"
 
 
 def k3_kl(logp: Array, ref_logp: Array) -> Array:
@@ -173,6 +191,7 @@ def policy_loss(
     mask: Array,
     hyper: GRPOHyper,
     loss_type: str,
+    cispo_clip_low: bool = False,
 ) -> tuple[Array, dict]:
     """The GRPO-family loss of one (mini)batch (formulas in the module docstring).
 
@@ -185,6 +204,8 @@ def policy_loss(
       mask: bool ``[N, T]``, valid tokens.
       hyper: clip ranges ``eps_low``/``eps_high`` and KL coefficient ``beta``.
       loss_type: one of :data:`LOSS_TYPES` (static).
+      cispo_clip_low: ``cispo`` only (static): clip the weight below at ``1 - eps_low`` too;
+        False (the default, TRL's and the CISPO paper's) caps it above at ``1 + eps_high`` only.
     Returns:
       ``(loss [], metrics)`` with ``loss/policy``, ``kl`` and the clip ratios.
     """
@@ -199,11 +220,13 @@ def policy_loss(
         return _gspo_loss(logp, old_logp, kl, advantages, mask, hyper)
     ratio = jnp.exp(logp - old_logp)
     if loss_type == "cispo":
-        weight = jax.lax.stop_gradient(jnp.clip(ratio, 1.0 - eps_low, 1.0 + eps_high))
+        low = 1.0 - eps_low if cispo_clip_low else None
+        weight = jax.lax.stop_gradient(jnp.clip(ratio, low, 1.0 + eps_high))
         per_token = -weight * adv * logp
-        clipped = (ratio < 1.0 - eps_low) | (ratio > 1.0 + eps_high)
+        below = (ratio < 1.0 - eps_low) if cispo_clip_low else jnp.zeros(ratio.shape, jnp.bool_)
+        clipped = below | (ratio > 1.0 + eps_high)
         clip = {
-            "clip_ratio/low_mean": _token_mean((ratio < 1.0 - eps_low).astype(jnp.float32), mask),
+            "clip_ratio/low_mean": _token_mean(below.astype(jnp.float32), mask),
             "clip_ratio/high_mean": _token_mean((ratio > 1.0 + eps_high).astype(jnp.float32), mask),
             "clip_ratio/region_mean": _token_mean(clipped.astype(jnp.float32), mask),
         }

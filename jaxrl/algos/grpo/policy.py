@@ -1,8 +1,8 @@
 """The networks GRPO drives: a small named tuple of pure functions per policy kind.
 
-A causal transformer over token tasks (prefill the prompt, decode token by token with a
-key/value cache, one pass over the whole sequence for the loss) or an MLP over flat
-observations (control envs).
+A causal transformer over token tasks (prefill the prompt, decode token by token and
+prefill environment replies into a key/value cache, one pass over the whole dialogue for the
+loss) or an MLP over flat observations (control envs).
 """
 
 from __future__ import annotations
@@ -27,14 +27,19 @@ class Policy(NamedTuple):
     * ``start(params, obs [N, ...]) -> (carry, logits [N, A])`` on the first observation.
     * ``step(params, carry, obs [N, ...], action [N], t) -> (carry, logits [N, A])`` after
       action ``t`` led to ``obs``.
-    * ``sequence_logits(params, obs [N, T, ...], actions [N, T]) -> logits [N, T, A]``: the
-      logits every action was drawn from, in one pass (what the loss differentiates).
+    * ``sequence_logits(params, obs, actions [N, T]) -> logits [N, T, A]``: the logits
+      every action was drawn from, in one pass (what the loss differentiates). ``obs`` is
+      ``[N, T, ...]`` for a control env, the whole dialogue ``int32 [N, L]`` for a token task
+      (``actions`` = its last ``T`` tokens).
+    * ``extend(params, carry, tokens [N, R], pos) -> (carry, logits [N, R, A])``: feed ``R``
+      tokens at dialogue positions ``pos ..`` in one pass (token tasks; None otherwise).
     """
 
     init: Callable
     start: Callable
     step: Callable
     sequence_logits: Callable
+    extend: Callable | None = None
 
 
 def _lm_init(model: TransformerLM, key, obs):
@@ -51,9 +56,14 @@ def _lm_step(model: TransformerLM, prompt_len: int, params, cache, obs, action, 
     return cache, logits
 
 
+def _lm_extend(model: TransformerLM, params, cache, tokens, pos):
+    logits, cache = model.apply(params, tokens.astype(jnp.int32), pos, cache, method=TransformerLM.extend)
+    return cache, logits
+
+
 def _lm_sequence_logits(model: TransformerLM, prompt_len: int, params, obs, actions):
-    tokens = jnp.concatenate([obs[:, 0, :prompt_len], actions[:, :-1].astype(jnp.int32)], axis=1)
-    logits = model.apply(params, tokens)
+    del actions  # the dialogue obs [N, L] holds them: actions == obs[:, prompt_len:]
+    logits = model.apply(params, obs[:, :-1].astype(jnp.int32))
     return logits[:, prompt_len - 1 :]
 
 
@@ -64,6 +74,7 @@ def transformer_policy(model: TransformerLM, prompt_len: int) -> Policy:
         functools.partial(_lm_start, model, prompt_len),
         functools.partial(_lm_step, model, prompt_len),
         functools.partial(_lm_sequence_logits, model, prompt_len),
+        functools.partial(_lm_extend, model),
     )
 
 

@@ -1,4 +1,12 @@
-"""Group rollouts: ``N`` lockstep episodes, finished members frozen and masked."""
+"""Group rollouts: ``N`` lockstep episodes, finished members frozen and masked.
+
+Control envs step once per action (:func:`group_rollout`). Token tasks run as dialogues
+(:func:`dialogue_rollout`, the contract of :mod:`jaxrl.core.tokens`): per turn, the policy
+decodes up to ``max_turn_tokens`` tokens with its key/value cache, the env answers the whole
+turn at once (``respond``, vmapped), and its reply is prefilled into the cache in one pass.
+Reply tokens and the slots after a turn's end are in the dialogue but out of the mask: they
+carry no loss and no gradient. A single completion is the one-turn dialogue.
+"""
 
 from __future__ import annotations
 
@@ -11,16 +19,18 @@ from flax import struct
 
 from jaxrl.algos.grpo.policy import Policy
 from jaxrl.core.env import Environment, tree_select
+from jaxrl.core.tokens import PAD, TokenTask
 
 Array = jax.Array
 
 
 @struct.dataclass
 class Rollout:
-    """``N`` lockstep episodes of ``T`` steps (``N = groups x G``)."""
+    """``N`` lockstep episodes of ``T`` steps (``N = groups x G``). For a token task ``T`` is
+    the dialogue after the prompt (``dialogue_len - prompt_len``), env replies included."""
 
-    obs: Array  # [N, T, *obs_shape], observation each action was chosen on
-    actions: Array  # int32 [N, T]
+    obs: Array  # [N, T, *obs_shape], observation each action was chosen on; token task: int32 [N, dialogue_len]
+    actions: Array  # int32 [N, T] (token task: the dialogue after the prompt)
     logp: Array  # float32 [N, T], behaviour log-prob (at the sampling temperature)
     mask: Array  # bool [N, T], the step was taken inside the episode
     entropy: Array  # float32 [N, T], entropy of the sampling distribution
@@ -29,6 +39,7 @@ class Rollout:
     length: Array  # int32 [N], steps taken
     truncated: Array  # bool [N], ended by a limit (or still running at T)
     final_info: dict  # str -> float32 [N], the env's info on each episode's last step
+    turns: Array | None = None  # int32 [N], policy turns taken (token tasks)
 
 
 @struct.dataclass
@@ -94,7 +105,11 @@ def group_rollout(
 
     Members sharing a reset key start identically; ``key`` seeds the (different) action
     and env keys of every member. Finished members stay frozen (state, obs) and masked.
+    A token task runs :func:`dialogue_rollout` (its length is the dialogue's, ``num_steps``
+    is not used).
     """
+    if isinstance(env, TokenTask):
+        return dialogue_rollout(policy, env, env_params, params, reset_keys, key, temperature, greedy)
     n = reset_keys.shape[0]
     env_state, ts = jax.vmap(env.reset, in_axes=(0, None))(reset_keys, env_params)
     policy_carry, logits = policy.start(params, ts.obs)
@@ -110,4 +125,115 @@ def group_rollout(
     return Rollout(
         swap(obs), swap(actions), swap(logp), swap(mask), swap(entropy), swap(rewards),
         carry.returns, carry.length, carry.truncated | carry.alive, carry.final_info,
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# Token dialogues
+# ---------------------------------------------------------------------------------------
+
+
+@struct.dataclass
+class _Dialogue:
+    env_state: Any
+    cache: Any  # the policy's key/value cache
+    logits: Array  # float32 [N, V], next-token logits
+    alive: Array  # bool [N]
+    returns: Array  # float32 [N]
+    length: Array  # int32 [N], policy tokens written
+    turns: Array  # int32 [N]
+    truncated: Array  # bool [N]
+    final_info: dict
+    key: Array
+
+
+def _sample(logits: Array, temperature: Array, greedy: bool, key: Array) -> tuple[Array, Array, Array]:
+    """``(token int32 [N], logp [N], entropy [N])`` of ``logits [N, V] / temperature``."""
+    scaled = logits / temperature
+    if greedy:
+        token = jnp.argmax(scaled, axis=-1).astype(jnp.int32)
+    else:
+        token = jax.random.categorical(key, scaled).astype(jnp.int32)
+    log_probs = jax.nn.log_softmax(scaled)
+    logp = jnp.take_along_axis(log_probs, token[:, None], axis=1)[:, 0]
+    return token, logp, -jnp.sum(jnp.exp(log_probs) * log_probs, axis=-1)
+
+
+def _turn_token(policy: Policy, params, temperature, greedy: bool, end_of_turn: int, base: Array, c, j):
+    cache, logits, writing, key = c
+    key, k_act, _ = jax.random.split(key, 3)
+    token, logp, entropy = _sample(logits, temperature, greedy, k_act)
+    token = jnp.where(writing, token, PAD)  # a finished turn fills its slots with PAD
+    cache, new_logits = policy.extend(params, cache, token[:, None], base + j)
+    return (cache, new_logits[:, -1].astype(jnp.float32), writing & (token != end_of_turn), key), (token, logp, writing, entropy)
+
+
+def _turn(policy: Policy, task: TokenTask, params, env_params, temperature, greedy: bool, c: _Dialogue, k):
+    """One policy turn (decode), the env's answer (respond) and its reply (prefill)."""
+    tt, tr = task.max_turn_tokens, task.max_reply_tokens
+    base = task.prompt_len + k * (tt + tr)
+    body = functools.partial(_turn_token, policy, params, temperature, greedy, task.end_of_turn, base)
+    (cache, logits, _, key), (tokens, logp, mask, entropy) = jax.lax.scan(body, (c.cache, c.logits, c.alive, c.key), jnp.arange(tt))
+    tokens, logp, mask, entropy = (jnp.swapaxes(x, 0, 1) for x in (tokens, logp, mask, entropy))  # [N, Tt]
+    key, k_env = jax.random.split(key)
+    n = tokens.shape[0]
+    new_state, answer = jax.vmap(task.respond, in_axes=(0, 0, 0, None))(jax.random.split(k_env, n), c.env_state, tokens, env_params)
+    alive = c.alive
+    rewards = jnp.where(mask, answer.rewards, 0.0).astype(jnp.float32)
+    term = alive & answer.terminated
+    trunc = alive & ~answer.terminated & (answer.truncated | (k == task.max_turns - 1))
+    going = alive & ~(term | trunc)
+    reply = jnp.where(going[:, None], answer.reply, PAD).astype(jnp.int32)
+    if tr > 0:
+        cache, reply_logits = policy.extend(params, cache, reply, base + tt)
+        logits = reply_logits[:, -1].astype(jnp.float32)
+    new = _Dialogue(
+        tree_select(alive, new_state, c.env_state), cache, logits, going, c.returns + jnp.sum(rewards, axis=1),
+        c.length + jnp.sum(mask, axis=1, dtype=jnp.int32), c.turns + alive.astype(jnp.int32), c.truncated | trunc,
+        tree_select(term | trunc, answer.info, c.final_info), key,
+    )
+    return new, (tokens, reply, logp, mask, entropy, rewards)
+
+
+def _with_reply_slots(x: Array, tr: int) -> Array:
+    """``[K, N, Tt]`` per-turn values -> ``[N, K * (Tt + tr)]`` with zeros in the reply slots."""
+    x = jnp.swapaxes(x, 0, 1)
+    x = jnp.concatenate([x, jnp.zeros(x.shape[:2] + (tr,), x.dtype)], axis=2)
+    return x.reshape(x.shape[0], -1)
+
+
+def dialogue_rollout(
+    policy: Policy,
+    task: TokenTask,
+    env_params,
+    params,
+    reset_keys: Array,
+    key: Array,
+    temperature: Array,
+    greedy: bool = False,
+) -> Rollout:
+    """``N = len(reset_keys)`` dialogues of ``task`` in lockstep (module docstring).
+
+    ``obs`` is the whole dialogue ``int32 [N, dialogue_len]`` (prompt, turns, replies);
+    ``actions`` its part after the prompt; ``mask`` marks the tokens the policy wrote
+    (replies and slots after a turn's end are out); ``rewards`` are paid on policy tokens.
+    """
+    n = reset_keys.shape[0]
+    env_state, prompt, info = jax.vmap(task.start, in_axes=(0, None))(reset_keys, env_params)
+    cache, logits = policy.start(params, prompt)
+    zeros = jnp.zeros((n,), jnp.int32)
+    carry = _Dialogue(
+        env_state, cache, logits.astype(jnp.float32), jnp.ones((n,), jnp.bool_), jnp.zeros((n,), jnp.float32),
+        zeros, zeros, jnp.zeros((n,), jnp.bool_), info, key,
+    )
+    body = functools.partial(_turn, policy, task, params, env_params, temperature, greedy)
+    carry, (tokens, replies, logp, mask, entropy, rewards) = jax.lax.scan(body, carry, jnp.arange(task.max_turns))
+    tr = task.max_reply_tokens
+    turns_and_replies = jnp.concatenate([tokens, replies], axis=2)  # [K, N, Tt + Tr]
+    actions = jnp.swapaxes(turns_and_replies, 0, 1).reshape(n, -1)
+    slots = functools.partial(_with_reply_slots, tr=tr)
+    return Rollout(
+        jnp.concatenate([prompt.astype(jnp.int32), actions], axis=1), actions, slots(logp), slots(mask),
+        slots(entropy), slots(rewards), carry.returns, carry.length, carry.truncated | carry.alive,
+        carry.final_info, carry.turns,
     )

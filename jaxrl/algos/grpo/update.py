@@ -86,7 +86,8 @@ def loss_fn(setup: Setup, hyper: GRPOHyper, params, batch: Batch) -> tuple[Array
     """:func:`policy_loss` of ``params`` on ``batch``, plus its token entropy."""
     logp, entropy = _token_logp(setup.policy, params, batch.obs, batch.actions, hyper.temperature)
     ref = batch.ref_logp if setup.cfg.loss.beta > 0 else None
-    loss, metrics = policy_loss(logp, batch.old_logp, ref, batch.advantages, batch.mask, hyper, setup.cfg.loss.type)
+    loss, metrics = policy_loss(
+        logp, batch.old_logp, ref, batch.advantages, batch.mask, hyper, setup.cfg.loss.type, setup.cfg.loss.cispo_clip_low)
     return loss, {**metrics, "entropy": _token_mean(jax.lax.stop_gradient(entropy), batch.mask)}
 
 
@@ -118,6 +119,8 @@ def _reward_metrics(rollout: Rollout, rewards: Array, group_rewards: Array, mask
         "completions/clipped_ratio": jnp.mean(rollout.truncated.astype(jnp.float32)),
         "tokens_trained_frac": jnp.mean(mask.astype(jnp.float32)),
     }
+    if rollout.turns is not None:
+        metrics["completions/mean_turns"] = jnp.mean(rollout.turns.astype(jnp.float32))
     for name, value in rollout.final_info.items():
         metrics[f"rewards/{name}/mean"] = jnp.mean(value)
         metrics[f"rewards/{name}/std"] = jnp.std(value)
@@ -136,15 +139,26 @@ def _next_level(setup: Setup, level: Array, rollout: Rollout) -> Array:
     return setup.curriculum.next_level(level, rollout.final_info, rollout.returns)
 
 
+def rollout_keys(setup: Setup, key: Array) -> tuple[Array, Array]:
+    """``(reset_keys [P' * G], rollout key)`` of one update: each group's members share a key."""
+    cfg = setup.cfg
+    k_reset, k_roll = jax.random.split(key)
+    reset_keys = jnp.repeat(jax.random.split(k_reset, cfg.sampling.oversample * cfg.num_prompts), cfg.group_size, axis=0)
+    return batching.constrain_batch(reset_keys), k_roll  # whole groups per device on a data mesh; no-op otherwise
+
+
 def collect(setup: Setup, state: GRPOState, key: Array) -> tuple[Rollout, Batch, dict]:
     """Group rollout, shaping, selection and advantages: the batch of one update."""
-    cfg = setup.cfg
-    p_all, g = cfg.sampling.oversample * cfg.num_prompts, cfg.group_size
-    k_reset, k_roll = jax.random.split(key)
-    reset_keys = jnp.repeat(jax.random.split(k_reset, p_all), g, axis=0)  # [P' * G]: groups share keys
-    reset_keys = batching.constrain_batch(reset_keys)  # whole groups per device on a data mesh; no-op otherwise
+    reset_keys, k_roll = rollout_keys(setup, key)
     env_params = _env_params_at(setup, state.level)
     ro = group_rollout(setup.policy, setup.env, env_params, state.params, reset_keys, k_roll, setup.num_steps, state.hyper.temperature)
+    return shape_batch(setup, state, ro)
+
+
+def shape_batch(setup: Setup, state: GRPOState, ro: Rollout) -> tuple[Rollout, Batch, dict]:
+    """Overlong shaping, group selection and advantages of a group rollout ``ro``."""
+    cfg = setup.cfg
+    p_all, g = cfg.sampling.oversample * cfg.num_prompts, cfg.group_size
     penalty = cfg.sampling.overlong_penalty * overlong_shaping(ro.length, setup.num_steps, cfg.sampling.overlong_buffer)
     rewards = ro.returns + penalty
     grouped = rewards.reshape(p_all, g)
@@ -172,8 +186,15 @@ def collect(setup: Setup, state: GRPOState, key: Array) -> tuple[Rollout, Batch,
 
 def update(setup: Setup, state: GRPOState) -> tuple[GRPOState, dict]:
     """One GRPO update: collect a group batch, then epochs x minibatches of gradient steps."""
-    key, k_collect, k_epochs = jax.random.split(state.key, 3)
-    ro, batch, metrics = collect(setup, state, k_collect)
+    _, k_collect, _ = jax.random.split(state.key, 3)
+    return learn(setup, state, collect(setup, state, k_collect))
+
+
+def learn(setup: Setup, state: GRPOState, collected: tuple[Rollout, Batch, dict]) -> tuple[GRPOState, dict]:
+    """The optimisation half of :func:`update` on a collected ``(rollout, batch, metrics)``
+    (a host-driven loop can collect its own and learn from it)."""
+    key, _, k_epochs = jax.random.split(state.key, 3)
+    ro, batch, metrics = collected
     metrics["lr"] = optim.current_lr(state.opt_state, setup.schedule)
     epoch = functools.partial(_epoch, setup, state.hyper, batch)
     (params, opt_state), losses = epochs(epoch, (state.params, state.opt_state), k_epochs, setup.cfg.num_epochs)
