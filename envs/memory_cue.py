@@ -14,6 +14,7 @@ one observation and a feed-forward policy can score +1 too.
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -21,12 +22,14 @@ import numpy as np
 from flax import struct
 
 from jaxrl.core import spaces
-from jaxrl.core.env import Environment, first_timestep, transition
+from jaxrl.core.env import Environment, Range, check_action_shape, first_timestep, transition
 
 
 @struct.dataclass
 class MemoryCueParams:
     delay: int = 4  # steps between the cue (t = 0) and the query (t = delay)
+
+    bounds: ClassVar[dict] = {"delay": Range(ge=1)}
 
 
 @struct.dataclass
@@ -62,6 +65,7 @@ class MemoryCue(Environment):
 
     def step(self, key, state, action, params):
         del key  # deterministic after the reset
+        check_action_shape(self.name, action, ())
         at_query = state.time == params.delay
         right = jnp.where(state.cue > 0, 1, 0)
         reward = jnp.where(at_query, jnp.where(action == right, 1.0, -1.0), 0.0)

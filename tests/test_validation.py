@@ -356,7 +356,33 @@ def test_similarity_with_a_float_answer_len_stays_in_range(answer_len, completio
     assert r == pytest.approx(expected)
 
 
-@pytest.mark.parametrize("env_id", TEXT)
+def _single_turn(env_id: str) -> bool:
+    from jaxrl_envs.text.base import TokenEnv
+
+    return isinstance(jaxrl.make(env_id)[0], TokenEnv)
+
+
+SINGLE_TURN = [i for i in TEXT if _single_turn(i)]
+DIALOGUES = [i for i in TEXT if not _single_turn(i)]
+
+
+@pytest.mark.parametrize("env_id", DIALOGUES)
+def test_dialogue_turns_of_zero_tokens_score_in_range(env_id):
+    """Every policy turn ends at once (EOS first): the env replies and the episode ends with
+    finite rewards and info, whatever the task's rubric makes of empty answers."""
+    env, params = jaxrl.make(env_id)
+    state, ts = env.reset(jax.random.PRNGKey(0), params)
+    step = jax.jit(env.step)
+    total, steps = 0.0, 0
+    while not (bool(ts.terminated) or bool(ts.truncated)):
+        state, ts = step(jax.random.PRNGKey(steps + 1), state, jnp.int32(EOS), params)
+        total, steps = total + float(ts.reward), steps + 1
+        assert np.isfinite(float(ts.reward))
+        assert steps <= env.max_turns, "a dialogue of empty turns must end within max_turns steps"
+    assert np.isfinite(total) and all(np.isfinite(np.asarray(x)).all() for x in ts.info.values())
+
+
+@pytest.mark.parametrize("env_id", SINGLE_TURN)
 def test_text_env_verifiers_on_zero_length_completions(env_id):
     env, params = jaxrl.make(env_id)
     state, ts = env.reset(jax.random.PRNGKey(0), params)

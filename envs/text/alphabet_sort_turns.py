@@ -20,10 +20,13 @@ token, :func:`jaxrl_envs.text.base.set_free_token`).
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
 
 import jax
 import jax.numpy as jnp
 from flax import struct
+
+from jaxrl.core.env import Range
 
 from jaxrl import verifiers as V
 from jaxrl.core.tokens import PAD, Turn, reward_on_last_token
@@ -40,6 +43,8 @@ class AlphabetSortTurnsParams:
     shaping: float = 0.0  # weight of token accuracy mixed into each turn's reward (0 = the rubric)
     held_out: bool = False  # draw prompts from the held-out split (evaluation only)
     num_letters: int = 26  # names use the first num_letters letters (the free letter: all 26)
+
+    bounds: ClassVar[dict] = {"shaping": Range(ge=0, le=1), "num_letters": Range(ge=1, le=26)}
 
 
 @struct.dataclass

@@ -18,10 +18,13 @@ secrets' guess sequences cannot find the held-out ones: it has to search.
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
 
 import jax
 import jax.numpy as jnp
 from flax import struct
+
+from jaxrl.core.env import Range
 
 from jaxrl.core.tokens import PAD, Turn, reward_on_last_token
 from jaxrl_envs.text.dialogue import SEP, DialogueEnv, value_of
@@ -34,6 +37,8 @@ Array = jax.Array
 class GuessNumberParams:
     closeness: float = 0.0  # per-turn reward for guesses near the secret (0 = the rubric)
     held_out: bool = False  # draw secrets from the held-out split (evaluation only)
+
+    bounds: ClassVar[dict] = {"closeness": Range(ge=0, le=1)}
 
 
 @struct.dataclass

@@ -19,10 +19,13 @@ free token, :func:`jaxrl_envs.text.base.set_free_token`).
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
 
 import jax
 import jax.numpy as jnp
 from flax import struct
+
+from jaxrl.core.env import Range
 
 from jaxrl import verifiers as V
 from jaxrl.core.tokens import EOS, PAD, Turn, reward_on_last_token
@@ -40,6 +43,8 @@ class ToolAdditionParams:
     shaping: float = 0.0  # weight of the answer's token accuracy (0 = exact match only)
     call_shaping: float = 0.0  # weight of a call's match with "?" + the prompt's operands + EOS
     held_out: bool = False  # draw prompts from the held-out split (evaluation only)
+
+    bounds: ClassVar[dict] = {"tool": Range(ge=0, le=1), "shaping": Range(ge=0, le=1), "call_shaping": Range(ge=0, le=1)}
 
 
 @struct.dataclass

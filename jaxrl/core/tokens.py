@@ -29,7 +29,7 @@ import jax.numpy as jnp
 from flax import struct
 
 from jaxrl.core import spaces
-from jaxrl.core.env import Environment, first_timestep, transition, tree_select
+from jaxrl.core.env import Environment, check_action_shape, first_timestep, transition, tree_select
 
 Array = jax.Array
 
@@ -191,6 +191,7 @@ class DialogueTask(TokenTask):
         return DialogueState(inner, tokens, zero, zero, jnp.zeros((), jnp.bool_)), first_timestep(tokens, info)
 
     def step(self, key, state, action, params):
+        check_action_shape(self.name, action, ())
         token = jnp.clip(jnp.asarray(action, jnp.int32), 0, self.vocab_size - 1)
         start = self.turn_start(state.turn)
         tokens = state.tokens.at[start + state.pos].set(token)
