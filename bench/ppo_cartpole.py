@@ -40,7 +40,7 @@ import time
 from pathlib import Path
 from jaxrl.algos.common.train import COMPILER_OPTIONS
 
-from jaxrl.algos.common.train import program_on as program, train_on as train_fn
+from jaxrl.algos.common.train import program_on, train_on as train_fn
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -101,7 +101,7 @@ def child_solve() -> dict:
     import_s = _now() - t_import
     env, params = jaxrl.make("CartPole-v1")
     cfg = ppo.PPOConfig(**SOLVE)
-    algo = program(ppo, env, params, cfg)
+    algo = program_on(ppo, env, params, cfg)
     train = train_fn(ppo, env, params, cfg)
 
     def train_and_eval(key):

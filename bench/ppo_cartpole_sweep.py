@@ -28,7 +28,7 @@ from bench.common import RESULTS_DIR, command_line, metadata, write_results  # n
 from jaxrl.algos import ppo  # noqa: E402
 from jaxrl.algos.common.train import COMPILER_OPTIONS
 
-from jaxrl.algos.common.train import program_on as program, train_on as train_fn
+from jaxrl.algos.common.train import program_on, train_on as train_fn
 
 SEEDS = 16
 BASE = dict(num_envs=8, num_steps=64, update_epochs=4, num_minibatches=4, eval_episodes=16)
@@ -38,12 +38,12 @@ def solved_grid(budget: int, hidden: tuple[int, ...], lrs: list[float], seed_set
     """Deterministic eval returns ``[len(lrs), 16]`` for one budget, network and seed set."""
     env, params = jaxrl.make("CartPole-v1")
     cfg = ppo.PPOConfig(**BASE, total_env_steps=budget, hidden=hidden)
-    algo = program(ppo, env, params, cfg)
+    algo = program_on(ppo, env, params, cfg)
     train = train_fn(ppo, env, params, cfg)
 
     def one(key, lr):
         train_key, eval_key = jax.random.split(key)
-        state, _ = train(train_key, ppo.hyperparams(cfg).replace(lr=lr))
+        state, _ = train(train_key, ppo.hyperparams(cfg, lr=lr))
         return algo.evaluate(state, eval_key)["return_mean"]
 
     keys = jnp.tile(jax.random.split(jax.random.key(seed_set), SEEDS), (len(lrs),))
