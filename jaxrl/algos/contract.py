@@ -27,6 +27,7 @@ import jax
 
 from jaxrl.core.curriculum import Curriculum
 from jaxrl.core.env import Environment
+from jaxrl.models.networks import ACTIVATIONS
 
 State = Any  # an algorithm's train state: a pytree of arrays, defined in its own module
 Metrics = dict  # flat ``{name: float32[]}`` (update) or ``{name: array}`` (evaluate)
@@ -211,3 +212,10 @@ def check(ok: bool, key: str, message: str) -> None:
     """``ValueError("<key>: <message>")`` unless ``ok``: the form ``validate`` raises."""
     if not ok:
         raise ValueError(f"{key}: {message}")
+
+
+def check_mlp(hidden: tuple, activation: str) -> None:
+    """The ``hidden`` widths and ``activation`` keys every MLP-based config shares."""
+    check(len(hidden) > 0 and all(isinstance(h, int) and h > 0 for h in hidden), "hidden",
+          f"expected a non-empty list of positive integers, got {hidden!r}")
+    check(activation in ACTIVATIONS, "activation", f"expected one of {sorted(ACTIVATIONS)}, got {activation!r}")

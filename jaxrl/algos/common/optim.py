@@ -47,6 +47,11 @@ class Schedule(NamedTuple):
         return out
 
 
+def per_update(num_updates: int, steps_per_update: int, anneal: bool) -> Schedule:
+    """Linear decay to 0 over ``num_updates`` updates (``anneal``), else constant."""
+    return Schedule(total=num_updates, end_frac=0.0 if anneal else 1.0, every=steps_per_update)
+
+
 def _rate(schedule: Schedule, learning_rate: jax.Array, count: jax.Array) -> jax.Array:
     if schedule.end_frac == 1.0 and schedule.warmup == 0:
         return learning_rate

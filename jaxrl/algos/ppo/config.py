@@ -9,8 +9,8 @@ import jax
 from flax import struct
 
 from jaxrl.algos.common.optim import traced_values
-from jaxrl.algos.contract import AlgoConfig, Plan, check
-from jaxrl.models.networks import ACTIVATIONS, DISTRIBUTIONS, LOG_STD_MODES
+from jaxrl.algos.contract import AlgoConfig, Plan, check, check_mlp
+from jaxrl.models.networks import DISTRIBUTIONS, LOG_STD_MODES
 
 
 #: Torsos of ``ppo.network.torso``: a feed-forward MLP or a recurrent cell.
@@ -156,12 +156,7 @@ def validate(cfg: PPOConfig) -> None:
     check(cfg.vf_coef >= 0.0, "vf_coef", f"expected vf_coef >= 0, got {cfg.vf_coef}")
     check(cfg.max_grad_norm > 0.0, "max_grad_norm", f"expected max_grad_norm > 0, got {cfg.max_grad_norm}")
     check(cfg.adam_eps > 0.0, "adam_eps", f"expected adam_eps > 0, got {cfg.adam_eps}")
-    check(
-        len(cfg.hidden) > 0 and all(isinstance(h, int) and h > 0 for h in cfg.hidden),
-        "hidden",
-        f"expected a non-empty list of positive integers, got {cfg.hidden!r}",
-    )
-    check(cfg.activation in ACTIVATIONS, "activation", f"expected one of {sorted(ACTIVATIONS)}, got {cfg.activation!r}")
+    check_mlp(cfg.hidden, cfg.activation)
     check(cfg.dist in ("auto",) + DISTRIBUTIONS, "dist", f"expected one of {['auto', *DISTRIBUTIONS]}, got {cfg.dist!r}")
     check(cfg.log_std in LOG_STD_MODES, "log_std", f"expected one of {list(LOG_STD_MODES)}, got {cfg.log_std!r}")
     check(cfg.network.torso in TORSOS, "network.torso", f"expected one of {list(TORSOS)}, got {cfg.network.torso!r}")

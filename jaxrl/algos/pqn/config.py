@@ -5,8 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from jaxrl.algos.common.optim import traced_values
-from jaxrl.algos.contract import AlgoConfig, Plan, check
-from jaxrl.models.networks import ACTIVATIONS
+from jaxrl.algos.contract import AlgoConfig, Plan, check, check_mlp
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,9 +57,7 @@ class PQNConfig(AlgoConfig):
         check(self.max_grad_norm > 0.0, "max_grad_norm", f"expected > 0, got {self.max_grad_norm}")
         check(0.0 < self.gamma <= 1.0, "gamma", f"expected 0 < gamma <= 1, got {self.gamma}")
         check(0.0 <= self.td_lambda <= 1.0, "td_lambda", f"expected 0 <= td_lambda <= 1, got {self.td_lambda}")
-        check(len(self.hidden) > 0 and all(isinstance(h, int) and h > 0 for h in self.hidden), "hidden",
-              f"expected a non-empty list of positive integers, got {self.hidden!r}")
-        check(self.activation in ACTIVATIONS, "activation", f"expected one of {sorted(ACTIVATIONS)}, got {self.activation!r}")
+        check_mlp(self.hidden, self.activation)
 
 
 TRACED = ("lr", "max_grad_norm", "gamma", "td_lambda")

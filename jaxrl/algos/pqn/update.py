@@ -75,7 +75,7 @@ class Setup(NamedTuple):
 def schedule(cfg: PQNConfig) -> optim.Schedule:
     """Linear decay to 0 over the run's updates (``anneal_lr``), else constant."""
     p = plan(cfg)
-    return optim.Schedule(total=p.num_updates, end_frac=0.0 if cfg.anneal_lr else 1.0, every=p.grad_steps_per_update)
+    return optim.per_update(p.num_updates, p.grad_steps_per_update, cfg.anneal_lr)
 
 
 def make_optimizer(cfg: PQNConfig, lr=None, max_grad_norm=None) -> optax.GradientTransformation:

@@ -5,8 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from jaxrl.algos.common.optim import traced_values
-from jaxrl.algos.contract import AlgoConfig, Plan, check
-from jaxrl.models.networks import ACTIVATIONS
+from jaxrl.algos.contract import AlgoConfig, Plan, check, check_mlp
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,9 +60,7 @@ class SACConfig(AlgoConfig):
         check(0.0 < self.gamma <= 1.0, "gamma", f"expected 0 < gamma <= 1, got {self.gamma}")
         check(0.0 < self.tau <= 1.0, "tau", f"expected 0 < tau <= 1, got {self.tau}")
         check(self.init_alpha > 0.0, "init_alpha", f"expected > 0, got {self.init_alpha}")
-        check(len(self.hidden) > 0 and all(isinstance(h, int) and h > 0 for h in self.hidden), "hidden",
-              f"expected a non-empty list of positive integers, got {self.hidden!r}")
-        check(self.activation in ACTIVATIONS, "activation", f"expected one of {sorted(ACTIVATIONS)}, got {self.activation!r}")
+        check_mlp(self.hidden, self.activation)
 
 
 TRACED = ("lr", "max_grad_norm", "gamma", "tau")
