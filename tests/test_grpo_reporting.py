@@ -110,3 +110,25 @@ def test_eval_n_r_samples_held_out_prompts_and_writes_the_eval_file(runs, capsys
     assert s["pass_at_k"]["1"] <= s["pass_at_k"]["2"] <= s["pass_at_k"]["3"]
     assert cli.main(["eval", result.run_dir, "-n", "5"]) == 2
     assert "go together" in capsys.readouterr().err
+
+
+def test_parity_task_answers_and_held_out_split():
+    import jax
+
+    from jaxrl.core import registry
+    from jaxrl_envs.text.parity import held_out_patterns
+    from jaxrl_envs.text.vocab import DIGIT0
+
+    env, params = registry.make("text/Parity-v0")
+    held = np.asarray(held_out_patterns(env.num_bits))
+    assert 0 < held.sum() < held.size
+    keys = jax.random.split(jax.random.PRNGKey(0), 256)
+    for split in (False, True):
+        tasks = jax.vmap(env.generate, in_axes=(0, None))(keys, params.replace(held_out=split))
+        bits = np.asarray(tasks.prompt[:, : env.num_bits]) - DIGIT0
+        index = (bits << np.arange(env.num_bits)).sum(axis=1)
+        assert np.all(held[index] == split)  # training never draws a held-out pattern, eval only those
+        assert np.all(np.asarray(tasks.answer[:, 0]) == DIGIT0 + bits.sum(axis=1) % 2)
+    task = jax.tree_util.tree_map(lambda x: x[0], tasks)
+    right, wrong = (np.array([t, 1], np.int32) for t in (task.answer[0], 2 * DIGIT0 + 1 - task.answer[0]))
+    assert float(env.verifier(task, right)[0]) == 1.0 and float(env.verifier(task, wrong)[0]) == 0.25

@@ -123,9 +123,10 @@ class Curve(NamedTuple):
 class Alert(NamedTuple):
     """A sign of a stalled run that the trainer watches for in the update records.
 
-    It fires once, after ``metric`` (seed mean) was above (``above``) or below
-    ``threshold`` for ``patience`` consecutive updates, except while ``unless`` =
-    ``(metric, level)`` holds that metric at or above ``level`` (e.g. the task is solved).
+    It fires once, when the mean of ``metric`` (seed mean) over the last ``patience``
+    updates is above (``above``) or below ``threshold``; an update in which ``unless`` =
+    ``(metric, level)`` has that metric at or above ``level`` (e.g. the task is solved)
+    empties the window.
     ``says`` is what it means, ``hint`` what to try; both are printed and recorded.
     """
 

@@ -2,7 +2,8 @@
 watched over the update records on the host.
 
 After each chunk the trainer hands its records to a :class:`Watch`. An alert fires once,
-after its condition held for ``patience`` consecutive updates; what fired is appended to the
+when its metric's mean over the last ``patience`` updates crosses its threshold (a window
+mean, since per-update fractions of 32 groups are noisy); what fired is appended to the
 run's ``alerts.jsonl`` and the trainer prints ONE console line for the run (the first chunk
 in which anything fired; later alerts go to the file only), so a long collapsed run does
 not repeat itself every chunk. Counting restarts on resume.
@@ -26,33 +27,31 @@ def seed_mean(value) -> float | None:
     return float(np.mean(values)) if values else None
 
 
-def _holds(alert: Alert, record: dict) -> tuple[bool, float | None]:
-    """Whether ``alert``'s condition holds in ``record``, and its metric's value there."""
+def _value(alert: Alert, record: dict) -> float | None:
+    """``alert``'s metric in ``record`` (seed mean), or None when missing or excused."""
     value = seed_mean(record.get(alert.metric))
-    if value is None:
-        return False, None
-    if alert.unless is not None:
+    if value is not None and alert.unless is not None:
         level = seed_mean(record.get(alert.unless[0]))
         if level is not None and level >= alert.unless[1]:
-            return False, value
-    return (value > alert.threshold) if alert.above else (value < alert.threshold), value
+            return None
+    return value
 
 
 def describe(alert: Alert, event: dict) -> str:
     """One line: what was seen, what it means, what to try."""
     side = "above" if alert.above else "below"
     return (
-        f"{alert.metric} {side} {alert.threshold:g} for {alert.patience} consecutive updates "
-        f"(now {event['value']:.3g}, update {event['update']}): {alert.says}"
+        f"{alert.metric} averaged {event['value']:.3g} ({side} {alert.threshold:g}) over updates "
+        f"{event['update'] - alert.patience + 1}-{event['update']}: {alert.says}"
     )
 
 
 class Watch:
-    """Counts, per alert, the consecutive updates its condition held; see the module docstring."""
+    """Keeps, per alert, its metric over the last ``patience`` updates; see the module docstring."""
 
     def __init__(self, alerts, run_dir: str | None, primary: bool = True):
         self.alerts = tuple(alerts)
-        self.streak = [0] * len(self.alerts)
+        self.window: list[list[float]] = [[] for _ in self.alerts]
         self.fired: list[dict] = []
         self.printed = False
         self.path = os.path.join(run_dir, ALERTS_FILE) if run_dir and primary else None
@@ -63,11 +62,14 @@ class Watch:
         done = {e["metric"] for e in self.fired}
         for rec in records:
             for i, alert in enumerate(self.alerts):
-                holds, value = _holds(alert, rec)
-                self.streak[i] = self.streak[i] + 1 if holds else 0
-                if self.streak[i] >= alert.patience and alert.metric not in done:
+                value = _value(alert, rec)
+                window = self.window[i] = [] if value is None else (self.window[i] + [value])[-alert.patience:]
+                if len(window) < alert.patience or alert.metric in done:
+                    continue
+                mean = float(np.mean(window))
+                if (mean > alert.threshold) if alert.above else (mean < alert.threshold):
                     done.add(alert.metric)
-                    event = {"update": rec["update"], "metric": alert.metric, "value": value,
+                    event = {"update": rec["update"], "metric": alert.metric, "value": mean,
                              "threshold": alert.threshold, "above": alert.above, "patience": alert.patience}
                     event.update(message=describe(alert, event), hint=alert.hint)
                     events.append(event)

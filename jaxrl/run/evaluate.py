@@ -27,6 +27,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from jaxrl.algos.common.train import COMPILER_OPTIONS
 from jaxrl.algos.contract import EvalReport
 from jaxrl.run import config as config_lib
 from jaxrl.run.build import Built, build, seed_keys
@@ -98,7 +99,7 @@ def evaluate_states(built: Built, states: Any, seed: int = 0) -> dict:
     """Run the program's ``evaluate`` on a ``[S, ...]`` batch of states; host metrics dict."""
     num_seeds = jax.tree_util.tree_leaves(states)[0].shape[0]
     keys = jax.random.split(jax.random.PRNGKey(seed + EVAL_SEED_OFFSET), num_seeds)
-    metrics = jax.jit(jax.vmap(built.program.evaluate))(states, keys)
+    metrics = jax.jit(jax.vmap(built.program.evaluate), compiler_options=COMPILER_OPTIONS)(states, keys)
     return jax.device_get(metrics)
 
 

@@ -87,10 +87,10 @@ class OptimConfig:
 class WarnConfig:
     """When the trainer reports a stalled run, once, with what to try (``grpo.warn``)."""
 
-    zero_std_frac: float = 0.8  # warn when frac_reward_zero_std stays above this ...
-    min_entropy: float = 0.02  # ... or the sampled tokens' entropy (nats) stays below this ...
-    patience: int = 30  # ... for this many consecutive updates (0 = never warn)
-    solved_exact_match: float = 0.95  # no warning while the sampled exact match is at least this
+    zero_std_frac: float = 0.5  # warn when frac_reward_zero_std averages above this ...
+    min_entropy: float = 0.02  # ... or the sampled tokens' entropy (nats) averages below this ...
+    patience: int = 30  # ... over the last this many updates (0 = never warn)
+    solved_exact_match: float = 0.95  # updates whose sampled exact match is at least this do not count
 
 
 @dataclasses.dataclass(frozen=True)

@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxrl.algos.common.train import COMPILER_OPTIONS
 from jaxrl.algos.grpo.rollout import Rollout, group_rollout
 from jaxrl.algos.grpo.update import GRPOState, Setup
 from jaxrl.core.tokens import TokenTask
@@ -133,7 +134,7 @@ def sampled_rollouts(setup: Setup, state: GRPOState, key: Array, n: int, r: int,
     """
     if not isinstance(setup.env, TokenTask):
         raise TypeError(f"{setup.env.name} is not a token task; it has no held-out prompts to sample")
-    run = jax.jit(functools.partial(_sampled, setup, n, r))
+    run = jax.jit(functools.partial(_sampled, setup, n, r), compiler_options=COMPILER_OPTIONS)
     sampled, greedy = jax.device_get(run(state.params, key))
     out = {"rewards": np.asarray(sampled.returns).reshape(n, r), "greedy": np.asarray(greedy.returns)}
     if "exact_match" in sampled.final_info:
