@@ -10,6 +10,7 @@ load, command), e.g.::
 
     python bench/grpo_reverse_process.py --label recipe
     python bench/grpo_reverse_process.py --label lr3e-3 --set grpo.optim.lr=0.003
+    python bench/grpo_reverse_process.py --label cache-cold --compile-cache /tmp/jaxcache  # then cache-warm
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ def _time_field(text: str, name: str) -> float | None:
     return seconds
 
 
-def measure(config: str, overrides: list[str]) -> dict:
+def measure(config: str, overrides: list[str], compile_cache: str | None = None) -> dict:
     """One whole ``jaxrl train`` process, timed and split (see the module docstring)."""
     run_dir = tempfile.mkdtemp(prefix="grpo_reverse_process_")
     shutil.rmtree(run_dir)
@@ -48,7 +49,10 @@ def measure(config: str, overrides: list[str]) -> dict:
         cmd += ["--set", o]
     load_before = os.getloadavg()[0]
     t0 = time.time()
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    env = dict(os.environ)
+    if compile_cache:  # JAX's own persistent compilation cache (no jaxrl setting involved)
+        env.update(JAX_COMPILATION_CACHE_DIR=compile_cache, JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0.5")
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     t_end = time.time()
     if proc.returncode != 0:
         raise SystemExit(f"jaxrl train failed ({proc.returncode}): {proc.stderr[-2000:]}")
@@ -89,12 +93,13 @@ def main(argv=None) -> int:
     p.add_argument("--config", default="configs/grpo_reverse.yaml")
     p.add_argument("--set", action="append", default=[], help="a --set override passed to jaxrl train")
     p.add_argument("--label", default="recipe")
+    p.add_argument("--compile-cache", metavar="DIR", help="run with JAX_COMPILATION_CACHE_DIR=DIR (cold when empty)")
     args = p.parse_args(argv)
-    rec = measure(args.config, args.set)
+    rec = measure(args.config, args.set, args.compile_cache)
     import jax
 
     rec.update(
-        label=args.label, config=args.config, overrides=args.set,
+        label=args.label, config=args.config, overrides=args.set, compile_cache=bool(args.compile_cache),
         command="python " + " ".join([os.path.relpath(__file__)] + (argv if argv is not None else sys.argv[1:])),
         machine={"cpu": _cpu_model(), "cores": os.cpu_count()},
         versions={"jax": jax.__version__, "python": platform.python_version()},

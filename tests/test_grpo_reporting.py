@@ -25,17 +25,27 @@ TINY = [
 ]
 
 
+CARTPOLE = [
+    "grpo.num_prompts=4", "grpo.group_size=4", "grpo.num_updates=6", "grpo.num_minibatches=1", "grpo.eval_episodes=4",
+    "grpo.sampling.max_steps=64", "grpo.warn.patience=3", "train.updates_per_chunk=3", "train.checkpoint_every=0",
+]
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    """A collapsed run (temperature 0.01: every member of a group samples the same answer)
-    and a healthy one (temperature 1), both tiny."""
+    """A collapsed token-task run (temperature 0.01: every member of a group samples the same
+    answer) and a healthy control run (GRPO on CartPole: returns always spread), both tiny
+    with ``grpo.warn.patience`` 3."""
     tmp = tmp_path_factory.mktemp("reporting")
     out = {}
-    for name, temperature in (("collapsed", 0.01), ("healthy", 1.0)):
-        cfg = config_lib.load_config("configs/grpo_reverse.yaml", TINY + [f"grpo.sampling.temperature={temperature}"])
+    for name, path, overrides in (
+        ("collapsed", "configs/grpo_reverse.yaml", TINY + ["grpo.sampling.temperature=0.01"]),
+        ("healthy", "configs/grpo_cartpole.yaml", CARTPOLE),
+    ):
+        cfg = config_lib.load_config(path, overrides)
         stdout, stderr = io.StringIO(), io.StringIO()
         with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
-            result = trainer.run(cfg, run_dir=str(tmp / name), out=stdout, evaluate=name == "healthy")
+            result = trainer.run(cfg, run_dir=str(tmp / name), out=stdout, evaluate=name == "collapsed")
         out[name] = (result, stdout.getvalue(), stderr.getvalue())
     return out
 
@@ -50,14 +60,17 @@ def test_collapsed_run_is_reported_once_on_the_console_and_in_the_run(runs):
     assert all(e["update"] >= 3 and e["hint"] in lines[0] for e in recorded)
 
 
-def test_healthy_run_gets_no_warning(runs):
+def test_healthy_run_gets_no_warning_and_counts_env_steps(runs):
     result, stdout, stderr = runs["healthy"]
     assert "stalled" not in stdout + stderr
     assert not os.path.exists(os.path.join(result.run_dir, ALERTS_FILE))
+    records = log_lib.read_metrics(os.path.join(result.run_dir, "metrics.jsonl"))
+    assert min(r["frac_reward_zero_std"] for r in records) < 0.5  # the watch had something to judge
+    assert "sampled return" in stderr and "env steps" in stderr  # the progress bar
 
 
-def test_labels_say_sampled_reward_tokens_and_held_out_greedy_exact_match(runs):
-    result, stdout, stderr = runs["healthy"]
+def test_token_labels_say_sampled_reward_tokens_and_held_out_greedy_exact_match(runs):
+    result, stdout, stderr = runs["collapsed"]
     assert "sampled reward" in stderr and " tokens" in stderr and "step/s" not in stderr  # the progress bar
     assert "eval held-out greedy exact match" in stdout and "eval held-out greedy reward" in stdout
     assert "tokens" in stdout.splitlines()[0] and "env steps" not in stdout.splitlines()[0]
@@ -97,7 +110,7 @@ def test_pass_at_k_matches_enumeration():
 
 
 def test_eval_n_r_samples_held_out_prompts_and_writes_the_eval_file(runs, capsys):
-    result = runs["healthy"][0]
+    result = runs["collapsed"][0]
     capsys.readouterr()
     assert cli.main(["eval", result.run_dir, "-n", "5", "-r", "3"]) == 0
     out = capsys.readouterr().out
@@ -123,8 +136,9 @@ def test_parity_task_answers_and_held_out_split():
     held = np.asarray(held_out_patterns(env.num_bits))
     assert 0 < held.sum() < held.size
     keys = jax.random.split(jax.random.PRNGKey(0), 256)
+    generate = jax.jit(jax.vmap(env.generate, in_axes=(0, None)))  # one compile for both splits
     for split in (False, True):
-        tasks = jax.vmap(env.generate, in_axes=(0, None))(keys, params.replace(held_out=split))
+        tasks = generate(keys, params.replace(held_out=split))
         bits = np.asarray(tasks.prompt[:, : env.num_bits]) - DIGIT0
         index = (bits << np.arange(env.num_bits)).sum(axis=1)
         assert np.all(held[index] == split)  # training never draws a held-out pattern, eval only those

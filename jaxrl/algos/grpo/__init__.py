@@ -101,11 +101,11 @@ def _info_keys(envs: EnvSetup) -> set:
     return set(jax.eval_shape(envs.env.reset, jax.random.PRNGKey(0), envs.eval_params)[1].info)
 
 
-def _report(envs: EnvSetup) -> EvalReport:
+def _report(envs: EnvSetup, info: set) -> EvalReport:
     token = isinstance(envs.env, TokenTask)
     scores = {"episode_returns": "greedy"}
     phrases = {"episode_returns": "held-out greedy reward" if token else "greedy return"}
-    if "exact_match" in _info_keys(envs):
+    if "exact_match" in info:
         scores["episode_returns_exact_match"] = "exact match"
         phrases["episode_returns_exact_match"] = "held-out greedy exact match" if token else "greedy exact match"
     return EvalReport(scores, metric="reward" if token else "return", phrases=phrases)
@@ -119,14 +119,14 @@ STALL_HINT = (
 )
 
 
-def alerts(envs: EnvSetup, cfg: GRPOConfig) -> tuple[Alert, ...]:
+def alerts(envs: EnvSetup, cfg: GRPOConfig, info: set) -> tuple[Alert, ...]:
     """The stalls the trainer reports once (``grpo.warn``): most groups without reward
-    spread, or the sampling entropy collapsed, for ``warn.patience`` updates, unless the
-    sampled exact match (tasks that report one) shows the task solved."""
+    spread, or the sampling entropy collapsed, over ``warn.patience`` updates, not counting
+    updates whose sampled exact match (``info`` keys: tasks that report one) shows it solved."""
     w = cfg.warn
     if w.patience == 0:
         return ()
-    unless = ("rewards/exact_match/mean", w.solved_exact_match) if "exact_match" in _info_keys(envs) else None
+    unless = ("rewards/exact_match/mean", w.solved_exact_match) if "exact_match" in info else None
     return (
         Alert("frac_reward_zero_std", True, w.zero_std_frac, w.patience,
               "most groups score all their members alike, so they carry no gradient", STALL_HINT, unless),
@@ -139,6 +139,7 @@ def build(envs: EnvSetup, cfg: GRPOConfig) -> Program:
     """The GRPO family on ``envs.env`` as a :class:`~jaxrl.algos.contract.Program`."""
     setup = make_setup(envs, cfg)
     token = isinstance(envs.env, TokenTask)
+    info = _info_keys(envs)  # the env's info keys (exact_match?)
     steps_per_update = cfg.sampling.oversample * cfg.num_prompts * cfg.group_size * setup.num_steps
     plan = Plan(cfg.num_updates, steps_per_update, cfg.num_epochs * cfg.num_minibatches,
                 step_unit="tokens" if token else "env steps")
@@ -150,13 +151,13 @@ def build(envs: EnvSetup, cfg: GRPOConfig) -> Program:
         batch_axes=replicated_axes,  # prompt groups are born inside the update and pinned there
         batch=BatchSize("num_prompts", cfg.num_prompts, "prompt groups"),
         policy=_acting_policy(envs, cfg),
-        report=_report(envs),
+        report=_report(envs, info),
         hyperparams=functools.partial(hyperparams, cfg),
         init_with=functools.partial(update.init, setup),
         samples=functools.partial(evaluate.samples, setup) if token else None,
         load_params=load_params,
         curve=Curve("return_mean", "sampled reward" if token else "sampled return"),
-        alerts=alerts(envs, cfg),
+        alerts=alerts(envs, cfg, info),
         rollouts=functools.partial(evaluate.sampled_rollouts, setup) if token else None,
     )
 
