@@ -15,7 +15,7 @@ import pytest
 
 from jaxrl import cli
 from jaxrl.algos.contract import Alert, Curve
-from jaxrl.run import alerts, config as config_lib, logging as log_lib, sampled, trainer
+from jaxrl.run import alerts, config as config_lib, evaluate as eval_lib, logging as log_lib, sampled, trainer
 from jaxrl.run.files import ALERTS_FILE, EVAL_FILE
 
 TINY = [
@@ -45,7 +45,7 @@ def runs(tmp_path_factory):
         cfg = config_lib.load_config(path, overrides)
         stdout, stderr = io.StringIO(), io.StringIO()
         with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
-            result = trainer.run(cfg, run_dir=str(tmp / name), out=stdout, evaluate=name == "collapsed")
+            result = trainer.run(cfg, run_dir=str(tmp / name), out=stdout, evaluate=False)  # eval lines: below
         out[name] = (result, stdout.getvalue(), stderr.getvalue())
     return out
 
@@ -72,9 +72,12 @@ def test_healthy_run_gets_no_warning_and_counts_env_steps(runs):
 def test_token_labels_say_sampled_reward_tokens_and_held_out_greedy_exact_match(runs):
     result, stdout, stderr = runs["collapsed"]
     assert "sampled reward" in stderr and " tokens" in stderr and "step/s" not in stderr  # the progress bar
-    assert "eval held-out greedy exact match" in stdout and "eval held-out greedy reward" in stdout
     assert "tokens" in stdout.splitlines()[0] and "env steps" not in stdout.splitlines()[0]
     built = trainer.build(config_lib.load_config(os.path.join(result.run_dir, "config.yaml")))
+    scores = {"episode_returns": np.array([[0.5, 1.0, 0.25]]), "episode_returns_exact_match": np.array([[0.0, 1.0, 0.0]])}
+    lines = eval_lib.format_summary(eval_lib.summarise(scores, built.program.report)).splitlines()
+    assert lines[0].startswith("eval held-out greedy reward ") and "0.583" in lines[0]
+    assert lines[1].startswith("eval held-out greedy exact match ") and "0.333" in lines[1]
     assert built.program.curve == Curve("return_mean", "sampled reward")
     records = log_lib.read_metrics(os.path.join(result.run_dir, "metrics.jsonl"))
     assert log_lib.curve_labels(records, built.program.curve, "tokens") == (
@@ -111,13 +114,15 @@ def test_pass_at_k_matches_enumeration():
 
 def test_eval_n_r_samples_held_out_prompts_and_writes_the_eval_file(runs, capsys):
     result = runs["collapsed"][0]
+    with open(os.path.join(result.run_dir, EVAL_FILE), "w") as f:
+        json.dump({"kept": 1}, f)
     capsys.readouterr()
     assert cli.main(["eval", result.run_dir, "-n", "5", "-r", "3"]) == 0
     out = capsys.readouterr().out
     assert "5 prompts x 3 rollouts" in out and "pass@1" in out and "pass@3" in out and "[prompt]" in out and "[policy]" in out
     with open(os.path.join(result.run_dir, EVAL_FILE)) as f:
         saved = json.load(f)
-    assert "policies" in saved  # the training run's greedy summary is kept
+    assert saved["kept"] == 1  # the file's other entries stay
     s = saved["sampled"]
     assert len(s["per_prompt_mean"]) == 5 and set(s["pass_at_k"]) == {"1", "2", "3"} and len(s["transcripts"]) == 3
     assert s["pass_at_k"]["1"] <= s["pass_at_k"]["2"] <= s["pass_at_k"]["3"]
