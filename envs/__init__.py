@@ -27,6 +27,7 @@ _BUILTIN = [
     ("text/Sort-v0", "jaxrl_envs.text.sort:Sort", "token task: sort 6 digits ascending; dense verifier reward"),
     ("text/AlphabetSort-v0", "jaxrl_envs.text.alphabet_sort:AlphabetSort", "token task: sort 3 two-letter names; similarity**4 reward"),
     ("text/Addition-v0", "jaxrl_envs.text.addition:Addition", "token task: 2+2-digit addition, answer LSD first; dense reward"),
+    ("text/Parity-v0", "jaxrl_envs.text.parity:Parity", "token task: the parity of 6 bits (answer 0 or 1); dense verifier reward"),
     ("text/AlphabetSortTurns-v0", "jaxrl_envs.text.alphabet_sort_turns:AlphabetSortTurns", "dialogue: 3 turns of alphabet-sort, a name more each turn; mean similarity**4"),
     ("text/ToolAddition-v0", "jaxrl_envs.text.tool_addition:ToolAddition", "dialogue: 3+3-digit addition with a calculator call; exact-match reward"),
     ("text/GuessNumber-v0", "jaxrl_envs.text.guess_number:GuessNumber", "dialogue: find a number in [0, 16) told higher/lower; reward falls with turns"),

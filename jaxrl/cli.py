@@ -170,6 +170,8 @@ def _add_eval(sub) -> None:
     p.add_argument("run_dir", metavar="RUN_DIR")
     p.add_argument("--episodes", type=count, help="episodes per policy mode (default: the config's eval_episodes)")
     p.add_argument("--seed", type=int, default=0, help="PRNG seed of the evaluation episodes")
+    p.add_argument("-n", "--prompts", type=count, help="token tasks: sample this many held-out prompts (with -r)")
+    p.add_argument("-r", "--rollouts", type=count, help="token tasks: completions sampled per prompt: mean, std, pass@k (with -n)")
     p.set_defaults(func=_lazy("jaxrl.run.evaluate", "main_eval"))
 
 

@@ -100,10 +100,43 @@ class EvalReport(NamedTuple):
       scores: ``{key of evaluate's output: label}`` of per-episode ``[E]`` arrays that
         ``jaxrl eval`` summarises (mean, std, 95% CI); the first is the headline.
       metric: what the scores are (``"return"``, ``"reward"``), for printed summaries.
+      phrases: ``{key: what the printed line calls it}`` where ``"<label> <metric>"`` would
+        mislead (``"held-out greedy exact match"``); optional.
     """
 
     scores: dict
     metric: str = "return"
+    phrases: dict | None = None
+
+
+class Curve(NamedTuple):
+    """The training metric that progress bars and learning curves show.
+
+    ``metric`` is a key of ``update``'s metrics; ``label`` says what it is (``"sampled
+    reward"``: the training batch's, not an evaluation score).
+    """
+
+    metric: str
+    label: str
+
+
+class Alert(NamedTuple):
+    """A sign of a stalled run that the trainer watches for in the update records.
+
+    It fires once, when the mean of ``metric`` (seed mean) over the last ``patience``
+    updates is above (``above``) or below ``threshold``; an update in which ``unless`` =
+    ``(metric, level)`` has that metric at or above ``level`` (e.g. the task is solved)
+    empties the window.
+    ``says`` is what it means, ``hint`` what to try; both are printed and recorded.
+    """
+
+    metric: str
+    above: bool
+    threshold: float
+    patience: int
+    says: str
+    hint: str
+    unless: tuple[str, float] | None = None
 
 
 class Program(NamedTuple):
@@ -130,6 +163,12 @@ class Program(NamedTuple):
         starting from the learned parameters of ``trained`` (a state of the same
         algorithm and network) with its own optimiser, envs and counters (``jaxrl train
         --init-from RUN``), or ``None`` if the algorithm cannot.
+      curve: the training metric of progress bars and curves (``None``: the return).
+      alerts: signs of a stalled run the trainer reports once (:class:`Alert`).
+      rollouts: ``rollouts(state, key, n, r) -> dict``, host-side (one seed's state): ``r``
+        sampled episodes on each of ``n`` held-out prompts plus a greedy one, as numpy
+        arrays and transcripts (``jaxrl eval -n N -r R``; the keys are listed in
+        :func:`jaxrl.run.sampled.summarise`), or ``None``.
     """
 
     init: Callable[[jax.Array], State]
@@ -144,6 +183,9 @@ class Program(NamedTuple):
     init_with: Callable[[jax.Array, Any], State]
     samples: Callable[[State, jax.Array, int], list[str]] | None = None
     load_params: Callable[[State, State], State] | None = None
+    curve: Curve | None = None
+    alerts: tuple = ()
+    rollouts: Callable[[State, jax.Array, int, int], dict] | None = None
 
 
 def replicated_axes(state: State) -> Any:

@@ -27,6 +27,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from jaxrl.algos.common.train import COMPILER_OPTIONS
 from jaxrl.algos.contract import EvalReport
 from jaxrl.run import config as config_lib
 from jaxrl.run.build import Built, build, seed_keys
@@ -59,7 +60,11 @@ def summarise(metrics: dict, report: EvalReport) -> dict:
     missing = [key for key in report.scores if key not in metrics]
     if missing:
         raise ValueError(f"evaluate returned no {missing}: got {sorted(metrics)}")
-    policies = {label: return_stats(metrics[key]) for key, label in report.scores.items()}
+    phrases = report.phrases or {}
+    policies = {
+        label: {**return_stats(metrics[key]), "label": phrases.get(key, f"{label} {report.metric}")}
+        for key, label in report.scores.items()
+    }
     headline = next(iter(report.scores))
     scores = np.asarray(metrics[headline], np.float64)
     return {
@@ -75,9 +80,10 @@ def format_summary(summary: dict) -> str:
     """Human-readable lines of a summary."""
     lines = []
     for mode, s in summary["policies"].items():
+        label = s.get("label", f"{mode} {summary.get('metric', 'return')}")
         lines.append(
-            f"eval {mode:<13} {summary.get('metric', 'return')} {s['mean']:.2f} +- {s['std']:.2f} (std) "
-            f"95% CI [{s['ci95_low']:.2f}, {s['ci95_high']:.2f}] over {s['episodes']} episodes"
+            f"eval {label:<20} {s['mean']:.3f} +- {s['std']:.3f} (std) "
+            f"95% CI [{s['ci95_low']:.3f}, {s['ci95_high']:.3f}] over {s['episodes']} episodes"
         )
     return "\n".join(lines)
 
@@ -93,7 +99,7 @@ def evaluate_states(built: Built, states: Any, seed: int = 0) -> dict:
     """Run the program's ``evaluate`` on a ``[S, ...]`` batch of states; host metrics dict."""
     num_seeds = jax.tree_util.tree_leaves(states)[0].shape[0]
     keys = jax.random.split(jax.random.PRNGKey(seed + EVAL_SEED_OFFSET), num_seeds)
-    metrics = jax.jit(jax.vmap(built.program.evaluate))(states, keys)
+    metrics = jax.jit(jax.vmap(built.program.evaluate), compiler_options=COMPILER_OPTIONS)(states, keys)
     return jax.device_get(metrics)
 
 
@@ -158,6 +164,9 @@ def main_eval(args) -> int:
     out_path = os.path.join(args.run_dir, EVAL_FILE)
     rundir.refuse_link(out_path)  # before the work, not after it
     guards.check_seed(args.seed, "--seed", guards.MAX_SEED - EVAL_SEED_OFFSET)
+    n, r = getattr(args, "prompts", None), getattr(args, "rollouts", None)
+    if n is not None or r is not None:
+        return main_sampled(args, out_path, n, r)
     cfg, built, states, step = load_run(args.run_dir, args.episodes)
     summary = evaluate_run(built, states, seed=args.seed)
     summary["checkpoint_update"] = step
@@ -165,6 +174,35 @@ def main_eval(args) -> int:
     print(format_summary(summary))
     for line in sample_lines(built, states, seed=args.seed):
         print(line)
+    return 0
+
+
+def main_sampled(args, out_path: str, n: int | None, r: int | None) -> int:
+    """``jaxrl eval RUN -n N -r R`` (:mod:`jaxrl.run.sampled`): print it and add it to
+    ``eval.json`` under ``"sampled"`` (the file's other entries are kept)."""
+    from jaxrl.run import sampled
+
+    if n is None or r is None:
+        raise ConfigError("-n/--prompts and -r/--rollouts go together: e.g. jaxrl eval RUN -n 64 -r 8")
+    if n < 1 or r < 1:
+        raise ConfigError(f"-n/--prompts and -r/--rollouts: must be >= 1, got -n {n} -r {r}")
+    if args.episodes is not None:
+        raise ConfigError("--episodes does not apply with -n/-r (the prompts are -n)")
+    cfg, built, states, step = load_run(args.run_dir)
+    if built.program.rollouts is None:
+        raise ConfigError(f"-n/-r: {cfg.algo} on {cfg.env.id} has no held-out prompts to sample (token-task runs only)")
+    first = jax.tree_util.tree_map(lambda x: x[0], states)
+    key = jax.random.PRNGKey(args.seed + EVAL_SEED_OFFSET)
+    summary = {**sampled.summarise(built.program.rollouts(first, key, n, r)), "checkpoint_update": step, "seed_of_run": 0}
+    previous = {}
+    if os.path.exists(out_path):
+        try:
+            with open(out_path) as f:
+                previous = json.load(f)
+        except (OSError, ValueError):
+            previous = {}
+    write_summary({**(previous if isinstance(previous, dict) else {}), "sampled": summary}, out_path)
+    print(sampled.format_sampled(summary))
     return 0
 
 

@@ -26,6 +26,7 @@ import io
 import json
 import math
 import os
+import sys
 from typing import Iterable, Sequence
 
 import numpy as np
@@ -184,9 +185,19 @@ def as_floats(values) -> np.ndarray:
     return np.array([[np.nan if x is None else x for x in v] if isinstance(v, list) else v for v in values], np.float64)
 
 
-def plot_learning_curve(records: Sequence[dict], path: str, title: str = "") -> str | None:
-    """Write a PNG of the training return against env steps (mean and min-max band)."""
-    key = return_key({k for r in records for k in r})
+def curve_labels(records: Sequence[dict], curve=None, step_unit: str = "env steps") -> tuple:
+    """``(metric key, y label, x label)`` of a learning curve: ``curve.metric`` named by its
+    label (e.g. "sampled reward (return_mean)"), else the training return, against
+    ``step_unit`` per seed."""
+    key = curve.metric if curve is not None else return_key({k for r in records for k in r})
+    label = f"{curve.label} ({key})" if curve is not None else key
+    return key, label, f"{step_unit} (per seed)"
+
+
+def plot_learning_curve(records: Sequence[dict], path: str, title: str = "", curve=None, step_unit: str = "env steps") -> str | None:
+    """Write a PNG of the training return (or ``curve.metric``, labelled ``curve.label``, a
+    :class:`~jaxrl.algos.contract.Curve`) against ``step_unit`` (mean and min-max band)."""
+    key, label, xlabel = curve_labels(records, curve, step_unit)
     records = [r for r in records if key is not None and key in r]
     if not records:
         return None
@@ -203,13 +214,13 @@ def plot_learning_curve(records: Sequence[dict], path: str, title: str = "") -> 
             ax.plot(steps, values[:, s], lw=0.8, alpha=0.6)
         ax.plot(steps, np.nanmean(values, axis=1), lw=2, color="k", label="mean")
     else:
-        ax.plot(steps, values, lw=2, label=key)
+        ax.plot(steps, values, lw=2, label=label)
         if f"{key}/min" in records[-1]:
             lo = as_floats([r.get(f"{key}/min") for r in records])
             hi = as_floats([r.get(f"{key}/max") for r in records])
             ax.fill_between(steps, lo, hi, alpha=0.25, label="min-max over seeds")
-    ax.set_xlabel("env steps (per seed)")
-    ax.set_ylabel(key)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(label)
     ax.set_title(title)
     ax.grid(alpha=0.3)
     ax.legend(loc="lower right")
@@ -222,19 +233,27 @@ def plot_learning_curve(records: Sequence[dict], path: str, title: str = "") -> 
 
 
 class Progress:
-    """A tqdm bar over env steps (all seeds) with steps/s, recent return and ETA."""
+    """A tqdm bar over ``unit`` (env steps or tokens, all seeds) with their rate, the recent
+    training metric (named ``label``: "return", "sampled reward") and ETA."""
 
-    def __init__(self, total: int, initial: int = 0, enabled: bool = True):
+    def __init__(self, total: int, initial: int = 0, enabled: bool = True, unit: str = "env steps", label: str = "return"):
         from tqdm.auto import tqdm
 
+        self.label = label
         self._bar = tqdm(
-            total=total, initial=initial, unit="step", unit_scale=True, disable=not enabled, dynamic_ncols=True
+            total=total, initial=initial, unit=" " + unit, unit_scale=True, disable=not enabled, dynamic_ncols=True
         )
 
     def update(self, steps: int, recent_return: float | None = None) -> None:
         if recent_return is not None and math.isfinite(recent_return):
-            self._bar.set_postfix_str(f"return {recent_return:.1f}", refresh=False)
+            value = f"{recent_return:.3f}" if abs(recent_return) < 10 else f"{recent_return:.1f}"
+            self._bar.set_postfix_str(f"{self.label} {value}", refresh=False)
         self._bar.update(steps)
+
+    def write(self, line: str | None) -> None:
+        """Print ``line`` above the bar on stdout (nothing for ``None``)."""
+        if line:
+            self._bar.write(line, file=sys.stdout)
 
     def close(self) -> None:
         self._bar.close()

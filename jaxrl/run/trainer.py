@@ -44,7 +44,7 @@ from jaxrl.parallel import distributed, sharding
 from jaxrl.run import config as config_lib
 from jaxrl.run import evaluate as eval_lib
 from jaxrl.run import logging as log_lib
-from jaxrl.run import guards, loggers, rundir
+from jaxrl.run import alerts as alerts_lib, guards, loggers, rundir
 from jaxrl.run.build import Built, build, seed_keys
 from jaxrl.run.checkpoint import Checkpoints, to_storable
 from jaxrl.run.config import ConfigError, RunConfig
@@ -265,9 +265,9 @@ def _resolve_resume(cfg: RunConfig | None, resume: str) -> RunConfig:
     return saved
 
 
-def _recent_return(records: list[dict]) -> float | None:
-    """The latest training return, skipping updates in which no episode ended."""
-    key = log_lib.return_key({k for r in records for k in r})
+def _recent_return(records: list[dict], key: str | None = None) -> float | None:
+    """The latest training return (or ``key``), skipping updates in which no episode ended."""
+    key = key or log_lib.return_key({k for r in records for k in r})
     for rec in reversed(records):
         if key is not None and key in rec:
             return float(np.nanmean(log_lib.as_floats([rec[key]])))
@@ -375,7 +375,9 @@ def _run_locked(cfg, built, keys, layout, run_dir, resume, evaluate, out, accept
     summary = None
     if primary:
         records = log_lib.read_metrics(metrics_path)
-        log_lib.plot_learning_curve(records, os.path.join(run_dir, CURVE_FILE), f"{cfg.algo} on {cfg.env.id}")
+        curve = built.program.curve
+        log_lib.plot_learning_curve(records, os.path.join(run_dir, CURVE_FILE), f"{cfg.algo} on {cfg.env.id}",
+                                    curve, built.derived.step_unit)
     if evaluate:
         local = sharding.local_copy(state) if jax.process_count() > 1 else state
         if primary:
@@ -477,9 +479,8 @@ def stop_reached(stop: config_lib.StopAt, record: dict) -> bool:
     if stop.metric not in record:
         known = ", ".join(k for k in record if k not in loggers.INDEX_KEYS)
         raise ConfigError(f"train.stop_at.metric: no metric {stop.metric!r} in the update records; they have: {known}")
-    value = record[stop.metric]
-    values = [v for v in (value if isinstance(value, list) else [value]) if v is not None]
-    return bool(values) and float(np.mean(values)) >= stop.threshold
+    value = alerts_lib.seed_mean(record[stop.metric])
+    return value is not None and value >= stop.threshold
 
 
 def record_stop(stop: config_lib.StopAt, record: dict, run_dir: str) -> None:
@@ -507,7 +508,10 @@ def _loop(
     jsonl = log_lib.MetricsLog(metrics_path if primary else os.devnull)
     log = loggers.open_sinks(cfg.train.loggers, os.path.dirname(metrics_path), jsonl, config_lib.config_to_dict(cfg), primary)
     show = cfg.train.progress and primary
-    bar = log_lib.Progress(d.total_env_steps * d.seeds, done * d.env_steps_per_update * d.seeds, show)
+    curve = built.program.curve
+    bar = log_lib.Progress(d.total_env_steps * d.seeds, done * d.env_steps_per_update * d.seeds, show, d.step_unit,
+                           curve.label if curve else "return")
+    watch = alerts_lib.Watch(built.program.alerts, os.path.dirname(metrics_path), primary)
     start = time.perf_counter()
     chunks_since_save = 0
     trace_mesh = layout.mesh if layout is not None and layout.mode == "envs" else None
@@ -523,9 +527,10 @@ def _loop(
                 wall = wall_offset + time.perf_counter() - start
                 records = log_lib.chunk_records(metrics, done, n, d.env_steps_per_update, wall, cfg.train.log_seeds)
                 log.write(records)
+                bar.write(watch.console_line(watch.observe(records)) if primary else None)
                 done += n
                 last = (done, state)
-                bar.update(n * d.env_steps_per_update * d.seeds, _recent_return(records))
+                bar.update(n * d.env_steps_per_update * d.seeds, _recent_return(records, curve and curve.metric))
                 if cfg.train.stop_at is not None and done < d.num_updates and stop_reached(cfg.train.stop_at, records[-1]):
                     if primary:
                         record_stop(cfg.train.stop_at, records[-1], os.path.dirname(metrics_path))

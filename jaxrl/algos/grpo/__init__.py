@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxrl.algos.contract import (
-    AlgoEntry, BatchSize, EnvSetup, EvalReport, Plan, Policy, Program, no_carry, replicated_axes,
+    Alert, AlgoEntry, BatchSize, Curve, EnvSetup, EvalReport, Plan, Policy, Program, no_carry, replicated_axes,
 )
 from jaxrl.algos.grpo import config, evaluate, losses, policy, rollout, update
 from jaxrl.algos.grpo.config import GRPOConfig, GRPOHyper, hyperparams
@@ -97,18 +97,49 @@ def _acting_policy(envs: EnvSetup, cfg: GRPOConfig) -> Policy | None:
     return Policy(envs.env, _params, no_carry, functools.partial(_mlp_act, model))
 
 
-def _report(envs: EnvSetup) -> EvalReport:
-    info = jax.eval_shape(envs.env.reset, jax.random.PRNGKey(0), envs.eval_params)[1].info
+def _info_keys(envs: EnvSetup) -> set:
+    return set(jax.eval_shape(envs.env.reset, jax.random.PRNGKey(0), envs.eval_params)[1].info)
+
+
+def _report(envs: EnvSetup, info: set) -> EvalReport:
+    token = isinstance(envs.env, TokenTask)
     scores = {"episode_returns": "greedy"}
+    phrases = {"episode_returns": "held-out greedy reward" if token else "greedy return"}
     if "exact_match" in info:
         scores["episode_returns_exact_match"] = "exact match"
-    return EvalReport(scores, metric="reward" if isinstance(envs.env, TokenTask) else "return")
+        phrases["episode_returns_exact_match"] = "held-out greedy exact match" if token else "greedy exact match"
+    return EvalReport(scores, metric="reward" if token else "return", phrases=phrases)
+
+
+#: What to try when groups stop carrying a gradient (docs/rlvr.md, "When training stalls").
+STALL_HINT = (
+    "a larger grpo.group_size, a higher grpo.sampling.temperature, a partial-credit reward (a dense rubric), "
+    "a curriculum (env.curriculum), grpo.loss.scale_rewards (batch or none), or grpo.sampling.dynamic_sampling; "
+    "see docs/rlvr.md#when-training-stalls"
+)
+
+
+def alerts(envs: EnvSetup, cfg: GRPOConfig, info: set) -> tuple[Alert, ...]:
+    """The stalls the trainer reports once (``grpo.warn``): most groups without reward
+    spread, or the sampling entropy collapsed, over ``warn.patience`` updates, not counting
+    updates whose sampled exact match (``info`` keys: tasks that report one) shows it solved."""
+    w = cfg.warn
+    if w.patience == 0:
+        return ()
+    unless = ("rewards/exact_match/mean", w.solved_exact_match) if "exact_match" in info else None
+    return (
+        Alert("frac_reward_zero_std", True, w.zero_std_frac, w.patience,
+              "most groups score all their members alike, so they carry no gradient", STALL_HINT, unless),
+        Alert("entropy", False, w.min_entropy, w.patience,
+              "the policy's sampling entropy collapsed: it answers the same whatever it samples", STALL_HINT, unless),
+    )
 
 
 def build(envs: EnvSetup, cfg: GRPOConfig) -> Program:
     """The GRPO family on ``envs.env`` as a :class:`~jaxrl.algos.contract.Program`."""
     setup = make_setup(envs, cfg)
     token = isinstance(envs.env, TokenTask)
+    info = _info_keys(envs)  # the env's info keys (exact_match?)
     steps_per_update = cfg.sampling.oversample * cfg.num_prompts * cfg.group_size * setup.num_steps
     plan = Plan(cfg.num_updates, steps_per_update, cfg.num_epochs * cfg.num_minibatches,
                 step_unit="tokens" if token else "env steps")
@@ -120,11 +151,14 @@ def build(envs: EnvSetup, cfg: GRPOConfig) -> Program:
         batch_axes=replicated_axes,  # prompt groups are born inside the update and pinned there
         batch=BatchSize("num_prompts", cfg.num_prompts, "prompt groups"),
         policy=_acting_policy(envs, cfg),
-        report=_report(envs),
+        report=_report(envs, info),
         hyperparams=functools.partial(hyperparams, cfg),
         init_with=functools.partial(update.init, setup),
         samples=functools.partial(evaluate.samples, setup) if token else None,
         load_params=load_params,
+        curve=Curve("return_mean", "sampled reward" if token else "sampled return"),
+        alerts=alerts(envs, cfg, info),
+        rollouts=functools.partial(evaluate.sampled_rollouts, setup) if token else None,
     )
 
 

@@ -84,6 +84,16 @@ class OptimConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class WarnConfig:
+    """When the trainer reports a stalled run, once, with what to try (``grpo.warn``)."""
+
+    zero_std_frac: float = 0.5  # warn when frac_reward_zero_std averages above this ...
+    min_entropy: float = 0.02  # ... or the sampled tokens' entropy (nats) averages below this ...
+    patience: int = 30  # ... over the last this many updates (0 = never warn)
+    solved_exact_match: float = 0.95  # updates whose sampled exact match is at least this do not count
+
+
+@dataclasses.dataclass(frozen=True)
 class GRPOConfig(AlgoConfig):
     """GRPO-family settings (the ``grpo:`` section of a run config)."""
 
@@ -97,6 +107,7 @@ class GRPOConfig(AlgoConfig):
     loss: LossConfig = dataclasses.field(default_factory=LossConfig)
     sampling: SamplingConfig = dataclasses.field(default_factory=SamplingConfig)
     optim: OptimConfig = dataclasses.field(default_factory=OptimConfig)
+    warn: WarnConfig = dataclasses.field(default_factory=WarnConfig)
 
     def validate(self) -> None:
         validate(self)
@@ -131,6 +142,10 @@ def validate(cfg: GRPOConfig) -> None:
     check(s.oversample >= 1, "sampling.oversample", f"must be >= 1, got {s.oversample}")
     check(s.oversample == 1 or s.dynamic_sampling, "sampling.oversample", "> 1 needs sampling.dynamic_sampling: true")
     check(s.overlong_buffer >= 0, "sampling.overlong_buffer", f"must be >= 0, got {s.overlong_buffer}")
+    w = cfg.warn
+    check(0.0 <= w.zero_std_frac <= 1.0, "warn.zero_std_frac", f"must be in [0, 1], got {w.zero_std_frac}")
+    check(w.min_entropy >= 0, "warn.min_entropy", f"must be >= 0, got {w.min_entropy}")
+    check(w.patience >= 0, "warn.patience", f"must be >= 0, got {w.patience}")
     check(o.lr > 0, "optim.lr", f"must be > 0, got {o.lr}")
     check(o.max_grad_norm > 0, "optim.max_grad_norm", f"must be > 0, got {o.max_grad_norm}")
     check(0.0 <= o.adam_b1 < 1.0, "optim.adam_b1", f"must be in [0, 1), got {o.adam_b1}")

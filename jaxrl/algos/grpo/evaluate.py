@@ -1,10 +1,15 @@
-"""GRPO's evaluation: greedy episodes on the held-out split, and printable samples."""
+"""GRPO's evaluation: greedy episodes on the held-out split, printable samples, and ``r``
+sampled dialogues per held-out prompt (``jaxrl eval -n -r``)."""
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
+import numpy as np
 
+from jaxrl.algos.common.train import COMPILER_OPTIONS
 from jaxrl.algos.grpo.rollout import Rollout, group_rollout
 from jaxrl.algos.grpo.update import GRPOState, Setup
 from jaxrl.core.tokens import TokenTask
@@ -86,3 +91,57 @@ def samples(setup: Setup, state: GRPOState, key: Array, num: int = 5) -> list[st
         f"{prompt!r} -> {completion!r}  reward {reward:.3f}"
         for prompt, completion, reward in sample_completions(setup, state.params, key, num)
     ]
+
+
+def marked_transcript(task: TokenTask, dialogue, turns: int) -> str:
+    """Host-side text of one whole dialogue (numpy ``int32 [dialogue_len]``) with its parts
+    marked: ``[prompt] ... [policy] ... [env] ... [policy] ...`` (``turns`` policy turns)."""
+    tt, tr, lp = task.max_turn_tokens, task.max_reply_tokens, task.prompt_len
+    parts = [f"[prompt] {task.decode(dialogue[:lp])}"]
+    for k in range(turns):
+        start = lp + k * (tt + tr)
+        parts.append(f"[policy] {task.decode(dialogue[start : start + tt])}")
+        reply = task.decode(dialogue[start + tt : start + tt + tr]) if tr else ""
+        if reply and k < turns - 1:
+            parts.append(f"[env] {reply}")
+    return " ".join(parts)
+
+
+def _sampled(setup: Setup, n: int, r: int, params, key: Array) -> tuple[Rollout, Rollout]:
+    """``r`` sampled dialogues on each of ``n`` held-out prompts, and the greedy one of each."""
+    k_reset, k_roll, k_greedy = jax.random.split(key, 3)
+    prompts = jax.random.split(k_reset, n)
+    temperature = jnp.float32(setup.cfg.sampling.temperature)
+    sampled = group_rollout(
+        setup.policy, setup.env, setup.eval_params, params, jnp.repeat(prompts, r, axis=0), k_roll, setup.num_steps,
+        temperature,
+    )
+    greedy = group_rollout(
+        setup.policy, setup.env, setup.eval_params, params, prompts, k_greedy, setup.num_steps, jnp.float32(1.0),
+        greedy=True,
+    )
+    return sampled, greedy
+
+
+def sampled_rollouts(setup: Setup, state: GRPOState, key: Array, n: int, r: int, shown: int = 3) -> dict:
+    """:attr:`jaxrl.algos.contract.Program.rollouts` of a token task (``jaxrl eval -n -r``).
+
+    Host-side numpy: ``rewards`` float ``[n, r]`` (sampled at ``sampling.temperature``,
+    held-out prompts, the eval params), ``greedy`` float ``[n]``; when the task reports
+    ``exact_match``, ``correct`` bool ``[n, r]`` and ``greedy_correct`` bool ``[n]``;
+    ``transcripts``: the first sampled dialogue of the first ``shown`` prompts, whole, with
+    its reward.
+    """
+    if not isinstance(setup.env, TokenTask):
+        raise TypeError(f"{setup.env.name} is not a token task; it has no held-out prompts to sample")
+    run = jax.jit(functools.partial(_sampled, setup, n, r), compiler_options=COMPILER_OPTIONS)
+    sampled, greedy = jax.device_get(run(state.params, key))
+    out = {"rewards": np.asarray(sampled.returns).reshape(n, r), "greedy": np.asarray(greedy.returns)}
+    if "exact_match" in sampled.final_info:
+        out["correct"] = np.asarray(sampled.final_info["exact_match"]).reshape(n, r) > 0.5
+        out["greedy_correct"] = np.asarray(greedy.final_info["exact_match"]) > 0.5
+    out["transcripts"] = [
+        f"{marked_transcript(setup.env, sampled.obs[i * r], int(sampled.turns[i * r]))}  -> reward {float(sampled.returns[i * r]):.3f}"
+        for i in range(min(shown, n))
+    ]
+    return out
