@@ -178,3 +178,12 @@ def test_flags_follow_discount_and_time_limit_step_by_step():
     short = params.replace(max_steps_in_episode=jnp.int32(3))
     _, (_, _, term, trunc, elapsed) = jax.tree_util.tree_map(np.asarray, _parity(env, short, jax.random.PRNGKey(0), 300))
     assert trunc.sum() > 0 and (elapsed[trunc] == 3).all() and (elapsed <= 3).all()
+
+
+def test_snake_recipe_loads_and_cuts_episodes_at_500():
+    from jaxrl.run.config import load_config
+
+    cfg = load_config(pathlib.Path(__file__).resolve().parents[1] / "configs" / "ppo_jumanji_snake.yaml")
+    env, params = jaxrl.make(cfg.env.id, **cfg.env.params)
+    assert isinstance(env, jj.JumanjiEnv) and env.time_limit == 4000 and env.episode_bound(params) == 500
+    assert cfg.algo == "ppo" and env.action_space(params) == spaces.Discrete(4)
