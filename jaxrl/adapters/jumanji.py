@@ -47,7 +47,7 @@ JUMANJI_IDS = (
     "Game2048-v1", "GraphColoring-v1", "Minesweeper-v0", "RubiksCube-v0", "RubiksCube-partly-scrambled-v0",
     "Sudoku-v0", "Sudoku-very-easy-v0", "SlidingTilePuzzle-v0",
     "BinPack-v2", "FlatPack-v0", "Knapsack-v1", "Tetris-v0",
-    "Cleaner-v0", "MMST-v0", "CVRP-v1", "MultiCVRP-v0", "Maze-v0", "RobotWarehouse-v0", "Snake-v1", "TSP-v1", "PacMan-v1",
+    "Cleaner-v0", "MMST-v0", "CVRP-v1", "MultiCVRP-v0", "Maze-v0", "RobotWarehouse-v0", "Snake-v1", "PacMan-v1",
 )
 #: The most joint actions a multi-component action may have to become one ``Discrete``.
 MAX_JOINT_ACTIONS = 65_536
@@ -59,6 +59,7 @@ EXCLUDED = {
     "Connector-v3": "it returns one reward per agent (shape (10,)); the contract has one scalar reward",
     "LevelBasedForaging-v0": "it returns one reward per agent (shape (2,)); the contract has one scalar reward",
     "SearchAndRescue-v0": "it returns one reward per agent (shape (2,)); the contract has one scalar reward",
+    "TSP-v1": "its reset observation's position is -1, below its own observation spec's minimum of 0",
 }
 REFUSED = ("Sokoban-v0",)
 
@@ -89,11 +90,12 @@ def raw_jumanji_env(env_id: str, env_kwargs: tuple = ()):
 
 
 def _spec_leaves(spec, prefix: str = "") -> list[tuple[str, Any]]:
-    """``(dotted name, array spec)`` of a (nested) Jumanji spec, depth first in spec order."""
+    """``(dotted name, array spec)`` of a (nested) Jumanji spec, depth first in spec order;
+    a plain array observation is the single leaf ``""``."""
     from jumanji import specs as jspecs
 
     if isinstance(spec, jspecs.Array):
-        return [(prefix or "obs", spec)]
+        return [(prefix, spec)]
     out = []
     for name, child in spec._specs.items():
         out += _spec_leaves(child, f"{prefix}.{name}" if prefix else name)
@@ -101,7 +103,7 @@ def _spec_leaves(spec, prefix: str = "") -> list[tuple[str, Any]]:
 
 
 def _leaf_value(obs, name: str):
-    for part in name.split("."):
+    for part in filter(None, name.split(".")):
         obs = getattr(obs, part)
     return obs
 
@@ -282,7 +284,7 @@ class JumanjiEnv(Environment):
         if "action_mask" not in names:
             return jnp.ones((codec.n,), jnp.bool_)
         mask = jnp.asarray(obs.action_mask, jnp.bool_)
-        if mask.shape == codec.nums or mask.size == codec.n:  # a joint mask already
+        if mask.shape == codec.nums:  # a joint mask already
             return mask.reshape(codec.n)
         k, width = len(codec.nums), max(codec.nums)
         if mask.shape[0] == k and mask.ndim == 2:  # one mask row per component: AND them
@@ -325,17 +327,24 @@ class JumanjiEnv(Environment):
         out = transition(self.flatten_obs(ts.observation), ts.reward, terminated, truncated, info)
         return JumanjiState(strong_types(inner), elapsed), out
 
-    def observation_space(self, params):
+    @functools.cached_property
+    def _obs_bounds(self) -> tuple[np.ndarray, np.ndarray]:
         lows, highs = zip(*(_bounds(spec) for _, spec in _spec_leaves(self.raw.observation_spec)))
-        low = np.concatenate([b.ravel() for b in lows])
-        high = np.concatenate([b.ravel() for b in highs])
+        return np.concatenate([b.ravel() for b in lows]), np.concatenate([b.ravel() for b in highs])
+
+    @functools.cached_property
+    def _act_bounds(self) -> tuple[np.ndarray, np.ndarray]:
+        return _bounds(self.raw.action_spec)
+
+    def observation_space(self, params):
+        low, high = self._obs_bounds
         return spaces.Box(low, high, low.shape, jnp.float32)
 
     def action_space(self, params):
         codec = self.codec
         if codec.nums is not None:
             return spaces.Discrete(codec.n, jnp.int32)
-        low, high = _bounds(self.raw.action_spec)
+        low, high = self._act_bounds
         return spaces.Box(low, high, codec.shape, jnp.float32)
 
     def __repr__(self) -> str:
