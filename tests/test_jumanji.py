@@ -2,7 +2,7 @@
 
 CI subset: ``check_env`` on two ids (a ``Discrete`` env whose time limit Jumanji folds into
 a termination, and a multi-component action with a joint mask); every adapted id when
-``JAXRL_FULL_JUMANJI=1`` is set (several minutes of compile on a 2-core CPU). Flags,
+``JAXRL_FULL_JUMANJI=1`` is set (slow: each id compiles several programs). Flags,
 rewards and observations are compared step by step with Jumanji's own ``step``.
 """
 
