@@ -251,3 +251,5 @@ def test_discount_one_is_truncation_and_plain_specs_map(monkeypatch):
     assert flags == [(False, False)] * 3 + [(False, True)]
     np.testing.assert_array_equal(np.asarray(ts.obs), [0.0, 4.0])
     assert ts.info["action_mask"].shape == ()
+    with pytest.raises(ValueError, match=r"action has shape \(2, 1\), expected \(1,\)"):
+        env.step(None, env.reset(jax.random.PRNGKey(0), params)[0], jnp.zeros((2, 1)), params)

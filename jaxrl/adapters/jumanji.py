@@ -39,7 +39,9 @@ from flax import struct
 
 from jaxrl.adapters.params import strong_types
 from jaxrl.core import spaces
-from jaxrl.core.env import Environment, Range, clip_discrete_action, first_timestep, transition
+from jaxrl.core.env import (
+    Environment, Range, check_action_shape, clip_discrete_action, first_timestep, transition,
+)
 
 #: Jumanji 1.1's registry (``jumanji.registered_environments()``) minus :data:`EXCLUDED`,
 #: listed so that registering does not import jumanji; ``tests/test_jumanji.py`` compares.
@@ -316,9 +318,10 @@ class JumanjiEnv(Environment):
 
     def step(self, key, state, action, params):
         del key  # Jumanji keeps its random key in its state
+        check_action_shape(self.name, action, self.action_space(params).shape)
         inner, ts = self.raw.step(state.inner, self.decode_action(action))
         elapsed = state.elapsed + 1
-        last = ts.step_type == 2  # jumanji.types.StepType.LAST
+        last = ts.last()
         own_limit = jnp.bool_(False) if self.time_limit is None else elapsed >= self.time_limit
         param_limit = elapsed >= params.max_steps_in_episode if isinstance(params, JumanjiParams) else jnp.bool_(False)
         terminated = last & (jnp.asarray(ts.discount) == 0) & ~own_limit
