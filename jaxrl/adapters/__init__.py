@@ -4,6 +4,8 @@
   ``[physics]`` extra).
 * :mod:`jaxrl.adapters.mjx` — a physics env from a MuJoCo XML model plus pure
   ``observation`` / ``reward`` / ``terminated`` functions, stepped by ``mujoco-mjx``.
+* :mod:`jaxrl.adapters.gymnax` — gymnax's suite as ``gymnax/<id>`` (the ``[gymnax]`` extra).
+* :mod:`jaxrl.adapters.jumanji` — Jumanji's suite as ``jumanji/<id>`` (the ``[jumanji]`` extra).
 
-Neither module imports its simulator at ``import jaxrl`` time.
+None of these modules imports its simulator at ``import jaxrl`` time.
 """

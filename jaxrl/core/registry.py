@@ -63,6 +63,7 @@ OPTIONAL_NAMESPACES = {
     "brax": ("brax", "physics"),
     "mjx": ("mujoco.mjx", "physics"),
     "gymnax": ("gymnax", "gymnax"),
+    "jumanji": ("jumanji", "jumanji"),
 }
 _plugins_loaded = False
 
