@@ -37,7 +37,9 @@ from jaxrl.run import config as config_lib  # noqa: E402
 #: recipe -> (config file, extra overrides, default sizes, paths)
 RECIPES = {
     "cartpole": ("configs/ppo_cartpole.yaml", (), (8, 2048, 16384), ("vector", "autoreset")),
-    "brax_inverted_pendulum": ("configs/ppo_brax_inverted_pendulum.yaml", (), (64, 1024), ("vector", "autoreset", "pool")),
+    "brax_inverted_pendulum": (
+        "configs/ppo_brax_inverted_pendulum.yaml", (), (64, 1024), ("vector", "autoreset", "pool")
+    ),
 }
 
 
@@ -74,7 +76,8 @@ def updates_for(num_envs: int, num_steps: int, target: int) -> int:
     return int(min(64, max(1, target // (num_envs * num_steps))))
 
 
-def run(args) -> list[dict[str, Any]]:
+def run(args, meta: dict[str, Any]) -> list[dict[str, Any]]:
+    """Time every (recipe, N, path); the record is rewritten after each (recipe, N)."""
     records = []
     for recipe in args.recipes:
         cfg_path, extra, sizes, paths = RECIPES[recipe]
@@ -97,8 +100,11 @@ def run(args) -> list[dict[str, Any]]:
                 print(f"{recipe:24s} N={n:6d} {p:10s} {common.format_rate(res['rate_best']):>8s} env steps/s "
                       f"(median {common.format_rate(res['rate_median'])}), compile {side.setup_s:.1f}s", flush=True)
             ref = next(r for r in records[-len(paths):] if r["path"] == "autoreset")
+            for r in records[-len(paths):]:
+                r["vs_autoreset"] = r["rate_best"] / ref["rate_best"]
             print(f"{'':24s} vs autoreset: " + ", ".join(
-                f"{r['path']} {r['rate_best'] / ref['rate_best']:.2f}x" for r in records[-len(paths):]), flush=True)
+                f"{r['path']} {r['vs_autoreset']:.2f}x" for r in records[-len(paths):]), flush=True)
+            common.write_results(args.name, records, meta)  # a partial run still leaves a record
     return records
 
 
@@ -116,9 +122,8 @@ def main(argv=None) -> None:
         "workload": "PPO training (rollout + GAE + SGD epochs) of the recipe's config with ppo.num_envs=N and "
         "env.vector=<path>; rate = N * num_steps * K / seconds",
     })
-    records = run(args)
-    paths = common.write_results(args.name, records, meta)
-    print(f"wrote {paths['json']} and {paths['csv']}")
+    run(args, meta)
+    print(f"wrote {common.RESULTS_DIR / args.name}.{{json,csv}}")
 
 
 if __name__ == "__main__":

@@ -73,7 +73,8 @@ def test_paths_train_identically_from_a_fixed_start(path):
 def _recurrent_rollout(setup, key):
     state = ppo.update.init(setup, key)
     policy = functools.partial(ppo.acting.recurrent_policy_step, setup.network, setup.cfg, state.agent)
-    return state.memory, rollout.collect_recurrent(policy, setup.env, setup.env_params, state.env, state.memory, key, 24)
+    out = rollout.collect_recurrent(policy, setup.env, setup.env_params, state.env, state.memory, key, 24)
+    return state.memory, out
 
 
 def test_recurrent_carry_sees_the_same_done_flags_on_every_path():

@@ -202,7 +202,7 @@ class VectorEnv(Wrapper):
       reset_chunk: ``C``, fresh start states drawn per iteration of the reset loop (a
         step with ``c`` finished envs runs ``ceil(c / C)`` iterations). ``None`` picks
         :func:`default_reset_chunk`; ``C >= N`` gives the per-env scheme (a full-batch
-        reset every step, like ``VmapEnv(AutoReset(env))``).
+        reset, like ``VmapEnv(AutoReset(env))``, run only on steps where an episode ended).
       episode_stats: add ``episode_return``/``episode_length``/``episode_done`` to info.
     """
 
@@ -256,7 +256,9 @@ class VectorEnv(Wrapper):
             env_state, obs = _reset_if_done(self.env, key, stepped, done, params, self.params_axis, key_index=1)
         else:
             reset_key = jax.random.split(key)[1]
-            env_state, obs = auto_reset_batch(self.env, reset_key, stepped, done, params, self.reset_chunk, self.params_axis)
+            env_state, obs = auto_reset_batch(
+                self.env, reset_key, stepped, done, params, self.reset_chunk, self.params_axis
+            )
         info = {**ts.info, "final_obs": ts.obs}
         new_state = VectorState(env_state)
         if self.episode_stats:
