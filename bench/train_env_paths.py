@@ -1,8 +1,8 @@
 """Training throughput on each training env path (``env.vector``): PPO env steps/s.
 
 For each recipe and batch size ``N`` this builds the PPO program of a config file with
-``ppo.num_envs=N`` (``ppo.num_steps=16`` from 1,024 envs on) and ``env.vector=<path>`` for every path asked, compiles a chunk of
-``K`` updates (``lax.scan`` of the program's ``update``, the trainer's compiler options,
+``ppo.num_envs=N`` (``ppo.num_steps=16`` from 1,024 envs on) and ``env.vector=<path>``
+for every path asked, compiles a chunk of ``K`` updates (``lax.scan`` of the program's ``update``, the trainer's compiler options,
 state donated) and times it: compile apart, then ``--repeats`` interleaved rounds (one
 call of every path per round; each call continues from the previous call's state), best
 and median. A call's work is ``N * num_steps * K`` env steps of *training* (rollout, GAE,
@@ -38,7 +38,7 @@ from jaxrl.run import config as config_lib  # noqa: E402
 RECIPES = {
     "cartpole": ("configs/ppo_cartpole.yaml", (), (8, 2048, 16384), ("vector", "autoreset")),
     "brax_inverted_pendulum": (
-        "configs/ppo_brax_inverted_pendulum.yaml", (), (64, 1024), ("vector", "autoreset", "pool")
+        "configs/ppo_brax_inverted_pendulum.yaml", (), (64,), ("vector", "autoreset", "pool")
     ),
 }
 
