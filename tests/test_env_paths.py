@@ -100,7 +100,8 @@ def test_auto_is_the_vector_path_and_algorithms_use_it():
     assert env_paths.resolve_path("auto") == "vector"
     assert isinstance(env_paths.batched_env(env, 4), VectorEnv)
     assert isinstance(env_paths.batched_env(env, 4, "autoreset"), VmapEnv)
-    assert ppo.make_setup(env, params, _ppo_cfg()).env == env_paths.batched_env(env, 24)
+    train_env = ppo.make_setup(env, params, _ppo_cfg()).env
+    assert isinstance(train_env, VectorEnv) and train_env.num_envs == 20
     for path, kind in (("auto", VectorEnv), ("autoreset", VmapEnv)):
         program = program_on(dqn, env, params, dqn.DQNConfig(num_envs=4), vector=path)
         assert isinstance(program.init.args[0].env, kind)  # the Setup the program is bound to
