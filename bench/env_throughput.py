@@ -24,6 +24,8 @@ round) so that load from other processes hits all sides alike.
 
     python bench/env_throughput.py --peers                       # full sweep
     python bench/env_throughput.py --envs CartPole-v1 --sizes 1024 16384 --steps 200 --peers
+    python bench/env_throughput.py --envs CartPole-v1 --peers --gymnasium-max-size 0 --repeats 7 \
+        --sizes 1 2 4 8 16 32 64 128 256 512 1024 2048 4096 8192 16384 32768 65536 --name env_throughput_sweep
 
 Results go to ``bench/results/<study>.{json,csv,png}``, one current record per study in
 :data:`STUDIES` (``--name``); a re-run replaces its study's record. The command behind each
@@ -247,6 +249,7 @@ STUDIES = {
     "env_throughput": "every classic env against gymnax and Gymnasium (--peers)",
     "env_throughput_autoreset": "the reset-chunk sweep against the per-env schemes (--chunk-divisors, --naive)",
     "env_throughput_cartpole": "CartPole only, more repeats, peers and per-env baselines together",
+    "env_throughput_sweep": "CartPole, jaxrl and gymnax at every power of two from 1 to 65,536 envs (each peer's best)",
 }
 
 
@@ -311,15 +314,18 @@ def summary(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
         k = (r["env"], r["impl"])
         if k not in best or r["rate_best"] > best[k]["rate_best"]:
             best[k] = r
+    by_size = {(r["env"], r["impl"], r["num_envs"]): r for r in records}
     out = []
     for (env_id, impl), r in sorted(best.items()):
         ours = best.get((env_id, "jaxrl"))
+        ours_there = by_size.get((env_id, "jaxrl", r["num_envs"]))  # jaxrl at this side's best N
         out.append({
             "env": env_id,
             "impl": impl,
             "best_rate": r["rate_best"],
             "at_num_envs": r["num_envs"],
             "jaxrl_ratio": None if ours is None else ours["rate_best"] / r["rate_best"],
+            "jaxrl_ratio_at_its_best_n": None if ours_there is None else ours_there["rate_best"] / r["rate_best"],
         })
     return out
 
@@ -339,7 +345,8 @@ def main(argv=None) -> None:
     best = summary(records)
     print("\nbest over batch sizes:")
     for b in best:
-        ratio = "" if b["jaxrl_ratio"] is None or b["impl"] == "jaxrl" else f"  (jaxrl is {b['jaxrl_ratio']:.2f}x)"
+        ratio = "" if b["jaxrl_ratio"] is None or b["impl"] == "jaxrl" else (
+            f"  (jaxrl best is {b['jaxrl_ratio']:.2f}x; at N={b['at_num_envs']} {b['jaxrl_ratio_at_its_best_n']:.2f}x)")
         print(f"  {b['env']:26s} {b['impl']:14s} {common.format_rate(b['best_rate']):>8s} steps/s at N={b['at_num_envs']}{ratio}")
     meta["best"] = best
     paths = common.write_results(args.name, records, meta)

@@ -202,12 +202,15 @@ class EnvSetup(NamedTuple):
       eval_params: the params evaluation uses (held-out split for token tasks, plus the
         config's ``env.eval_params``).
       curriculum: raises one env param as training succeeds, or ``None``.
+      vector: the training env's auto-reset path, one of
+        :data:`jaxrl.algos.common.envs.ENV_PATHS` (config key ``env.vector``).
     """
 
     env: Environment
     params: Any
     eval_params: Any
     curriculum: Curriculum | None = None
+    vector: str = "auto"
 
 
 class AlgoConfig(abc.ABC):

@@ -110,6 +110,27 @@ def _batch_reset(env: Environment, key, params, num: int, params_axis):
     return state, ts.obs
 
 
+def _reset_all(env: Environment, params_axis, key_index, key, stepped, done, params):
+    """``stepped`` with every finished env's ``(state, obs)`` replaced by its draw of a
+    full-batch reset from ``key`` (or from ``split(key)[key_index]``, derived here so that
+    a step with no finished env computes no key either)."""
+    if key_index is not None:
+        key = jax.random.split(key)[key_index]
+    fresh = _batch_reset(env, key, params, done.shape[0], params_axis)
+    return tree_select(done, fresh, stepped)
+
+
+def _reset_if_done(env: Environment, key, stepped, done, params, params_axis, key_index=None):
+    """:func:`_reset_all` when some env finished, else ``stepped`` untouched (``lax.cond``).
+
+    Same values as an unconditional full-batch reset and select; a small batch, where no
+    episode ends on most steps, skips the random-number work of the draws. Under ``vmap``
+    the ``cond`` becomes a select and both sides run.
+    """
+    reset = functools.partial(_reset_all, env, params_axis, key_index)
+    return jax.lax.cond(jnp.any(done), reset, lambda k, s, d, p: s, key, stepped, done, params)
+
+
 def _assign_chunk(env, chunk, params_axis, rank, key, params, carry):
     """One loop iteration: draw ``chunk`` fresh states for the finished envs of ranks
     ``j*chunk+1 .. (j+1)*chunk`` and scatter them in (``chunk`` rows, not a pass over N)."""
@@ -155,8 +176,7 @@ def auto_reset_batch(
     """
     num_envs = done.shape[0]
     if chunk >= num_envs:  # one chunk covers the batch: reset all, keep the finished
-        fresh = _batch_reset(env, key, params, num_envs, params_axis)
-        return tree_select(done, fresh, stepped)
+        return _reset_if_done(env, key, stepped, done, params, params_axis)
     rank = done_rank(done)
     num_chunks = (rank[-1] + (chunk - 1)) // chunk
     body = functools.partial(_assign_chunk, env, chunk, params_axis, rank, key, params)
@@ -182,7 +202,7 @@ class VectorEnv(Wrapper):
       reset_chunk: ``C``, fresh start states drawn per iteration of the reset loop (a
         step with ``c`` finished envs runs ``ceil(c / C)`` iterations). ``None`` picks
         :func:`default_reset_chunk`; ``C >= N`` gives the per-env scheme (a full-batch
-        reset every step, like ``VmapEnv(AutoReset(env))``).
+        reset, like ``VmapEnv(AutoReset(env))``, run only on steps where an episode ended).
       episode_stats: add ``episode_return``/``episode_length``/``episode_done`` to info.
     """
 
@@ -223,16 +243,22 @@ class VectorEnv(Wrapper):
         return state, ts.replace(info=info)
 
     def step(self, key, state: VectorState, action, params) -> tuple[VectorState, TimeStep]:
-        step_key, reset_key = jax.random.split(key)
-        # Unused (and removed by XLA) when env.step ignores its key.
-        step_keys = jax.random.split(step_key, self.num_envs)
+        # Step keys from split(key)[0], reset keys from split(key)[1]. The step keys are
+        # unused (and removed by XLA) when env.step ignores its key; with one reset chunk
+        # the reset key is derived inside the cond that skips steps where nothing ended.
+        step_keys = jax.random.split(jax.random.split(key)[0], self.num_envs)
         env_state, ts = jax.vmap(self.env.step, in_axes=(0, 0, 0, self.params_axis))(
             step_keys, state.env_state, action, params
         )
         done = ts.done
-        env_state, obs = auto_reset_batch(
-            self.env, reset_key, (env_state, ts.obs), done, params, self.reset_chunk, self.params_axis
-        )
+        stepped = (env_state, ts.obs)
+        if self.reset_chunk >= self.num_envs:
+            env_state, obs = _reset_if_done(self.env, key, stepped, done, params, self.params_axis, key_index=1)
+        else:
+            reset_key = jax.random.split(key)[1]
+            env_state, obs = auto_reset_batch(
+                self.env, reset_key, stepped, done, params, self.reset_chunk, self.params_axis
+            )
         info = {**ts.info, "final_obs": ts.obs}
         new_state = VectorState(env_state)
         if self.episode_stats:

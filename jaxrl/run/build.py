@@ -57,7 +57,7 @@ def env_setup(cfg: RunConfig) -> EnvSetup:
         except (TypeError, ValueError) as exc:
             raise ConfigError(f"env.curriculum.param: {exc}") from None
         curriculum = Curriculum(c.param, c.start, c.stop, c.metric, c.threshold, c.step)
-    return EnvSetup(env, params, eval_params, curriculum)
+    return EnvSetup(env, params, eval_params, curriculum, e.vector)
 
 
 def build(cfg: RunConfig) -> Built:

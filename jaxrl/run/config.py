@@ -74,6 +74,10 @@ class EnvConfig:
     # Domain randomisation: {param: "uniform(a, b)" | "loguniform(a, b)" | "choice(v, ...)"},
     # drawn per episode for each env, in training and evaluation (jaxrl.core.randomize).
     randomize: dict = dataclasses.field(default_factory=dict)
+    # The training env's auto-reset path for ppo, dqn, pqn, sac (jaxrl.algos.common.envs): "auto" (the measured
+    # fastest), "vector" (batch-level VectorEnv), "autoreset" (a full reset per env per
+    # step, the path of runs made before this key) or "pool" (reset pool; one device, one seed).
+    vector: Literal["auto", "vector", "autoreset", "pool"] = "auto"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -39,13 +39,14 @@ def epochs(epoch: Callable, carry: Any, key: jax.Array, num_epochs: int) -> tupl
 COMPILER_OPTIONS = {"xla_backend_optimization_level": 1}
 
 
-def program_on(module, env, env_params, cfg, eval_params=None, curriculum=None) -> Program:
+def program_on(module, env, env_params, cfg, eval_params=None, curriculum=None, vector="auto") -> Program:
     """``module.build`` (an algorithm package such as ``jaxrl.algos.ppo``) on an env object,
-    without a run config: for notebooks, tests and benchmarks."""
+    without a run config: for notebooks, tests and benchmarks. ``vector`` is the training
+    env path (``env.vector``)."""
     from jaxrl.algos.contract import EnvSetup
 
     eval_params = env_params if eval_params is None else eval_params
-    return module.build(EnvSetup(env, env_params, eval_params, curriculum), cfg)
+    return module.build(EnvSetup(env, env_params, eval_params, curriculum, vector), cfg)
 
 
 def train_on(module, env, env_params, cfg, num_updates: int | None = None, **kw) -> Callable:

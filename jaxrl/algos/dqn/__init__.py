@@ -17,6 +17,7 @@ import jax.numpy as jnp
 
 from jaxrl.algos.common import replay
 from jaxrl.algos.common.acting import episode_returns, epsilon_greedy, eval_max_steps
+from jaxrl.algos.common.envs import batched_env
 from jaxrl.algos.contract import (
     AlgoEntry, BatchSize, EnvSetup, EvalReport, Policy, Program, check, no_carry, replicated_axes,
 )
@@ -24,7 +25,7 @@ from jaxrl.algos.dqn import config, losses, update
 from jaxrl.algos.dqn.config import DQNConfig, hyperparams
 from jaxrl.algos.dqn.update import DQNState, Setup
 from jaxrl.core import spaces
-from jaxrl.core.wrappers import AutoReset, EpisodeStatistics, VmapEnv
+from jaxrl.core.wrappers import VmapEnv
 from jaxrl.models.qnetworks import QNetwork
 
 __all__ = ["ENTRY", "DQNConfig", "DQNState", "Setup", "build", "config", "hyperparams", "losses", "update"]
@@ -66,7 +67,7 @@ def build(envs: EnvSetup, cfg: DQNConfig) -> Program:
     replay.check_memory(cfg.buffer_size, update.example_transition(envs.env, envs.params), "buffer_size")
     obs_ndim = max(len(envs.env.observation_space(envs.params).shape), 1)
     network = QNetwork(space.n, tuple(cfg.hidden), cfg.activation, cfg.layer_norm, cfg.dueling, obs_ndim)
-    train_env = VmapEnv(EpisodeStatistics(AutoReset(envs.env)), cfg.num_envs)
+    train_env = batched_env(envs.env, cfg.num_envs, envs.vector)
     setup = Setup(train_env, envs.params, network, cfg, update.make_optimizer(cfg))
     eval_env = VmapEnv(envs.env, cfg.eval_episodes)
     max_steps = eval_max_steps(envs.eval_params, cfg.eval_max_steps)

@@ -15,6 +15,7 @@ from typing import Any
 
 import jax
 
+from jaxrl.algos.common.envs import batched_env
 from jaxrl.algos.contract import (
     AlgoEntry, BatchSize, EnvSetup, EvalReport, Policy, Program, no_carry, replicated_axes,
 )
@@ -23,7 +24,7 @@ from jaxrl.algos.ppo.config import PPOConfig, PPOHyperparams, hyperparams
 from jaxrl.algos.ppo.state import AgentState, Batch, LearnerState, PPOTrainState, Setup
 from jaxrl.core import spaces
 from jaxrl.core.env import Environment
-from jaxrl.core.wrappers import AutoReset, EpisodeStatistics, RescaleAction, VmapEnv
+from jaxrl.core.wrappers import RescaleAction, VmapEnv
 from jaxrl.models.networks import ActorCritic
 from jaxrl.models.recurrent import RecurrentActorCritic
 
@@ -81,11 +82,12 @@ def build_network(env: Environment, env_params: Any, cfg: PPOConfig) -> ActorCri
     )
 
 
-def make_setup(env: Environment, env_params: Any, cfg: PPOConfig) -> Setup:
-    """The static pieces of one run: the batched auto-resetting env, the network, counts."""
+def make_setup(env: Environment, env_params: Any, cfg: PPOConfig, vector: str = "auto") -> Setup:
+    """The static pieces of one run: the batched auto-resetting env (on path ``vector``,
+    :func:`~jaxrl.algos.common.envs.batched_env`), the network, counts."""
     plan = config.plan(cfg)
     network = build_network(env, env_params, cfg)
-    train_env = VmapEnv(EpisodeStatistics(AutoReset(agent_env(env, env_params, cfg))), cfg.num_envs)
+    train_env = batched_env(agent_env(env, env_params, cfg), cfg.num_envs, vector)
     schedule = update.schedule(cfg, plan)
     return Setup(train_env, env_params, network, cfg, plan, schedule, update.make_optimizer(cfg, plan))
 
@@ -149,7 +151,7 @@ def build(envs: EnvSetup, cfg: PPOConfig) -> Program:
     """PPO on ``envs.env`` as a :class:`~jaxrl.algos.contract.Program`."""
     if envs.curriculum is not None:
         raise ValueError("env.curriculum: PPO does not run a curriculum; remove it or use algo: grpo")
-    setup = make_setup(envs.env, envs.params, cfg)
+    setup = make_setup(envs.env, envs.params, cfg, envs.vector)
     eval_env = VmapEnv(agent_env(envs.env, envs.params, cfg), 2 * cfg.eval_episodes)
     network = setup.network
     return Program(

@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxrl.algos.common.acting import episode_returns, epsilon_greedy, eval_max_steps
+from jaxrl.algos.common.envs import batched_env
 from jaxrl.algos.contract import (
     AlgoEntry, BatchSize, EnvSetup, EvalReport, Policy, Program, check, no_carry, replicated_axes,
 )
@@ -23,7 +24,7 @@ from jaxrl.algos.pqn import config, losses, update
 from jaxrl.algos.pqn.config import PQNConfig, hyperparams
 from jaxrl.algos.pqn.update import PQNState, Setup
 from jaxrl.core import spaces
-from jaxrl.core.wrappers import AutoReset, EpisodeStatistics, VmapEnv
+from jaxrl.core.wrappers import VmapEnv
 from jaxrl.models.qnetworks import QNetwork
 
 __all__ = ["ENTRY", "PQNConfig", "PQNState", "Setup", "build", "config", "hyperparams", "losses", "update"]
@@ -62,7 +63,7 @@ def build(envs: EnvSetup, cfg: PQNConfig) -> Program:
     check(envs.curriculum is None, "env.curriculum", "pqn runs no curriculum")
     obs_ndim = max(len(envs.env.observation_space(envs.params).shape), 1)
     network = QNetwork(space.n, tuple(cfg.hidden), cfg.activation, cfg.layer_norm, False, obs_ndim)
-    train_env = VmapEnv(EpisodeStatistics(AutoReset(envs.env)), cfg.num_envs)
+    train_env = batched_env(envs.env, cfg.num_envs, envs.vector)
     setup = Setup(train_env, envs.params, network, cfg, update.schedule(cfg), update.make_optimizer(cfg))
     eval_env = VmapEnv(envs.env, cfg.eval_episodes)
     max_steps = eval_max_steps(envs.eval_params, cfg.eval_max_steps)

@@ -18,6 +18,7 @@ import jax
 
 from jaxrl.algos.common import replay
 from jaxrl.algos.common.acting import episode_returns, eval_max_steps
+from jaxrl.algos.common.envs import batched_env
 from jaxrl.algos.contract import (
     AlgoEntry, BatchSize, EnvSetup, EvalReport, Policy, Program, check, no_carry, replicated_axes,
 )
@@ -25,7 +26,7 @@ from jaxrl.algos.sac import config, losses, update
 from jaxrl.algos.sac.config import SACConfig, hyperparams
 from jaxrl.algos.sac.update import SACState, Setup
 from jaxrl.core import spaces
-from jaxrl.core.wrappers import AutoReset, EpisodeStatistics, RescaleAction, VmapEnv
+from jaxrl.core.wrappers import RescaleAction, VmapEnv
 from jaxrl.models.qnetworks import SquashedGaussianActor, TwinQ
 
 __all__ = ["ENTRY", "SACConfig", "SACState", "Setup", "build", "config", "hyperparams", "losses", "update"]
@@ -69,7 +70,7 @@ def build(envs: EnvSetup, cfg: SACConfig) -> Program:
     actor = SquashedGaussianActor(action_dim, tuple(cfg.hidden), cfg.activation, obs_ndim=obs_ndim)
     critic = TwinQ(tuple(cfg.hidden), cfg.activation, obs_ndim)
     agent_env = RescaleAction(envs.env, -1.0, 1.0)
-    train_env = VmapEnv(EpisodeStatistics(AutoReset(agent_env)), cfg.num_envs)
+    train_env = batched_env(agent_env, cfg.num_envs, envs.vector)
     setup = Setup(train_env, envs.params, actor, critic, cfg, update.make_optimizer(cfg),
                   -cfg.target_entropy_scale * action_dim)
     eval_env = VmapEnv(agent_env, cfg.eval_episodes)
