@@ -14,8 +14,10 @@ __version__ = "0.1.0"
 
 
 def load_policy(run_dir: str, seed: int = 0, deterministic: bool = True):
-    """A trained run's policy as a pure, jittable ``act(obs, key) -> action``
-    (:func:`jaxrl.run.export.load_policy`; imported on first use: the run machinery is heavy)."""
+    """A trained run's policy: ``policy(obs, key) -> action``, and for any policy (recurrent
+    ones carry their state) ``carry = policy.init_carry(batch_shape)`` and ``carry, action =
+    policy.act(carry, obs, key, done)``; pure and jittable (:func:`jaxrl.run.export.load_policy`;
+    imported on first use: the run machinery is heavy)."""
     from jaxrl.run.export import load_policy as load
 
     return load(run_dir, seed=seed, deterministic=deterministic)

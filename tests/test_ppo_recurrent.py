@@ -169,3 +169,26 @@ def test_mlp_state_has_no_memory_and_recurrent_state_shards_it():
 def test_validate_names_the_key(kw, message):
     with pytest.raises(ValueError, match=message):
         PPOConfig(**kw).validate()
+
+
+def test_sequence_gru_equals_flax_gru_cell_scanned():
+    """The GRU torso (input transforms before the scan, one fused recurrent matmul per step)
+    computes what flax's ``GRUCell`` scanned step by step computes, with the same params,
+    including the carry reset where ``start`` is set."""
+    from jaxrl.models import networks, recurrent
+
+    net = recurrent.RecurrentActorCritic(
+        action_dim=2, dist="categorical", hidden=(16,), activation="relu", obs_ndim=1, cell="gru", cell_size=8
+    )
+    t, b = 9, 5
+    obs = jax.random.normal(jax.random.PRNGKey(0), (t, b, 2))
+    start = jax.random.bernoulli(jax.random.PRNGKey(1), 0.3, (t, b))
+    carry0 = jax.random.normal(jax.random.PRNGKey(3), (b, 8))  # a carry mid-episode
+    params = networks.init_params(net, jax.random.PRNGKey(2), carry0, obs, start)["params"]
+    carry, _, _ = net.apply({"params": params}, carry0, obs, start)
+    x = jax.nn.relu(obs @ params["embed"]["kernel"] + params["embed"]["bias"])
+    reference = recurrent._ScannedCell("gru", 8)  # flax.linen.GRUCell under nn.scan
+    want_carry, _ = reference.apply({"params": params[networks.RECURRENT_SCOPE]}, carry0, (x, start))
+    np.testing.assert_allclose(np.asarray(carry), np.asarray(want_carry), rtol=1e-5, atol=1e-6)
+    leaked = reference.apply({"params": params[networks.RECURRENT_SCOPE]}, carry0, (x, jnp.zeros_like(start)))[0]
+    assert not np.allclose(np.asarray(leaked), np.asarray(want_carry), atol=1e-4)  # the resets matter here

@@ -9,6 +9,9 @@ from its stored initial carry), so both compute the same thing.
 Where ``start[t]`` is set, the carry is reset to zeros *before* observation ``t`` enters
 the cell: an episode never sees its predecessor's memory. The cell is shared by the actor
 and the critic (one carry); each head has its own MLP (``hidden[1:]``) after it.
+The GRU has flax ``GRUCell``'s params and maths, but applies the input transforms of all
+``T`` steps in one matmul before its scan and the three recurrent ones as one matmul per
+step (fewer, larger kernels); the LSTM is flax's ``LSTMCell`` scanned.
 
 Kernels follow :mod:`jaxrl.models.networks`: orthogonal, drawn in one batch by
 :func:`jaxrl.models.networks.init_params`, with gain 1 inside the cell
@@ -18,6 +21,7 @@ initialiser is avoided for the reason given in that module.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import flax.linen as nn
@@ -61,6 +65,73 @@ _ScannedCell = nn.scan(
     _ResetCell, variable_broadcast="params", split_rngs={"params": False}, in_axes=0, out_axes=0
 )
 
+#: The GRU's input (``i*``) and recurrent (``h*``) transforms, in flax ``GRUCell``'s names.
+_GRU_GATES = ("r", "z", "n")
+
+
+class _Weights(nn.Module):
+    """A ``Dense`` layer's params (``kernel [F, H]``, ``bias [H]`` if any), unapplied."""
+
+    features: int
+    use_bias: bool
+    deferred_kernels: bool = False
+
+    @nn.compact
+    def __call__(self, in_features: int) -> tuple[jax.Array, jax.Array | None]:
+        init = nn.initializers.zeros if self.deferred_kernels else orthogonal(1.0)
+        kernel = self.param("kernel", init, (in_features, self.features), jnp.float32)
+        bias = self.param("bias", nn.initializers.zeros, (self.features,), jnp.float32) if self.use_bias else None
+        return kernel, bias
+
+
+def _gru_step(h_kernel: jax.Array, hn_bias: jax.Array, carry: jax.Array, inputs) -> tuple[jax.Array, jax.Array]:
+    """One GRU step from precomputed input transforms ``xi [*batch, 3H]`` (r, z, n)."""
+    xi, start = inputs
+    h = jnp.where(start[..., None], 0.0, carry)
+    xr, xz, xn = jnp.split(xi, 3, axis=-1)
+    hr, hz, hn = jnp.split(h @ h_kernel, 3, axis=-1)
+    r = jax.nn.sigmoid(xr + hr)
+    z = jax.nn.sigmoid(xz + hz)
+    n = jnp.tanh(xn + r * (hn + hn_bias))
+    h = (1.0 - z) * n + z * h
+    return h, h
+
+
+class _GRUCellParams(nn.Module):
+    """flax ``GRUCell``'s params (same names and shapes), concatenated per side."""
+
+    size: int
+    deferred_kernels: bool = False
+
+    @nn.compact
+    def __call__(self, in_features: int):
+        ws = {f"{side}{g}": _Weights(self.size, side == "i" or g == "n", self.deferred_kernels, name=f"{side}{g}")
+              for side in "ih" for g in _GRU_GATES}
+        # created in sorted name order, the order the scanned GRUCell's params flatten in, so
+        # init_params draws the same kernels for them
+        made = {name: ws[name](in_features if name[0] == "i" else self.size) for name in sorted(ws)}
+        i, h = [made[f"i{g}"] for g in _GRU_GATES], [made[f"h{g}"] for g in _GRU_GATES]
+        x_kernel = jnp.concatenate([k for k, _ in i], axis=1)
+        x_bias = jnp.concatenate([b for _, b in i])
+        h_kernel = jnp.concatenate([k for k, _ in h], axis=1)
+        return x_kernel, x_bias, h_kernel, h[2][1]
+
+
+class _SequenceGRU(nn.Module):
+    """flax ``GRUCell`` over a sequence, with its params and to rounding its outputs, but
+    the input transforms of all ``T`` steps in one matmul before the scan and the three
+    recurrent ones in one ``[H, 3H]`` matmul per step (fewer, larger kernels)."""
+
+    size: int
+    deferred_kernels: bool = False
+
+    @nn.compact
+    def __call__(self, carry: jax.Array, inputs: tuple[jax.Array, jax.Array]) -> tuple[jax.Array, jax.Array]:
+        x, start = inputs  # x [T, *batch, F], start bool [T, *batch]
+        x_kernel, x_bias, h_kernel, hn_bias = _GRUCellParams(self.size, self.deferred_kernels, name="cell")(x.shape[-1])
+        xi = x @ x_kernel + x_bias
+        return jax.lax.scan(functools.partial(_gru_step, h_kernel, hn_bias), carry, (xi, start))
+
 
 class RecurrentActorCritic(ActorCritic):
     """Embedding ``Dense(hidden[0])``, a ``cell`` of ``cell_size`` units, and per head an
@@ -88,7 +159,10 @@ class RecurrentActorCritic(ActorCritic):
         x = jnp.asarray(obs, jnp.float32)
         x = jnp.reshape(x, x.shape[: x.ndim - self.obs_ndim] + (-1,))
         x = ACTIVATIONS[self.activation](_dense(self.hidden[0], "embed", self.deferred_kernels)(x))
-        scan = _ScannedCell(self.cell, self.cell_size, self.deferred_kernels, name=RECURRENT_SCOPE)
+        if self.cell == "gru":
+            scan = _SequenceGRU(self.cell_size, self.deferred_kernels, name=RECURRENT_SCOPE)
+        else:
+            scan = _ScannedCell(self.cell, self.cell_size, self.deferred_kernels, name=RECURRENT_SCOPE)
         carry, h = scan(carry, (x, jnp.asarray(start, bool)))
         pi_h = MLP(self.hidden[1:], self.activation, self.deferred_kernels, name="actor")(h)
         v_h = MLP(self.hidden[1:], self.activation, self.deferred_kernels, name="critic")(h)

@@ -1,17 +1,18 @@
-"""Policy export: ``jaxrl.load_policy(run_dir)`` -> a pure, jittable ``act(obs, key)``.
+"""Policy export: ``jaxrl.load_policy(run_dir)`` -> a pure, jittable policy of a trained run.
 
 The run's newest verified checkpoint is restored read-only (safe while it still trains),
 the algorithm's acting :class:`~jaxrl.algos.contract.Policy` picks one seed's agent out of
-it, and ``act`` maps one observation (the env's observation shape; ``vmap`` it for a batch)
-and a PRNG key to one action::
+it, and the returned :class:`ExportedPolicy` acts with it. A stateless (MLP) policy is
+called as ``act(obs, key) -> action``; a recurrent one threads its carry, which the caller
+owns and resets at episode starts::
 
-    act = jaxrl.load_policy("runs/ppo_CartPole-v1_...")
-    action = jax.jit(act)(obs, key)
+    policy = jaxrl.load_policy("runs/ppo_CartPole-POMDP-v1_...")
+    carry = policy.init_carry((num_envs,))            # zeros: every env at an episode start
+    carry, action = jax.jit(policy.act)(carry, obs, key, done)   # done: obs starts an episode
 
-``act`` closes over the agent's arrays only (``act.agent``); it holds no Python state, so
-``jit``, ``vmap`` and ``grad`` apply. Observation normalisation, action squashing and
-rescaling are the policy's own, as at evaluation. Policies with a recurrent carry have none
-today; when they do, ``act`` will take and return it.
+``act`` and ``init_carry`` close over the agent's arrays only (``policy.agent``) and hold no
+Python state, so ``jit``, ``vmap``, ``scan`` and ``grad`` apply. Observation normalisation,
+action squashing and rescaling are the policy's own, as at evaluation.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import functools
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 
 from jaxrl.algos.contract import Policy
 from jaxrl.run.config import ConfigError
@@ -31,15 +33,60 @@ def act_with(policy: Policy, agent: Any, deterministic: bool, obs: jax.Array, ke
     return action
 
 
+def batched_carry(policy: Policy, agent: Any, batch_shape: tuple[int, ...] = ()) -> Any:
+    """``policy``'s episode-start carry for ``batch_shape`` envs (leaves ``[*batch_shape, ...]``)."""
+    batch_shape = tuple(int(n) for n in batch_shape)
+    one = policy.init_carry(agent)
+    return jax.tree_util.tree_map(lambda c: jnp.broadcast_to(c, batch_shape + jnp.shape(c)), one)
+
+
+def reset_where(done: jax.Array, carry: Any, fresh: Any) -> Any:
+    """``carry`` with the envs where ``done [*batch]`` is set replaced by ``fresh`` (a carry
+    of one env, broadcast)."""
+    done = jnp.asarray(done, bool)
+
+    def pick(c, f):
+        mask = jnp.reshape(done, done.shape + (1,) * (c.ndim - done.ndim))
+        return jnp.where(mask, jnp.broadcast_to(f, c.shape), c)
+
+    return jax.tree_util.tree_map(pick, carry, fresh)
+
+
+def act_carry(
+    policy: Policy, agent: Any, deterministic: bool, carry: Any, obs: jax.Array, key: jax.Array, done: jax.Array | None = None
+) -> tuple[Any, jax.Array]:
+    """One step of ``policy``: the carry reset where ``done`` (``obs`` starts an episode),
+    then advanced by ``obs``; returns ``(carry, action)``."""
+    if done is not None:
+        carry = reset_where(done, carry, policy.init_carry(agent))
+    return policy.act(agent, carry, obs, key, deterministic)
+
+
 class ExportedPolicy:
-    """``act(obs, key) -> action`` plus what it was made from (``agent``, ``env``, ``step``)."""
+    """A run's trained policy: ``act(carry, obs, key, done=None) -> (carry, action)`` and
+    ``init_carry(batch_shape)`` for every policy, plus ``policy(obs, key) -> action`` for a
+    stateless one; what it was made from in ``agent``, ``env`` and ``step`` (updates done).
+
+    ``obs`` is one observation (the env's observation shape) or a batch ``[*batch_shape,
+    ...]`` with a carry from ``init_carry(batch_shape)``; ``done`` (bool, the batch's shape)
+    marks the envs whose ``obs`` is the first of a new episode: their carry is reset first,
+    as in training. A stateless policy's carry is ``()`` and passes through unchanged.
+    """
 
     def __init__(self, policy: Policy, agent: Any, deterministic: bool, step: int):
         self.policy, self.agent, self.deterministic, self.step = policy, agent, deterministic, step
         self.env = policy.env
+        self.recurrent = bool(jax.tree_util.tree_leaves(policy.init_carry(agent)))
         self._act = functools.partial(act_with, policy, agent, deterministic)
+        self.act = functools.partial(act_carry, policy, agent, deterministic)
+        self.init_carry = functools.partial(batched_carry, policy, agent)
 
     def __call__(self, obs: jax.Array, key: jax.Array) -> jax.Array:
+        if self.recurrent:
+            raise TypeError(
+                "this policy carries a recurrent state: use carry = policy.init_carry(batch_shape) and "
+                "carry, action = policy.act(carry, obs, key, done)"
+            )
         return self._act(obs, key)
 
 
@@ -59,7 +106,4 @@ def load_policy(run_dir: str, seed: int = 0, deterministic: bool = True) -> Expo
     if not 0 <= int(seed) < cfg.train.seeds:
         raise ConfigError(f"seed: the run trained seeds 0..{cfg.train.seeds - 1}, got {seed}")
     state = jax.tree_util.tree_map(lambda x: x[int(seed)], states)
-    agent = policy.params(state)
-    if jax.tree_util.tree_leaves(policy.init_carry(agent)):
-        raise ConfigError(f"{run_dir!r}: the policy carries a recurrent state; export of carries is not supported yet")
-    return ExportedPolicy(policy, agent, bool(deterministic), step)
+    return ExportedPolicy(policy, policy.params(state), bool(deterministic), step)
