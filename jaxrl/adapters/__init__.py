@@ -4,6 +4,9 @@
   ``[physics]`` extra).
 * :mod:`jaxrl.adapters.mjx` — a physics env from a MuJoCo XML model plus pure
   ``observation`` / ``reward`` / ``terminated`` functions, stepped by ``mujoco-mjx``.
+* :mod:`jaxrl.adapters.gymnax` — gymnax's suite as ``gymnax/<id>`` (``[gymnax]`` extra).
+* :mod:`jaxrl.adapters.craftax` — Craftax and Craftax-Classic as ``craftax/<id>``, through
+  the gymnax adapter (``[craftax]`` extra).
 
-Neither module imports its simulator at ``import jaxrl`` time.
+No module imports its simulator at ``import jaxrl`` time.
 """

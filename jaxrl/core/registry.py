@@ -63,6 +63,7 @@ OPTIONAL_NAMESPACES = {
     "brax": ("brax", "physics"),
     "mjx": ("mujoco.mjx", "physics"),
     "gymnax": ("gymnax", "gymnax"),
+    "craftax": ("craftax", "craftax"),
 }
 _plugins_loaded = False
 
