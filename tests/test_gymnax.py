@@ -1,9 +1,10 @@
 """The gymnax adapter (jaxrl.adapters.gymnax) against the environment contract.
 
 gymnax is in the ``[dev]`` extra, so this runs in CI. CI subset: ``check_env`` on a MinAtar
-game, a continuous-action classic-control env and a bsuite env (CartPole's flags and final
-observations are compared step by step with gymnax's own ``step`` below); every adapted id
-when ``JAXRL_FULL_GYMNAX=1`` is set. The path for releases whose ``done`` folds the time
+game and a continuous-action classic-control env (CartPole's flags and final observations
+are compared step by step with gymnax's own ``step`` below; ``tests/test_interop.py`` runs
+Gymnasium's checker on Catch-bsuite); every adapted id, and every exclusion's reason, when
+``JAXRL_FULL_GYMNAX=1`` is set. The path for releases whose ``done`` folds the time
 limit in (gymnax < 1.0.1, Craftax) runs on a small env written here in that style.
 """
 
@@ -26,7 +27,7 @@ from jaxrl.core.check import check_env  # noqa: E402
 
 FAST = {"xla_backend_optimization_level": 0}
 SMALL = dict(num_steps=60, num_envs=4, verbose=False, compiler_options=FAST)
-CI_IDS = ["Pendulum-v1", "Breakout-MinAtar", "Catch-bsuite"]
+CI_IDS = ["Pendulum-v1", "Breakout-MinAtar"]
 IDS = list(jg.GYMNAX_IDS) if os.environ.get("JAXRL_FULL_GYMNAX") == "1" else CI_IDS
 
 
