@@ -1,10 +1,11 @@
 """The gymnax adapter (jaxrl.adapters.gymnax) against the environment contract.
 
-CI subset: ``check_env`` on one gymnax env of each family (classic control discrete and
-continuous, MinAtar, bsuite, misc); every adapted id when ``JAXRL_FULL_GYMNAX=1`` is set
-(about three minutes of compile on a 2-core CPU). Flags and observations are compared step
-by step with gymnax's own ``step``; the path for releases whose ``done`` folds the time limit
-in (gymnax < 1.0.1, Craftax) runs on a small env written here in that style.
+gymnax is in the ``[dev]`` extra, so this runs in CI. CI subset: ``check_env`` on a MinAtar
+game and a continuous-action classic-control env (CartPole's flags and final observations
+are compared step by step with gymnax's own ``step`` below; ``tests/test_interop.py`` runs
+Gymnasium's checker on Catch-bsuite); every adapted id, and every exclusion's reason, when
+``JAXRL_FULL_GYMNAX=1`` is set. The path for releases whose ``done`` folds the time
+limit in (gymnax < 1.0.1, Craftax) runs on a small env written here in that style.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from jaxrl.core.check import check_env  # noqa: E402
 
 FAST = {"xla_backend_optimization_level": 0}
 SMALL = dict(num_steps=60, num_envs=4, verbose=False, compiler_options=FAST)
-CI_IDS = ["CartPole-v1", "Pendulum-v1", "Breakout-MinAtar", "Catch-bsuite", "BernoulliBandit-misc"]
+CI_IDS = ["Pendulum-v1", "Breakout-MinAtar"]
 IDS = list(jg.GYMNAX_IDS) if os.environ.get("JAXRL_FULL_GYMNAX") == "1" else CI_IDS
 
 
@@ -45,7 +46,11 @@ def test_check_env_passes(env_id):
     assert report.passed, str(report)
 
 
-@pytest.mark.parametrize("env_id", [i for i in jg.EXCLUDED if i not in jg.REFUSED])
+#: MetaMaze's reason needs a random rollout to show (the others fail at reset): full runs only.
+EXCLUDED_CHECKED = [i for i in jg.EXCLUDED if i not in jg.REFUSED and (IDS is not CI_IDS or i != "MetaMaze-misc")]
+
+
+@pytest.mark.parametrize("env_id", EXCLUDED_CHECKED)
 def test_excluded_envs_still_break_the_contract_as_stated(env_id):
     """The reason each is excluded still holds (a fixed upstream bug fails this test)."""
     assert "observation space" in jg.EXCLUDED[env_id]
@@ -59,6 +64,13 @@ def test_refused_env_names_the_download():
         jg.GymnaxEnv("MNISTBandit-bsuite")
     with pytest.raises(KeyError, match="unknown env id"):
         jaxrl.make("gymnax/MNISTBandit-bsuite")
+
+
+def test_minatar_recipe_loads():
+    from jaxrl.run import config
+
+    cfg = config.load_config(os.path.join(os.path.dirname(__file__), "..", "configs", "ppo_minatar_breakout.yaml"))
+    assert cfg.env.id == "gymnax/Breakout-MinAtar" and cfg.algo_config.hidden == (256, 256)
 
 
 def test_spaces_map():
@@ -104,20 +116,25 @@ def test_flags_and_final_obs_match_gymnax_step_by_step():
 
 def test_truncation_at_the_step_counter_never_terminates_pendulum():
     env, params = jaxrl.make("gymnax/Pendulum-v1", max_steps_in_episode=7)
-    state, _ = env.reset(jax.random.PRNGKey(0), params)
-    flags = []
-    for t in range(7):
-        state, ts = env.step(jax.random.PRNGKey(t), state, jnp.zeros((1,)), params)
-        flags.append((bool(ts.terminated), bool(ts.truncated)))
-    assert flags == [(False, False)] * 6 + [(False, True)]
+
+    def episode(key):
+        def body(state, key):
+            state, ts = env.step(key, state, jnp.zeros((1,)), params)
+            return state, (ts.terminated, ts.truncated)
+
+        return jax.lax.scan(body, env.reset(key, params)[0], jax.random.split(key, 7))[1]
+
+    terminated, truncated = jax.jit(episode)(jax.random.PRNGKey(0))
+    assert not np.asarray(terminated).any()
+    assert np.asarray(truncated).tolist() == [False] * 6 + [True]
 
 
 def test_invalid_actions_are_clipped():
     env, params = jaxrl.make("gymnax/CartPole-v1")
     state, _ = env.reset(jax.random.PRNGKey(0), params)
-    _, bad = env.step(jax.random.PRNGKey(1), state, jnp.int32(7), params)
-    _, clipped = env.step(jax.random.PRNGKey(1), state, jnp.int32(1), params)
-    np.testing.assert_array_equal(np.asarray(bad.obs), np.asarray(clipped.obs))
+    step = jax.jit(lambda a: env.step(jax.random.PRNGKey(1), state, a, params)[1].obs)
+    np.testing.assert_array_equal(np.asarray(step(jnp.int32(7))), np.asarray(step(jnp.int32(1))))
+    assert not np.array_equal(np.asarray(step(jnp.int32(1))), np.asarray(step(jnp.int32(0))))
 
 
 # --------------------------------------------------- releases whose done folds the limit in

@@ -6,6 +6,8 @@
   ``observation`` / ``reward`` / ``terminated`` functions, stepped by ``mujoco-mjx``.
 * :mod:`jaxrl.adapters.gymnax` — gymnax's suite as ``gymnax/<id>`` (the ``[gymnax]`` extra).
 * :mod:`jaxrl.adapters.jumanji` — Jumanji's suite as ``jumanji/<id>`` (the ``[jumanji]`` extra).
+* :mod:`jaxrl.adapters.craftax` — Craftax and Craftax-Classic as ``craftax/<id>``, through
+  the gymnax adapter (``[craftax]`` extra).
 
-None of these modules imports its simulator at ``import jaxrl`` time.
+No module imports its simulator at ``import jaxrl`` time.
 """

@@ -123,7 +123,7 @@ class GymnaxEnv(Environment):
 
     def __post_init__(self):
         self.raw  # fail early, clearly
-        self._gymnax_action_space()  # Dict/Tuple spaces fail here, not at the first step
+        self.action_space(self.default_params)  # Dict/Tuple spaces fail here, not at the first step
 
     @property
     def raw(self):
@@ -143,48 +143,54 @@ class GymnaxEnv(Environment):
         """True for releases whose ``step_env`` ``done`` includes the time limit."""
         return not hasattr(self.raw, "is_truncated")
 
-    def _gymnax_action_space(self, params=None):
-        return convert_space(self.raw.action_space(self.default_params if params is None else params))
+    def raw_params(self, params):
+        """The params the wrapped env's own functions take (here: ``params`` itself; an
+        adapter whose params wrap the simulator's, like Craftax's, translates them)."""
+        return params
 
-    def _obs(self, obs, params):
-        return jnp.asarray(obs, self.observation_space(params).dtype)
+    def _spaces(self, raw_params) -> tuple[spaces.Space, spaces.Space]:
+        """(observation space, action space) as jaxrl spaces, from the raw env's params."""
+        return convert_space(self.raw.observation_space(raw_params)), convert_space(self.raw.action_space(raw_params))
 
-    def _clip(self, action, params):
-        space = self.action_space(params)
+    def _clip(self, action, space: spaces.Space):
         if isinstance(space, spaces.Discrete):
             return jnp.clip(jnp.asarray(action), 0, space.n - 1).astype(space.dtype)
         action = jnp.nan_to_num(jnp.asarray(action, space.dtype), nan=0.0)
         return jnp.clip(action, space.low, space.high)
 
-    def _info_template(self, params) -> dict:
+    def _info_template(self, raw_params, act_space: spaces.Space) -> dict:
         """Zeros shaped like ``step_env``'s info (abstract evaluation: nothing runs)."""
-        state = jax.eval_shape(self.raw.reset_env, jax.random.PRNGKey(0), params)[1]
-        action = jax.eval_shape(self.action_space(params).sample, jax.random.PRNGKey(0))
-        out = jax.eval_shape(self.raw.step_env, jax.random.PRNGKey(0), state, action, params)
+        state = jax.eval_shape(self.raw.reset_env, jax.random.PRNGKey(0), raw_params)[1]
+        action = jax.eval_shape(act_space.sample, jax.random.PRNGKey(0))
+        out = jax.eval_shape(self.raw.step_env, jax.random.PRNGKey(0), state, action, raw_params)
         return jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), dict(out[4]))
 
     def reset(self, key, params):
-        obs, inner = self.raw.reset_env(key, params)
-        info = strong_types(self._info_template(params))
-        return GymnaxState(strong_types(inner)), first_timestep(self._obs(obs, params), info)
+        raw_params = self.raw_params(params)
+        obs_space, act_space = self._spaces(raw_params)
+        obs, inner = self.raw.reset_env(key, raw_params)
+        info = strong_types(self._info_template(raw_params, act_space))
+        return GymnaxState(strong_types(inner)), first_timestep(jnp.asarray(obs, obs_space.dtype), info)
 
     def step(self, key, state, action, params):
-        obs, inner, reward, done, info = self.raw.step_env(key, state.inner, self._clip(action, params), params)
-        counter, limit = _counter_fields(inner, params)
-        at_limit = getattr(inner, counter) >= getattr(params, limit)
+        raw_params = self.raw_params(params)
+        obs_space, act_space = self._spaces(raw_params)
+        obs, inner, reward, done, info = self.raw.step_env(key, state.inner, self._clip(action, act_space), raw_params)
+        counter, limit = _counter_fields(inner, raw_params)
+        at_limit = getattr(inner, counter) >= getattr(raw_params, limit)
         if self.folds_time_limit:
             truncated = jnp.logical_and(jnp.asarray(done, jnp.bool_), at_limit)
             terminated = jnp.logical_and(jnp.asarray(done, jnp.bool_), ~truncated)
         else:
-            terminated, truncated = done, self.raw.is_truncated(inner, params)
-        ts = transition(self._obs(obs, params), reward, terminated, truncated, strong_types(dict(info)))
+            terminated, truncated = done, self.raw.is_truncated(inner, raw_params)
+        ts = transition(jnp.asarray(obs, obs_space.dtype), reward, terminated, truncated, strong_types(dict(info)))
         return GymnaxState(strong_types(inner)), ts
 
     def observation_space(self, params):
-        return convert_space(self.raw.observation_space(params))
+        return self._spaces(self.raw_params(params))[0]
 
     def action_space(self, params):
-        return self._gymnax_action_space(params)
+        return self._spaces(self.raw_params(params))[1]
 
     def __repr__(self) -> str:
         return f"GymnaxEnv({self.env_id!r})"

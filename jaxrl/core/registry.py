@@ -64,6 +64,7 @@ OPTIONAL_NAMESPACES = {
     "mjx": ("mujoco.mjx", "physics"),
     "gymnax": ("gymnax", "gymnax"),
     "jumanji": ("jumanji", "jumanji"),
+    "craftax": ("craftax", "craftax"),
 }
 _plugins_loaded = False
 
