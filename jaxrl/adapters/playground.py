@@ -68,9 +68,15 @@ MENAGERIE_REASON = (
     "its robot model comes from mujoco_menagerie, which MuJoCo Playground clones from GitHub when "
     "the env is built (nothing may download at run time); only the DM Control Suite is adapted"
 )
-#: DM Control Suite envs that jaxrl does not register, with the reason (none: every one
-#: passes ``check_env``, ``JAXRL_FULL_PHYSICS=1 pytest tests/test_playground.py``).
-EXCLUDED_PLAYGROUND_ENVS: dict[str, str] = {}
+#: DM Control Suite envs that jaxrl does not register, with the reason
+#: (``tests/test_playground.py`` re-checks it against the installed Playground and MuJoCo).
+EXCLUDED_PLAYGROUND_ENVS = {
+    name: (
+        "playground 0.2.0 builds its model with MjSpec.find_body, which mujoco 3.17 no longer has "
+        "(reacher.py compares version strings: '3.17.0' >= '3.3.0' is False)"
+    )
+    for name in ("ReacherEasy", "ReacherHard")
+}
 #: Config keys an id may not override: the backend and the vision variant are fixed.
 FIXED_CONFIG = ("impl", "vision")
 #: ``mjx.Data`` fields that carry from one step to the next (``mjx.step`` recomputes the
@@ -139,7 +145,10 @@ def _with_model(raw_env, model):
 
 
 def _carried(data) -> dict:
-    return {k: getattr(data, k) for k in CARRIED if getattr(data, k).size}
+    """The non-empty :data:`CARRIED` fields of ``data`` as arrays (some envs' reset leaves a
+    Python float in ``time``)."""
+    fields = {k: jnp.asarray(getattr(data, k)) for k in CARRIED}
+    return {k: v for k, v in fields.items() if v.size}
 
 
 def _info(metrics: dict) -> dict:
@@ -244,13 +253,15 @@ class PlaygroundEnv(Environment):
 def register_playground_envs() -> list[str]:
     """Register ``playground/<name>`` for every name of :data:`PLAYGROUND_ENV_NAMES` (minus
     :data:`EXCLUDED_PLAYGROUND_ENVS`) if Playground is installed, without importing it; the
-    menagerie names are registered as refusals. Idempotent; returns the ids added."""
+    menagerie and excluded names are registered as refusals, with their reasons. Idempotent; returns the ids added."""
     from jaxrl.core import registry
 
     if not playground_available():
         return []
     for env_name in MENAGERIE_ENV_NAMES:
         registry.refuse(f"playground/{env_name}", MENAGERIE_REASON)
+    for env_name, reason in EXCLUDED_PLAYGROUND_ENVS.items():
+        registry.refuse(f"playground/{env_name}", reason)
     added = []
     for env_name in PLAYGROUND_ENV_NAMES:
         env_id = f"playground/{env_name}"
