@@ -187,7 +187,7 @@ def test_missing_optional_package_gives_the_install_hint(monkeypatch):
     with pytest.raises(KeyError, match=r"'mujoco': install jaxrl\[physics\]"):
         registry.spec("mjx/Nope-v0")
     with pytest.raises(KeyError, match=r"'mujoco_playground': install jaxrl\[playground\]"):
-        registry.spec("playground/CartpoleBalance")
+        registry.spec("playground/NotThere")
     monkeypatch.undo()
     with pytest.raises(KeyError, match="unknown env id"):  # installed packages: the usual message
         registry.spec("brax/not_there")
