@@ -224,8 +224,22 @@ def test_finger_turn_parity_carries_the_mocap_target():
     np.testing.assert_array_equal(reward, r_reward)
 
 
+#: Registered envs whose check_env fails, with what fails (open: see docs/physics.md).
+KNOWN_FAILING = {
+    "CheetahRun": "vmap check: its vmapped reset differs from the unbatched one (its reset settles the "
+    "model with 200 contact physics steps); cause not pinned down yet",
+}
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=KNOWN_FAILING[n])) if n in KNOWN_FAILING else n
+        for n in jp.PLAYGROUND_ENV_NAMES
+        if n not in jp.EXCLUDED_PLAYGROUND_ENVS
+    ],
+)
 @pytest.mark.skipif(not FULL, reason="set JAXRL_FULL_PHYSICS=1 (minutes of MJX compile)")
-@pytest.mark.parametrize("name", [n for n in jp.PLAYGROUND_ENV_NAMES if n not in jp.EXCLUDED_PLAYGROUND_ENVS])
 def test_check_env_every_playground_env(name):
     from jaxrl.core.check import check_env
 
