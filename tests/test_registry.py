@@ -186,6 +186,20 @@ def test_missing_optional_package_gives_the_install_hint(monkeypatch):
         registry.spec("brax/not_there")
     with pytest.raises(KeyError, match=r"'mujoco': install jaxrl\[physics\]"):
         registry.spec("mjx/Nope-v0")
+    with pytest.raises(KeyError, match=r"'mujoco_playground': install jaxrl\[playground\]"):
+        registry.spec("playground/NotThere")
     monkeypatch.undo()
     with pytest.raises(KeyError, match="unknown env id"):  # installed packages: the usual message
         registry.spec("brax/not_there")
+
+
+def test_refused_id_says_why_and_is_not_listed(monkeypatch):
+    """An id an adapter knows but will not build (registry.refuse) answers with its reason,
+    not "unknown env id", and never shows in the registered ids."""
+    monkeypatch.setattr(registry, "_REFUSED", {})
+    registry.refuse("scratch/Downloads-v0", "it downloads its assets at run time")
+    with pytest.raises(KeyError, match="'scratch/Downloads-v0' is not available: it downloads its assets at run time"):
+        jaxrl.make("scratch/Downloads-v0")
+    assert "scratch/Downloads-v0" not in jaxrl.registered_ids()
+    with pytest.raises(ValueError, match="malformed env id"):
+        registry.refuse("no version", "x")

@@ -65,7 +65,10 @@ OPTIONAL_NAMESPACES = {
     "gymnax": ("gymnax", "gymnax"),
     "jumanji": ("jumanji", "jumanji"),
     "craftax": ("craftax", "craftax"),
+    "playground": ("mujoco_playground", "playground"),
 }
+#: Ids an adapter knows but will not build, with the reason ``make`` gives (see :func:`refuse`).
+_REFUSED: dict[str, str] = {}
 _plugins_loaded = False
 
 
@@ -100,6 +103,13 @@ def register(
     )
     _REGISTRY[env_id] = spec
     return spec
+
+
+def refuse(env_id: str, reason: str) -> None:
+    """Declare ``env_id`` known but not buildable: ``make`` and ``spec`` raise ``KeyError``
+    with ``reason`` instead of "unknown env id", and ``jaxrl list`` does not show it."""
+    _check_id(env_id)
+    _REFUSED[env_id] = reason
 
 
 def deregister(env_id: str) -> None:
@@ -146,6 +156,8 @@ def spec(env_id: str) -> EnvSpec:
     missing = _missing_extra(env_id)
     if missing:
         raise KeyError(missing)
+    if env_id in _REFUSED:
+        raise KeyError(f"env id {env_id!r} is not available: {_REFUSED[env_id]}")
     close = difflib.get_close_matches(env_id, _REGISTRY, n=3, cutoff=0.5)
     versions = [i for i in _REGISTRY if i.rsplit("-v", 1)[0] == env_id]
     hint = close or versions
