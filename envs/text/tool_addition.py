@@ -10,8 +10,8 @@ answer (gated on EOS), on the answer's last token; training may mix in the answe
 accuracy (``params.shaping = w``: ``(1 - w) exact + w token_accuracy``) and pay a call
 ``params.call_shaping`` times the fraction of its slots that match ``? aaa + bbb $`` with the
 prompt's operands (0 at evaluation). Both shaping terms land on the turn's last token, or with
-``params.step_rewards = 1`` on each token that earned them (the same return). Info: ``exact_match``, ``token_accuracy``, ``tool_calls`` (a
-well-formed call was made).
+``params.step_rewards = 1`` on each token that earned them (the same return). Info:
+``exact_match``, ``token_accuracy``, ``tool_calls`` (a well-formed call was made).
 
 Held-out split: the single-turn tasks' rule on the prompt (the last digit of ``bbb`` is the
 free token, :func:`jaxrl_envs.text.base.set_free_token`).
