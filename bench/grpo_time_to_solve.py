@@ -99,10 +99,13 @@ def run(cfg_path: str, overrides: list[str], target: float, metric: str, name: s
                       "train_reward": float(np.mean(metrics["reward"][-1])),
                       "entropy": float(np.mean(metrics["entropy"][-1])),
                       "frac_reward_zero_std": float(np.mean(metrics["frac_reward_zero_std"][-1])),
-                      "curriculum_level": float(np.mean(metrics["curriculum_level"][-1]))})
+                      "curriculum_level": float(np.mean(metrics["curriculum_level"][-1])),
+                      # every scalar the evaluation reports (the task's info means: tool_calls, solve_turns, ...)
+                      "eval": {n: round(float(v), 4) for n, v in ev.items() if np.ndim(v) == 0 and not n.endswith("_ci95")}})
         c = curve[-1]
         print(f"{name}: {done:5d} updates  {wall:7.1f} s ({cpu:7.1f} cpu-s)  eval {metric} {score:.3f}  train reward {c['train_reward']:.3f}"
-              f"  entropy {c['entropy']:.3f}  zero-std groups {c['frac_reward_zero_std']:.2f}  level {c['curriculum_level']:.0f}", flush=True)
+              f"  entropy {c['entropy']:.3f}  zero-std groups {c['frac_reward_zero_std']:.2f}  level {c['curriculum_level']:.0f}"
+              f"  eval: {' '.join(f'{n} {v:.3f}' for n, v in c['eval'].items())}", flush=True)
         if score >= target:
             solved_at = curve[-1]
             break

@@ -17,6 +17,7 @@ from jaxrl.core.check import check_env
 from jaxrl.core.tokens import EOS, PAD
 from jaxrl_envs.text import AlphabetSort, decode, encode, is_held_out
 from jaxrl_envs.text.alphabet_sort_turns import AlphabetSortTurns
+from jaxrl_envs.text.vocab import LETTER_A
 
 ENV = AlphabetSortTurns()
 PARAMS = ENV.default_params
@@ -263,6 +264,36 @@ def test_guessing_game_binary_search_and_held_out_secrets():
         state, out = respond(jax.random.PRNGKey(0), state, _turn(env, "ab$"), params)
         assert decode(out.reply) == "!"
     assert bool(out.truncated) and not bool(out.terminated) and float(out.rewards.sum()) == 0.0
+
+
+def test_step_rewards_pay_each_token_its_own_credit_with_the_same_return():
+    """``params.step_rewards``: the shaping lands on the tokens that earned it (a wrong token
+    earns 0, a right one its share) and the turn's total is unchanged, in both tasks."""
+    env, params = jaxrl.make("text/ToolAddition-v0")
+    params = params.replace(shaping=0.5, call_shaping=1.0)
+    key = jax.random.PRNGKey(3)
+    respond = jax.jit(env.respond)
+    state, prompt, _ = env.start(key, params)
+    a, b = decode(prompt).rstrip("=").split("+")
+    total = f"{int(a) + int(b):04d}"
+    wrong = str((int(total[1]) + 1) % 10)
+    for text, right in [(f"?{a}+{b}$", [1] * 9), (f"?{a}+{b[:2]}$", [1] * 7 + [0, 0]),
+                        (total + "$", [1] * 5 + [0] * 4), (total[0] + wrong + total[2:] + "$", [1, 0, 1, 1, 1] + [0] * 4)]:
+        flat = np.asarray(respond(key, state, _turn(env, text), params)[1].rewards)
+        step = np.asarray(respond(key, state, _turn(env, text), params.replace(step_rewards=1))[1].rewards)
+        assert step.sum() == pytest.approx(flat.sum(), abs=1e-6) and np.count_nonzero(flat) == 1, text
+        np.testing.assert_array_equal(step > 0, np.asarray(right, bool), err_msg=text)
+    # alphabet-sort turns: the first turn's answer with its second token wrong
+    env, params = ENV, PARAMS.replace(shaping=0.5)
+    respond = jax.jit(env.respond)
+    state, _, _ = env.start(key, params)
+    task = env.answer(state.names, env.first_names)
+    good = jnp.full((env.max_turn_tokens,), PAD, jnp.int32).at[: task.answer.shape[0]].set(task.answer).at[task.answer_len].set(EOS)
+    for turn in (good, good.at[1].set(LETTER_A + (good[1] - LETTER_A + 1) % 26)):
+        flat = np.asarray(respond(key, state, turn, params)[1].rewards)
+        step = np.asarray(respond(key, state, turn, params.replace(step_rewards=1))[1].rewards)
+        assert step.sum() == pytest.approx(flat.sum(), abs=1e-6)
+        assert (step[1] > 0) == bool(turn[1] == good[1]) and step[0] > 0 and step[int(task.answer_len)] > step[0]
 
 
 @pytest.mark.parametrize("env_id", ["text/ToolAddition-v0", "text/GuessNumber-v0"])

@@ -9,7 +9,8 @@ Reward: the mean over turns of ``gate(has_eos, similarity ** 4)`` against that t
 answer (:func:`jaxrl.verifiers.lcs_ratio`), each turn paying its share ``1 / max_turns`` on
 its last token, so per-token credit (``grpo.loss.token_credit``) credits a turn with its own
 and the later turns' scores. ``params.shaping = w`` mixes in token accuracy for training:
-a turn pays ``((1 - w) sim ** 4 + w token_accuracy) / max_turns`` (evaluation uses 0).
+a turn pays ``((1 - w) sim ** 4 + w token_accuracy) / max_turns`` (evaluation uses 0), on
+its last token, or with ``params.step_rewards = 1`` the token-accuracy part on each right token.
 Info on the last turn: ``similarity_pow4`` (mean over turns), ``turn_exact_match`` (mean),
 ``exact_match`` (every turn exact) and ``token_accuracy`` (mean).
 
@@ -32,7 +33,7 @@ from jaxrl import verifiers as V
 from jaxrl.core.tokens import PAD, Turn, reward_on_last_token
 from jaxrl.verifiers import Task
 from jaxrl_envs.text.base import set_free_token
-from jaxrl_envs.text.dialogue import SEP, DialogueEnv, join_names
+from jaxrl_envs.text.dialogue import SEP, DialogueEnv, join_names, token_hits
 from jaxrl_envs.text.vocab import LETTER_A
 
 Array = jax.Array
@@ -43,8 +44,9 @@ class AlphabetSortTurnsParams:
     shaping: float = 0.0  # weight of token accuracy mixed into each turn's reward (0 = the rubric)
     held_out: bool = False  # draw prompts from the held-out split (evaluation only)
     num_letters: int = 26  # names use the first num_letters letters (the free letter: all 26)
+    step_rewards: int = 0  # 1: pay the shaping term token by token (same return; partial credit)
 
-    bounds: ClassVar[dict] = {"shaping": Range(ge=0, le=1), "num_letters": Range(ge=1, le=26)}
+    bounds: ClassVar[dict] = {"shaping": Range(ge=0, le=1), "num_letters": Range(ge=1, le=26), "step_rewards": Range(ge=0, le=1)}
 
 
 @struct.dataclass
@@ -129,10 +131,15 @@ class AlphabetSortTurns(DialogueEnv):
 
     def respond(self, key, state, turn, params):
         count = self.first_names + state.turn * self.names_per_turn
-        sim4, m = self.verifier(self.answer(state.names, count), turn)  # the gated rubric: 0 without EOS
+        task = self.answer(state.names, count)
+        sim4, m = self.verifier(task, turn)  # the gated rubric: 0 without EOS
         w = jnp.clip(jnp.asarray(params.shaping, jnp.float32), 0.0, 1.0)
         exact = m["exact_match"] * m["has_eos"]
-        reward = ((1.0 - w) * sim4 + w * m["token_accuracy"]) / self.turns
+        hits = w * token_hits(turn, task.answer, task.answer_len, self.end_of_turn) / self.turns
+        # step_rewards: the shaping term paid on the tokens that earned it; else on the last token
+        stepped = jnp.asarray(params.step_rewards) != 0
+        rewards = reward_on_last_token(turn, self.end_of_turn, (1.0 - w) * sim4 / self.turns + jnp.where(stepped, 0.0, jnp.sum(hits)))
+        rewards = rewards + jnp.where(stepped, hits, 0.0)
         new = AlphabetSortTurnsState(
             state.names, state.turn + 1, state.sums + jnp.stack([sim4, exact, m["token_accuracy"]]),
             state.all_exact & (exact > 0.5),
@@ -140,4 +147,4 @@ class AlphabetSortTurns(DialogueEnv):
         nxt = jax.lax.dynamic_slice_in_dim(state.names, jnp.minimum(count, self.total_names - self.names_per_turn), self.names_per_turn)
         reply = join_names(LETTER_A + nxt, SEP)[: self.max_reply_tokens]
         done = new.turn >= self.turns
-        return new, Turn(reply, reward_on_last_token(turn, self.end_of_turn, reward), done, jnp.zeros((), jnp.bool_), self._info(new))
+        return new, Turn(reply, rewards, done, jnp.zeros((), jnp.bool_), self._info(new))

@@ -12,7 +12,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from jaxrl.core.tokens import DialogueTask
+from jaxrl.core.tokens import PAD, DialogueTask
 from jaxrl_envs.text.vocab import COMMA, DIALOGUE_VOCAB_SIZE, DIGIT0, SEP
 
 Array = jax.Array
@@ -40,6 +40,22 @@ def join_names(names: Array, end: int = COMMA) -> Array:
     return jnp.concatenate([names.astype(jnp.int32), seps], axis=1).reshape(-1)
 
 
+def token_hits(turn: Array, answer: Array, answer_len: Array, end_of_turn: int) -> Array:
+    """float32 ``[Tt]``: the per-token split of :func:`jaxrl.verifiers.token_accuracy` of
+    ``turn`` against ``answer`` followed by ``end_of_turn``: slot ``i`` holds ``1 / n`` when it
+    is right (``n = max(answer_len + 1, tokens written)``), else 0, so the sum is the token
+    accuracy. Paying it slot by slot (``params.step_rewards``) credits each token with its own
+    correctness instead of the turn's average: partial credit inside a turn."""
+    width = turn.shape[0]
+    pos = jnp.arange(width)
+    answer = jnp.pad(answer.astype(jnp.int32), (0, max(width - answer.shape[0], 0)), constant_values=PAD)[:width]
+    target = jnp.where(pos < answer_len, answer, jnp.where(pos == answer_len, end_of_turn, -2))
+    is_end = turn == end_of_turn
+    emitted = jnp.where(jnp.any(is_end), jnp.argmax(is_end) + 1, width)
+    hit = (turn == target) & (pos < emitted) & (pos <= answer_len)
+    return (hit / jnp.maximum(jnp.maximum(answer_len + 1, emitted), 1)).astype(jnp.float32)
+
+
 def digits_of(value: Array, width: int) -> Array:
     """int32 ``[width]``: digit tokens of ``value`` (``0 <= value < 10 ** width``), MSD first."""
     place = 10 ** jnp.arange(width - 1, -1, -1)
@@ -55,4 +71,4 @@ def value_of(tokens: Array) -> tuple[Array, Array]:
     return jnp.sum(jnp.clip(d, 0, 9) * place).astype(jnp.int32), ok
 
 
-__all__ = ["DialogueEnv", "SEP", "digits_of", "join_names", "value_of"]
+__all__ = ["DialogueEnv", "SEP", "digits_of", "join_names", "token_hits", "value_of"]

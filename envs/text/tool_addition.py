@@ -9,8 +9,9 @@ the call and replies ``ssss =``; a malformed call, or any call while ``params.to
 answer (gated on EOS), on the answer's last token; training may mix in the answer's token
 accuracy (``params.shaping = w``: ``(1 - w) exact + w token_accuracy``) and pay a call
 ``params.call_shaping`` times the fraction of its slots that match ``? aaa + bbb $`` with the
-prompt's operands (on the call's last token; 0 at evaluation). Info: ``exact_match``, ``token_accuracy``, ``tool_calls`` (a
-well-formed call was made).
+prompt's operands (0 at evaluation). Both shaping terms land on the turn's last token, or with
+``params.step_rewards = 1`` on each token that earned them (the same return). Info:
+``exact_match``, ``token_accuracy``, ``tool_calls`` (a well-formed call was made).
 
 Held-out split: the single-turn tasks' rule on the prompt (the last digit of ``bbb`` is the
 free token, :func:`jaxrl_envs.text.base.set_free_token`).
@@ -31,7 +32,7 @@ from jaxrl import verifiers as V
 from jaxrl.core.tokens import EOS, PAD, Turn, reward_on_last_token
 from jaxrl.verifiers import Task
 from jaxrl_envs.text.base import right_align, set_free_token
-from jaxrl_envs.text.dialogue import SEP, DialogueEnv, digits_of, value_of
+from jaxrl_envs.text.dialogue import SEP, DialogueEnv, digits_of, token_hits, value_of
 from jaxrl_envs.text.vocab import CALL, ERROR, PLUS
 
 Array = jax.Array
@@ -42,9 +43,11 @@ class ToolAdditionParams:
     tool: int = 1  # 1: the calculator answers calls; 0: every call gets "!="
     shaping: float = 0.0  # weight of the answer's token accuracy (0 = exact match only)
     call_shaping: float = 0.0  # weight of a call's match with "?" + the prompt's operands + EOS
+    step_rewards: int = 0  # 1: pay both shaping terms token by token (same return; partial credit)
     held_out: bool = False  # draw prompts from the held-out split (evaluation only)
 
-    bounds: ClassVar[dict] = {"tool": Range(ge=0, le=1), "shaping": Range(ge=0, le=1), "call_shaping": Range(ge=0, le=1)}
+    bounds: ClassVar[dict] = {"tool": Range(ge=0, le=1), "shaping": Range(ge=0, le=1), "call_shaping": Range(ge=0, le=1),
+                              "step_rewards": Range(ge=0, le=1)}
 
 
 @struct.dataclass
@@ -115,10 +118,14 @@ class ToolAddition(DialogueEnv):
         calling = is_call & (state.turn == 0)  # a call in the last turn is a (wrong) answer
         exact, m = self.verifier(state.task, turn)
         w = jnp.clip(jnp.asarray(params.shaping, jnp.float32), 0.0, 1.0)
-        answer_reward = (1.0 - w) * exact + w * m["token_accuracy"]
         ideal = jnp.concatenate([jnp.full((1,), CALL, jnp.int32), state.task.prompt[:-1], jnp.full((1,), EOS, jnp.int32)])
-        call_reward = jnp.asarray(params.call_shaping, jnp.float32) * jnp.mean((turn == ideal).astype(jnp.float32))
-        reward = jnp.where(calling, call_reward, answer_reward)
+        call_hits = jnp.asarray(params.call_shaping, jnp.float32) * (turn == ideal).astype(jnp.float32) / turn.shape[0]
+        answer_hits = w * token_hits(turn, state.task.answer, state.task.answer_len, self.end_of_turn)
+        # step_rewards: the shaping paid on each token it is earned by; else all on the last token
+        per_token = jnp.where(calling, call_hits, answer_hits)
+        stepped = jnp.asarray(params.step_rewards) != 0
+        last = reward_on_last_token(turn, self.end_of_turn, jnp.where(calling, 0.0, (1.0 - w) * exact))
+        rewards = jnp.where(stepped, per_token + last, reward_on_last_token(turn, self.end_of_turn, jnp.sum(per_token)) + last)
         works = well_formed & (jnp.asarray(params.tool) != 0)
         result = jnp.concatenate([digits_of(value, self.digits + 1), jnp.full((1,), SEP, jnp.int32)])
         error = right_align(jnp.array([ERROR, SEP], jnp.int32), jnp.int32(2), self.max_reply_tokens)
@@ -126,5 +133,5 @@ class ToolAddition(DialogueEnv):
         new = ToolAdditionState(state.task, state.turn + 1, called)
         info = {"exact_match": jnp.where(calling, 0.0, exact), "token_accuracy": jnp.where(calling, 0.0, m["token_accuracy"]),
                 "tool_calls": called.astype(jnp.float32)}
-        return new, Turn(jnp.where(works, result, error), reward_on_last_token(turn, self.end_of_turn, reward), ~calling,
+        return new, Turn(jnp.where(works, result, error), rewards, ~calling,
                          jnp.zeros((), jnp.bool_), info)
