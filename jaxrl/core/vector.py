@@ -120,6 +120,12 @@ def _reset_all(env: Environment, params_axis, key_index, key, stepped, done, par
     return tree_select(done, fresh, stepped)
 
 
+# Batches up to this size skip the reset draws on steps where no episode ended. Larger
+# batches have a finished env on nearly every step, and the predicate over a batch sharded
+# across devices would add a cross-device reduction to every step.
+SKIP_RESET_MAX_ENVS = 4
+
+
 def _reset_if_done(env: Environment, key, stepped, done, params, params_axis, key_index=None):
     """:func:`_reset_all` when some env finished, else ``stepped`` untouched (``lax.cond``).
 
@@ -176,7 +182,8 @@ def auto_reset_batch(
     """
     num_envs = done.shape[0]
     if chunk >= num_envs:  # one chunk covers the batch: reset all, keep the finished
-        return _reset_if_done(env, key, stepped, done, params, params_axis)
+        fresh = _batch_reset(env, key, params, num_envs, params_axis)
+        return tree_select(done, fresh, stepped)
     rank = done_rank(done)
     num_chunks = (rank[-1] + (chunk - 1)) // chunk
     body = functools.partial(_assign_chunk, env, chunk, params_axis, rank, key, params)
@@ -202,7 +209,8 @@ class VectorEnv(Wrapper):
       reset_chunk: ``C``, fresh start states drawn per iteration of the reset loop (a
         step with ``c`` finished envs runs ``ceil(c / C)`` iterations). ``None`` picks
         :func:`default_reset_chunk`; ``C >= N`` gives the per-env scheme (a full-batch
-        reset, like ``VmapEnv(AutoReset(env))``, run only on steps where an episode ended).
+        reset, like ``VmapEnv(AutoReset(env))``; up to ``SKIP_RESET_MAX_ENVS`` envs it runs
+        only on steps where an episode ended).
       episode_stats: add ``episode_return``/``episode_length``/``episode_done`` to info.
     """
 
@@ -245,14 +253,15 @@ class VectorEnv(Wrapper):
     def step(self, key, state: VectorState, action, params) -> tuple[VectorState, TimeStep]:
         # Step keys from split(key)[0], reset keys from split(key)[1]. The step keys are
         # unused (and removed by XLA) when env.step ignores its key; with one reset chunk
-        # the reset key is derived inside the cond that skips steps where nothing ended.
+        # over a small batch the reset key is derived inside the cond that skips steps
+        # where nothing ended.
         step_keys = jax.random.split(jax.random.split(key)[0], self.num_envs)
         env_state, ts = jax.vmap(self.env.step, in_axes=(0, 0, 0, self.params_axis))(
             step_keys, state.env_state, action, params
         )
         done = ts.done
         stepped = (env_state, ts.obs)
-        if self.reset_chunk >= self.num_envs:
+        if self.reset_chunk >= self.num_envs and self.num_envs <= SKIP_RESET_MAX_ENVS:
             env_state, obs = _reset_if_done(self.env, key, stepped, done, params, self.params_axis, key_index=1)
         else:
             reset_key = jax.random.split(key)[1]
