@@ -145,8 +145,9 @@ def main() -> None:
     meta = common.metadata({"seeds": SEEDS, "note": "whole-process wall time per side, sides run one after "
                             "the other; the load average shows other work sharing the machine"})
     path = common.RESULTS_DIR / "offpolicy_vs_rejax.json"
-    kept = json.loads(path.read_text())["records"] if path.exists() else []
-    records = [r for r in kept if r["task"] not in args.tasks]
+    old = json.loads(path.read_text()) if path.exists() else {"meta": {}, "records": []}
+    old_meta = {"utc": old["meta"].get("utc"), "command": old["meta"].get("command")}
+    records = [{**old_meta, **r} for r in old["records"] if r["task"] not in args.tasks]
     for task in args.tasks:
         sides = [("ours", sys.executable)] + ([("rejax", args.rejax_python)] if args.rejax_python else [])
         for side, python in sides:
