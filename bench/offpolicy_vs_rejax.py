@@ -17,7 +17,8 @@ seeds vmapped in one program. Each child also reports its compile and run times 
 
 A seed is solved at a mean return >= 475 (CartPole-v1) or >= -200 (Pendulum-v1).
 Run: ``python bench/offpolicy_vs_rejax.py [--tasks pqn sac dqn] [--rejax-python PY]``.
-Result: ``bench/results/offpolicy_vs_rejax.json`` (one record per task and side).
+Result: ``bench/results/offpolicy_vs_rejax.json`` (one record per task and side; a run of
+some tasks replaces their records and keeps the others', each record with its own time and load).
 """
 
 from __future__ import annotations
@@ -114,6 +115,8 @@ def child_rejax(task: str) -> dict:
 
 
 def _spawn(python: str, side: str, task: str) -> dict:
+    from bench import common
+
     env = {k: v for k, v in os.environ.items() if k not in ("JAX_COMPILATION_CACHE_DIR", "XLA_FLAGS")}
     env["JAX_PLATFORMS"] = "cpu"
     t0 = time.perf_counter()
@@ -123,7 +126,8 @@ def _spawn(python: str, side: str, task: str) -> dict:
     if out.returncode != 0:
         raise RuntimeError(f"{side} {task} child failed:\n{out.stderr[-4000:]}")
     rec = json.loads(out.stdout.strip().splitlines()[-1])
-    return {"task": task, "side": side, "whole_process_s": wall, "load_average_1m_after": os.getloadavg()[0], **rec}
+    return {"task": task, "side": side, "whole_process_s": wall, "load_average_1m_after": os.getloadavg()[0],
+            "utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "command": common.command_line(), **rec}
 
 
 def main() -> None:
@@ -140,7 +144,10 @@ def main() -> None:
 
     meta = common.metadata({"seeds": SEEDS, "note": "whole-process wall time per side, sides run one after "
                             "the other; the load average shows other work sharing the machine"})
-    records = []
+    path = common.RESULTS_DIR / "offpolicy_vs_rejax.json"
+    old = json.loads(path.read_text()) if path.exists() else {"meta": {}, "records": []}
+    old_meta = {"utc": old["meta"].get("utc"), "command": old["meta"].get("command")}
+    records = [{**old_meta, **r} for r in old["records"] if r["task"] not in args.tasks]
     for task in args.tasks:
         sides = [("ours", sys.executable)] + ([("rejax", args.rejax_python)] if args.rejax_python else [])
         for side, python in sides:

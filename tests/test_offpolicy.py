@@ -166,6 +166,8 @@ def test_registered_through_entry_points_and_reject_wrong_spaces():
         (dqn.DQNConfig, "batch_size", 100, "batch_size: 100 is not a multiple of num_envs = 8"),
         (dqn.DQNConfig, "total_env_steps", 1005, "total_env_steps: 1005 is not a multiple of num_envs"),
         (dqn.DQNConfig, "tau", 0.0, "tau: expected 0 < tau <= 1"),
+        (dqn.DQNConfig, "loss", "l1", "loss: expected one of \\['mse', 'huber'\\], got 'l1'"),
+        (dqn.DQNConfig, "lr_end_frac", 1.5, "lr_end_frac: expected 0 <= fraction <= 1"),
         (pqn.PQNConfig, "num_minibatches", 3, "num_minibatches: 3 does not divide the batch"),
         (pqn.PQNConfig, "td_lambda", 1.5, "td_lambda: expected 0 <= td_lambda <= 1"),
         (sac.SACConfig, "buffer_size", 0, "buffer_size: expected a positive integer"),
@@ -176,3 +178,24 @@ def test_validate_names_the_key(cls, field, value, message):
     cls().validate()  # the defaults are valid
     with pytest.raises(ValueError, match=message):
         cls(**{field: value}).validate()
+
+
+def test_dqn_huber_loss_and_annealing_floor_by_hand():
+    """One-step, terminated transitions: the target is the reward, so the TD error is
+    ``Q(s, a) - r``. Half its square (mse) vs Huber(1): equal within 1, ``|td| - 0.5`` beyond."""
+    net = dqn.build.__globals__["QNetwork"](2, (4,))
+    params = net.init(jax.random.PRNGKey(0), jnp.zeros(1))
+    obs = jnp.array([[[0.5]], [[-0.5]]])  # [N=2, L=1, 1]
+    q = np.asarray(net.apply(params, obs[:, 0]))[:, 0]
+    rewards = jnp.asarray([q[0] + 0.5, q[1] - 3.0])[:, None]  # td = -0.5 and +3.0
+    batch = replay.Transition(obs, jnp.zeros((2, 1), jnp.int32), rewards, obs, jnp.ones((2, 1), bool),
+                              jnp.ones((2, 1), bool))
+    both = jax.jit(lambda p, b: [dqn.losses.dqn_loss(p, p, net, 0.99, True, b, huber=h)[0] for h in (False, True)])
+    mse, huber = both(params, batch)
+    np.testing.assert_allclose(float(mse), (0.5 * 0.25 + 0.5 * 9.0) / 2, rtol=1e-5)
+    np.testing.assert_allclose(float(huber), (0.5 * 0.25 + (3.0 - 0.5)) / 2, rtol=1e-5)
+    # anneal_lr with a floor: the rate falls linearly to lr * lr_end_frac at the last update.
+    cfg = dqn.DQNConfig(anneal_lr=True, lr_end_frac=0.25, total_env_steps=3200)  # 100 updates x 4 grad steps
+    sched = dqn.update.schedule(cfg)
+    np.testing.assert_allclose(jax.jit(jax.vmap(sched.factor))(jnp.array([0, 200, 400, 800])), [1.0, 0.625, 0.25, 0.25])
+    assert float(dqn.update.schedule(dqn.DQNConfig()).factor(10**6)) == 1.0  # not annealed: constant

@@ -32,9 +32,11 @@ class DQNConfig(AlgoConfig):
     exploration_fraction: float = 0.25  # share of the run over which epsilon decays linearly
     # --- optimisation (traced) ---
     lr: float = 1e-3  # Adam learning rate (initial value when annealed)
-    anneal_lr: bool = False  # static: linear decay to 0 over the run
+    anneal_lr: bool = False  # static: linear decay over the run, to lr * lr_end_frac
+    lr_end_frac: float = 0.0  # static: the annealed rate's final fraction of lr
     max_grad_norm: float = 10.0  # global-norm gradient clipping
     gamma: float = 0.99  # discount
+    loss: str = "mse"  # static: "mse" (half squared TD error) or "huber" (quadratic within 1, then linear)
     tau: float = 0.02  # target update: target <- tau * online + (1 - tau) * target (1: hard copy)
     target_update_every: int = 1  # gradient steps between target updates (static)
     # --- the Q-function (static) ---
@@ -68,6 +70,8 @@ class DQNConfig(AlgoConfig):
         check(0.0 <= self.exploration_fraction <= 1.0, "exploration_fraction",
               f"expected 0 <= fraction <= 1, got {self.exploration_fraction}")
         check(self.lr > 0.0, "lr", f"expected > 0, got {self.lr}")
+        check(0.0 <= self.lr_end_frac <= 1.0, "lr_end_frac", f"expected 0 <= fraction <= 1, got {self.lr_end_frac}")
+        check(self.loss in LOSSES, "loss", f"expected one of {list(LOSSES)}, got {self.loss!r}")
         check(self.max_grad_norm > 0.0, "max_grad_norm", f"expected > 0, got {self.max_grad_norm}")
         check(0.0 < self.gamma <= 1.0, "gamma", f"expected 0 < gamma <= 1, got {self.gamma}")
         check(0.0 < self.tau <= 1.0, "tau", f"expected 0 < tau <= 1, got {self.tau}")
@@ -75,6 +79,7 @@ class DQNConfig(AlgoConfig):
 
 
 TRACED = ("lr", "max_grad_norm", "gamma", "tau")
+LOSSES = ("mse", "huber")
 
 
 def hyperparams(cfg: DQNConfig, **overrides) -> dict:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import optax
 
 from jaxrl.algos.common.replay import Transition
 from jaxrl.models.qnetworks import QNetwork
@@ -35,14 +36,16 @@ def bootstrap_values(network: QNetwork, params, target_params, next_obs: jax.Arr
     return jnp.take_along_axis(q_target, best[..., None], axis=-1)[..., 0]
 
 
-def dqn_loss(params, target_params, network: QNetwork, gamma, double: bool, batch: Transition):
-    """``(loss, metrics)``: half the mean squared TD error of ``Q(obs_0, action_0)`` against
-    the n-step target, over a batch of sequences with leaves ``[N, L, ...]`` (``L = n_step``)."""
+def dqn_loss(params, target_params, network: QNetwork, gamma, double: bool, batch: Transition, huber: bool = False):
+    """``(loss, metrics)``: the mean TD loss of ``Q(obs_0, action_0)`` against the n-step
+    target, over a batch of sequences with leaves ``[N, L, ...]`` (``L = n_step``): half the
+    squared error, or with ``huber`` the Huber loss with threshold 1 (the same inside
+    ``|td| <= 1``, linear beyond, so one large error cannot dominate a step)."""
     n, length = batch.reward.shape[:2]
     boot = jax.lax.stop_gradient(bootstrap_values(network, params, target_params, batch.next_obs, double))
     target = jax.lax.stop_gradient(n_step_targets(batch.reward, batch.terminated, batch.done, boot, gamma))
     q = network.apply(params, batch.obs[:, 0])
     q_taken = jnp.take_along_axis(q, batch.action[:, 0, None].astype(jnp.int32), axis=-1)[:, 0]
     td = q_taken - target
-    loss = 0.5 * jnp.mean(jnp.square(td))
+    loss = jnp.mean(optax.huber_loss(td, delta=1.0)) if huber else 0.5 * jnp.mean(jnp.square(td))
     return loss, {"loss": loss, "q_mean": jnp.mean(q_taken), "td_abs": jnp.mean(jnp.abs(td))}

@@ -61,9 +61,10 @@ class Setup(NamedTuple):
 
 
 def schedule(cfg: DQNConfig) -> optim.Schedule:
-    """Linear decay to 0 over the run's updates (``anneal_lr``), else constant."""
+    """Linear decay to ``lr_end_frac`` of the rate over the run's updates (``anneal_lr``), else constant."""
     p = plan(cfg)
-    return optim.per_update(p.num_updates, p.grad_steps_per_update, cfg.anneal_lr)
+    end = cfg.lr_end_frac if cfg.anneal_lr else 1.0
+    return optim.Schedule(total=p.num_updates, end_frac=end, every=p.grad_steps_per_update)
 
 
 def make_optimizer(cfg: DQNConfig, lr=None, max_grad_norm=None) -> optax.GradientTransformation:
@@ -99,11 +100,11 @@ def _policy(network: QNetwork, params, epsilon, obs, key) -> rollout.PolicyOutpu
     return rollout.PolicyOutput(action, zeros, zeros)
 
 
-def _grads(network: QNetwork, double: bool, replicated, batch: replay.Transition):
+def _grads(network: QNetwork, double: bool, huber: bool, replicated, batch: replay.Transition):
     params, target_params, gamma = replicated
     flat = jax.tree_util.tree_map(lambda x: x.reshape((-1,) + x.shape[2:]), batch)  # [B * n, L, ...]
     grad_fn = jax.grad(losses.dqn_loss, has_aux=True)
-    return grad_fn(params, target_params, network, gamma, double, flat)
+    return grad_fn(params, target_params, network, gamma, double, flat, huber)
 
 
 @struct.dataclass
@@ -122,7 +123,7 @@ def _gradient_step(setup: Setup, state: DQNState, ready: jax.Array, learner: Lea
     cfg = setup.cfg
     batch = replay.sample(state.buffer, key, cfg.batch_size // cfg.num_envs, cfg.n_step)  # [B, n, L, ...]
     grads, metrics = batching.batch_mean(
-        functools.partial(_grads, setup.network, cfg.double),
+        functools.partial(_grads, setup.network, cfg.double, cfg.loss == "huber"),
         (learner.params, learner.target_params, state.hyper.gamma), batch,
     )
     updates, opt_state = setup.optimizer.update(grads, learner.opt_state, learner.params)
