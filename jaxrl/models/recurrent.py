@@ -144,6 +144,7 @@ class RecurrentActorCritic(ActorCritic):
     not used: the cell is always shared):
       cell: ``"gru"`` or ``"lstm"``.
       cell_size: units of the cell (the carry's last axis).
+      prev_action: append the previous action to the observation (the carry then holds it).
     """
 
     cell: str = "gru"
