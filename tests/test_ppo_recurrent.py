@@ -25,9 +25,11 @@ from jaxrl.run.evaluate import episode_actor
 
 
 def _cfg(torso="gru", **kw) -> PPOConfig:
+    """A tiny config; ``torso`` ``"gru+prev"`` is a GRU fed the previous action."""
     base = dict(num_envs=4, num_steps=12, total_env_steps=48, update_epochs=1, num_minibatches=2, hidden=(16,))
     base.update(kw)
-    cfg = PPOConfig(network=NetworkConfig(torso=torso, cell_size=8), **base)
+    cell, _, prev = torso.partition("+")
+    cfg = PPOConfig(network=NetworkConfig(torso=cell, cell_size=8, prev_action=prev == "prev"), **base)
     cfg.validate()
     return cfg
 
@@ -78,7 +80,7 @@ def test_carry_is_reset_at_every_episode_start(torso):
     assert leaked > 1e-3  # the check above can fail: memory does change the values
 
 
-@pytest.mark.parametrize("torso", ["gru", "lstm"])
+@pytest.mark.parametrize("torso", ["gru", "lstm", "gru+prev"])
 def test_sequence_forward_equals_the_rollout(torso):
     """The loss's forward over the stored ``[B, T]`` sequences from the stored initial carry
     and start flags gives the rollout's values and log-probabilities, and ``V(next_obs)``
@@ -89,7 +91,7 @@ def test_sequence_forward_equals_the_rollout(torso):
     steps = Batch(traj.obs, traj.action, traj.log_prob, traj.value, traj.value * 0, traj.value)
     seq = SequenceBatch(jax.tree_util.tree_map(env_major, steps), env_major(starts), state.memory.carry)
     x = acting.prepare_obs(setup.cfg, state.agent.obs_stats, traj.obs)
-    _, dist, values = setup.network.apply(state.agent.params, seq.carry, x, starts)
+    _, dist, values = setup.network.apply(state.agent.params, seq.carry, x, starts, traj.action)
     np.testing.assert_allclose(values, traj.value, atol=1e-5)
     np.testing.assert_allclose(dist.log_prob(traj.action), traj.log_prob, atol=1e-5)
     _, metrics = sequence_loss(state.agent.params, setup.network, state.agent.obs_stats, setup.cfg, state.hyper, seq)
@@ -164,6 +166,8 @@ def test_mlp_state_has_no_memory_and_recurrent_state_shards_it():
         (dict(network=NetworkConfig(torso="gru"), num_envs=6, num_minibatches=4, num_steps=8, total_env_steps=48),
          "num_minibatches: 4 does not divide num_envs = 6"),
         (dict(network=NetworkConfig(torso="gru"), shared_torso=True), "shared_torso: a gru torso is always shared"),
+        (dict(network=NetworkConfig(prev_action=True)), "network.prev_action: the previous action is fed to a recurrent"),
+        (dict(network=NetworkConfig(torso="gru", prev_action=1)), "network.prev_action: expected true or false"),
     ],
 )
 def test_validate_names_the_key(kw, message):
@@ -192,3 +196,40 @@ def test_sequence_gru_equals_flax_gru_cell_scanned():
     np.testing.assert_allclose(np.asarray(carry), np.asarray(want_carry), rtol=1e-5, atol=1e-6)
     leaked = reference.apply({"params": params[networks.RECURRENT_SCOPE]}, carry0, (x, jnp.zeros_like(start)))[0]
     assert not np.allclose(np.asarray(leaked), np.asarray(want_carry), atol=1e-4)  # the resets matter here
+
+
+def test_prev_action_reaches_the_torso_and_is_reset_at_episode_starts():
+    """With ``prev_action`` the carry holds the last action (one-hot) and the action taken
+    at step ``t`` changes the outputs from step ``t + 1`` on, but not before, and not at an
+    episode start (where the cell's carry and the previous action are both zeroed)."""
+    from jaxrl.models import networks, recurrent
+
+    net = recurrent.RecurrentActorCritic(
+        action_dim=3, dist="categorical", hidden=(16,), activation="relu", obs_ndim=1, cell="gru", cell_size=8,
+        prev_action=True,
+    )
+    t, b = 6, 4
+    carry0 = net.initial_carry((b,))
+    assert carry0[0].shape == (b, 8) and carry0[1].shape == (b, 3)
+    obs = jax.random.normal(jax.random.PRNGKey(0), (t, b, 2))
+    params = networks.init_params(net, jax.random.PRNGKey(1), carry0, obs, jnp.zeros((t, b), bool), jnp.zeros((t, b), jnp.int32))
+    actions = jnp.zeros((t, b), jnp.int32)
+    other = actions.at[2].set(2)  # a different action at step 2 only
+    start = jnp.zeros((t, b), bool).at[3, 1].set(True)  # env 1 starts a new episode at step 3
+    apply = jax.jit(net.apply)
+    carry, dist, values = apply(params, carry0, obs, start, actions)
+    _, dist2, values2 = apply(params, carry0, obs, start, other)
+    assert carry[0].shape == (b, 8) and values.shape == (t, b) and dist.logits.shape == (t, b, 3)
+    np.testing.assert_array_equal(carry[1], jax.nn.one_hot(actions[-1], 3))
+    np.testing.assert_allclose(values[:3], values2[:3])  # causal: steps 0..2 cannot see it
+    moved = np.abs(np.asarray(values[3] - values2[3]))
+    assert moved[0] > 1e-4 and moved[2] > 1e-4  # the previous action reached the torso
+    assert moved[1] == 0.0  # env 1 reset at step 3: no previous action, no memory
+    # step by step (acting: record the action taken) equals the sequence call
+    step_carry, step_values = carry0, []
+    for i in range(t):
+        step_carry, _, v = apply(params, step_carry, obs[i : i + 1], start[i : i + 1])
+        step_carry = net.record_action(step_carry, actions[i])
+        step_values.append(v[0])
+    np.testing.assert_allclose(np.stack(step_values), values, atol=1e-5)
+    np.testing.assert_allclose(step_carry[0], carry[0], atol=1e-5)

@@ -138,24 +138,27 @@ def test_exported_policy_steps_as_the_learners_sequence_forward(trained):
     obs = jax.random.normal(jax.random.PRNGKey(0), (t, b, 2)) * jnp.array([1.0, 0.1])
     starts = jax.random.bernoulli(jax.random.PRNGKey(1), 0.15, (t, b)).at[0].set(True)
     keys = jax.random.split(jax.random.PRNGKey(2), t)
-    # The loss's forward: the whole sequence from a zero carry, reset where `starts`.
+    # The loss's forward: the whole sequence from a zero carry, reset where `starts`, fed
+    # the actions taken (the recipe's GRU also sees the previous action).
+    assert cfg.algo_config.network.prev_action
     x = acting.prepare_obs(cfg.algo_config, agent.obs_stats, obs)
-    want_carry, dist, _ = network.apply(agent.params, network.initial_carry((b,)), x, starts)
     carry, actions = jax.jit(functools.partial(_scan_act, policy))(policy.init_carry((b,)), obs, starts, keys)
+    want_carry, dist, _ = network.apply(agent.params, network.initial_carry((b,)), x, starts, actions)
     np.testing.assert_array_equal(np.asarray(actions), np.asarray(dist.mode()))
-    np.testing.assert_allclose(np.asarray(carry), np.asarray(want_carry), rtol=1e-5, atol=1e-6)
+    jax.tree_util.tree_map(lambda a, w: np.testing.assert_allclose(a, w, rtol=1e-5, atol=1e-6), carry, want_carry)
     # Sampling: the same draws as the learner's distribution at each step with the same key.
     sampler = jaxrl.load_policy(str(run_dir), seed=1, deterministic=False)
     _, sampled = jax.jit(functools.partial(_scan_act, sampler))(sampler.init_carry((b,)), obs, starts, keys)
+    _, dist = network.apply(agent.params, network.initial_carry((b,)), x, starts, sampled)[:2]
     want = jnp.stack([prng.categorical(keys[i], dist.logits[i][None])[0] for i in range(t)])
     np.testing.assert_array_equal(np.asarray(sampled), np.asarray(want))
     assert len(np.unique(np.asarray(sampled))) == 2  # both actions occur: the comparison can fail
     # Without the resets the carry leaks across episodes and ends elsewhere.
     leaked, _ = _scan_act(policy, policy.init_carry((b,)), obs, starts, keys, done=False)
-    assert not np.allclose(np.asarray(leaked), np.asarray(want_carry), atol=1e-4)
+    assert not np.allclose(np.asarray(leaked[0]), np.asarray(want_carry[0]), atol=1e-4)
     # One unbatched observation, with the carry of one env.
     one, action = policy.act(policy.init_carry(), obs[0, 0], keys[0], jnp.array(True))
-    assert one.shape == (8,) and int(action) == int(actions[0, 0])
+    assert one[0].shape == (8,) and one[1].shape == (2,) and int(action) == int(actions[0, 0])
     with pytest.raises(TypeError, match=r"policy\.init_carry\(batch_shape\)"):
         policy(obs[0, 0], keys[0])  # the stateless call names the carrying one
 

@@ -9,6 +9,9 @@ from its stored initial carry), so both compute the same thing.
 Where ``start[t]`` is set, the carry is reset to zeros *before* observation ``t`` enters
 the cell: an episode never sees its predecessor's memory. The cell is shared by the actor
 and the critic (one carry); each head has its own MLP (``hidden[1:]``) after it.
+With ``prev_action`` the previous action (one-hot for a categorical policy) is appended to
+the observation before the embedding (as in RL^2 / R2D2), zeros at an episode start; the
+carry is then the pair ``(cell carry, previous action [*batch, A])``.
 The GRU has flax ``GRUCell``'s params and maths, but applies the input transforms of all
 ``T`` steps in one matmul before its scan and the three recurrent ones as one matmul per
 step (fewer, larger kernels); the LSTM is flax's ``LSTMCell`` scanned.
@@ -141,29 +144,75 @@ class RecurrentActorCritic(ActorCritic):
     not used: the cell is always shared):
       cell: ``"gru"`` or ``"lstm"``.
       cell_size: units of the cell (the carry's last axis).
+      prev_action: append the previous action to the observation (the carry then holds it).
     """
 
     cell: str = "gru"
     cell_size: int = 128
+    prev_action: bool = False
 
     def initial_carry(self, batch_shape: tuple[int, ...] = ()) -> Any:
-        """The zero carry for ``batch_shape`` envs (:func:`initial_carry`)."""
-        return initial_carry(self.cell, self.cell_size, batch_shape)
+        """The zero carry for ``batch_shape`` envs (:func:`initial_carry`; with
+        ``prev_action`` paired with a zero previous action ``float32[*batch, A]``)."""
+        cell = initial_carry(self.cell, self.cell_size, batch_shape)
+        if not self.prev_action:
+            return cell
+        return cell, jnp.zeros(tuple(batch_shape) + (self.action_dim,), jnp.float32)
+
+    def action_features(self, action: jax.Array) -> jax.Array:
+        """float32 ``[*batch, A]``: one-hot of a categorical ``action [*batch]``, else the
+        continuous ``action [*batch, A]`` itself."""
+        if self.dist == "categorical":
+            return jax.nn.one_hot(action, self.action_dim, dtype=jnp.float32)
+        return jnp.asarray(action, jnp.float32)
+
+    def record_action(self, carry: Any, action: jax.Array) -> Any:
+        """The carry after acting ``action [*batch, ...]``: with ``prev_action`` it becomes
+        the next step's previous action; otherwise ``carry`` unchanged. Uses no params."""
+        if not self.prev_action:
+            return carry
+        return carry[0], self.action_features(action)
+
+    def _with_prev_action(self, carry, x: jax.Array, start: jax.Array, actions):
+        """``(cell carry, x [T, *batch, F + A])``: ``x`` with each step's previous action
+        appended (zeros where ``start``), from ``carry`` for step 0 and ``actions[:-1]``."""
+        cell, prev = carry
+        if actions is None:
+            if x.shape[0] != 1:
+                raise ValueError(f"prev_action: a sequence of T = {x.shape[0]} > 1 steps needs its actions")
+            prevs = prev[None]
+        else:
+            prevs = jnp.concatenate([prev[None], self.action_features(actions[:-1])], axis=0)
+        prevs = jnp.where(start[..., None], 0.0, prevs)
+        return cell, jnp.concatenate([x, prevs], axis=-1)
 
     @nn.compact
     def __call__(
-        self, carry: Any, obs: jax.Array, start: jax.Array
+        self, carry: Any, obs: jax.Array, start: jax.Array, actions: jax.Array | None = None
     ) -> tuple[Any, distributions.Distribution, jax.Array]:
         """``(carry [*batch, ...], obs [T, *batch, *obs_shape], start bool[T, *batch])`` ->
-        ``(carry after step T-1, distribution over [T, *batch], value float32[T, *batch])``."""
+        ``(carry after step T-1, distribution over [T, *batch], value float32[T, *batch])``.
+
+        With ``prev_action``, ``actions [T, *batch, ...]`` (the actions taken at the ``T``
+        steps) give steps ``1..T-1`` their previous action and the returned carry its last
+        one; for ``T = 1`` they may be omitted, and the caller then records the action it
+        takes with :meth:`record_action`.
+        """
         x = jnp.asarray(obs, jnp.float32)
         x = jnp.reshape(x, x.shape[: x.ndim - self.obs_ndim] + (-1,))
+        start = jnp.asarray(start, bool)
+        cell, prev = carry, None
+        if self.prev_action:
+            prev = carry[1] if actions is None else self.action_features(actions[-1])
+            cell, x = self._with_prev_action(carry, x, start, actions)
         x = ACTIVATIONS[self.activation](_dense(self.hidden[0], "embed", self.deferred_kernels)(x))
         if self.cell == "gru":
             scan = _SequenceGRU(self.cell_size, self.deferred_kernels, name=RECURRENT_SCOPE)
         else:
             scan = _ScannedCell(self.cell, self.cell_size, self.deferred_kernels, name=RECURRENT_SCOPE)
-        carry, h = scan(carry, (x, jnp.asarray(start, bool)))
+        carry, h = scan(cell, (x, start))
+        if self.prev_action:
+            carry = (carry, prev)
         pi_h = MLP(self.hidden[1:], self.activation, self.deferred_kernels, name="actor")(h)
         v_h = MLP(self.hidden[1:], self.activation, self.deferred_kernels, name="critic")(h)
         value = _dense(1, "value_head", self.deferred_kernels)(v_h)[..., 0]

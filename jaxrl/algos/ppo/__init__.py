@@ -68,7 +68,7 @@ def build_network(env: Environment, env_params: Any, cfg: PPOConfig) -> ActorCri
         return RecurrentActorCritic(
             action_dim=action_dim, dist=dist, hidden=tuple(cfg.hidden), activation=cfg.activation,
             log_std=cfg.log_std, init_log_std=cfg.init_log_std, obs_ndim=obs_ndim,
-            cell=cfg.network.torso, cell_size=cfg.network.cell_size,
+            cell=cfg.network.torso, cell_size=cfg.network.cell_size, prev_action=cfg.network.prev_action,
         )
     return ActorCritic(
         action_dim=action_dim,

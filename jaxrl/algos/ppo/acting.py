@@ -65,10 +65,11 @@ def recurrent_policy_step(
     network, cfg: PPOConfig, agent: AgentState, carry, obs: jax.Array, start: jax.Array, key: jax.Array
 ) -> tuple[object, rollout.PolicyOutput]:
     """Sample actions for ``obs [B, ...]`` (training rollouts); the carry is reset where
-    ``start [B]`` is set, then advanced by one step."""
+    ``start [B]`` is set, then advanced by one step (and records the sampled action)."""
     x = prepare_obs(cfg, agent.obs_stats, obs)[None]
     carry, dist, value = network.apply(agent.params, carry, x, start[None])
     action = dist.sample(key)
+    carry = network.record_action(carry, action[0])
     return carry, rollout.PolicyOutput(action=action[0], log_prob=dist.log_prob(action)[0], value=value[0])
 
 
@@ -91,8 +92,8 @@ def recurrent_act(
     x = prepare_obs(cfg, agent.obs_stats, obs)[None]
     start = jnp.zeros(x.shape[: x.ndim - network.obs_ndim], bool)
     carry, dist, _ = network.apply(agent.params, carry, x, start)
-    action = dist.mode() if deterministic else dist.sample(key)
-    return carry, action[0]
+    action = (dist.mode() if deterministic else dist.sample(key))[0]
+    return network.record_action(carry, action), action
 
 
 def recurrent_init_carry(network, agent: AgentState):

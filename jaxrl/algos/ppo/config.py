@@ -25,10 +25,13 @@ class NetworkConfig:
     :class:`~jaxrl.models.recurrent.RecurrentActorCritic`, an embedding of ``hidden[0]``
     units, the cell, then per head an MLP of ``hidden[1:]``; its carry lives in the train
     state and is trained over whole env sequences (minibatches of envs, not of steps).
+    ``prev_action`` appends the previous action (one-hot if discrete) to the observation
+    (RL^2 / R2D2 style): the policy can integrate its own pushes to infer hidden velocities.
     """
 
     torso: str = "mlp"  # "mlp" | "gru" | "lstm"
     cell_size: int = 128  # units of the recurrent cell (unused by "mlp")
+    prev_action: bool = False  # feed the previous action into the torso input (gru / lstm only)
 
     @property
     def recurrent(self) -> bool:
@@ -164,6 +167,16 @@ def validate(cfg: PPOConfig) -> None:
         isinstance(cfg.network.cell_size, int) and cfg.network.cell_size > 0,
         "network.cell_size",
         f"expected a positive integer, got {cfg.network.cell_size!r}",
+    )
+    check(
+        isinstance(cfg.network.prev_action, bool),
+        "network.prev_action",
+        f"expected true or false, got {cfg.network.prev_action!r}",
+    )
+    check(
+        cfg.network.recurrent or not cfg.network.prev_action,
+        "network.prev_action",
+        "the previous action is fed to a recurrent torso only (torso: gru | lstm), got torso: mlp",
     )
     if cfg.network.recurrent:
         check(

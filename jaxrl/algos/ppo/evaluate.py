@@ -43,7 +43,10 @@ def _eval_action(
     if carry is not None:  # drop the time axis of length 1
         mode, sample = mode[0], sample[0]
     mask = jnp.reshape(deterministic, deterministic.shape + (1,) * (mode.ndim - 1))
-    return carry, jnp.where(mask, mode, sample)
+    action = jnp.where(mask, mode, sample)
+    if carry is not None:
+        carry = network.record_action(carry, action)
+    return carry, action
 
 
 def _eval_step(

@@ -152,11 +152,12 @@ def sequence_loss(
     """:func:`ppo_loss` of a recurrent torso on ``N`` whole env sequences ``[N, T]``.
 
     The network runs over each sequence from its stored initial carry, resetting it at the
-    stored episode starts: the same computation as the rollout's step-by-step calls, so the
+    stored episode starts (and, with ``network.prev_action``, feeding each step the action
+    taken before it): the same computation as the rollout's step-by-step calls, so the
     first ratio is 1 (to float rounding). Means are over all ``N * T`` steps.
     """
     time_major = lambda x: jnp.swapaxes(x, 0, 1)  # noqa: E731  [N, T, ...] -> [T, N, ...]
     steps = jax.tree_util.tree_map(time_major, batch.steps)
     obs = prepare_obs(cfg, obs_stats, steps.obs)
-    _, dist, values = network.apply(params, batch.carry, obs, time_major(batch.start))
+    _, dist, values = network.apply(params, batch.carry, obs, time_major(batch.start), steps.action)
     return _loss_terms(dist, values, cfg, hyper, steps)
