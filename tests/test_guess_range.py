@@ -68,12 +68,13 @@ def _starts(params):
 def test_held_out_rule_is_disjoint_from_training_and_both_splits_cover_every_bound():
     train, held = (np.asarray(_starts(p)[1]) - NUM0 for p in (PARAMS, ENV.held_out_params(PARAMS)))
     sizes = {(lo, hi - lo + 1) for lo, hi in train} | {(lo, hi - lo + 1) for lo, hi in held}
-    assert all(ENV.min_size <= n <= ENV.max_size and 0 <= lo <= ENV.window - ENV.max_size for lo, n in sizes)
+    assert all(ENV.min_size <= n <= ENV.max_size and 0 <= lo <= ENV.window - n for lo, n in sizes)
     assert not np.any(is_held_out(train[:, 0], train[:, 1])) and np.all(is_held_out(held[:, 0], held[:, 1]))
     held_pairs, train_pairs = set(map(tuple, held)), set(map(tuple, train))
-    n_lo = ENV.window - ENV.max_size + 1
-    # every range is reachable: one held-out size per lo, the other K - 1 in training
-    assert len(held_pairs) == n_lo and len(train_pairs) == n_lo * (ENV.max_size - ENV.min_size)
+    # every range of the window is reachable, in exactly one split (enumerated by hand)
+    ranges = {(lo, lo + n - 1) for n in range(ENV.min_size, ENV.max_size + 1) for lo in range(ENV.window - n + 1)}
+    assert held_pairs | train_pairs == ranges and not held_pairs & train_pairs
+    assert len(held_pairs) == sum(bool(is_held_out(lo, hi)) for lo, hi in ranges) > len(ranges) // 10
     # a held-out range names a pair no training prompt does, built from bounds training has seen
     assert {lo for lo, _ in held_pairs} <= {lo for lo, _ in train_pairs}
     assert {hi for _, hi in held_pairs} <= {hi for _, hi in train_pairs}
@@ -125,6 +126,12 @@ def test_information_shaping_pays_bits_and_sums_to_the_weight():
 
     *_, rewards, alive, info = _play(p, KEYS[:64], outside)
     assert np.all(rewards == 0.0) and np.all(info["solved"] == 0.0)
+    # turn_cost: the turn penalty paid as incurred; a solved episode's return is unchanged
+    *_, costed, alive, _ = _play(PARAMS.replace(turn_cost=1), KEYS[:64], _bisection)
+    np.testing.assert_allclose(costed.sum(1), 1 - (t - 1) / ENV.max_turns, atol=1e-6)
+    assert np.all(costed[alive & (costed < 1)] == -1 / ENV.max_turns)
+    *_, costed, _, _ = _play(PARAMS.replace(turn_cost=1), KEYS[:64], outside)
+    np.testing.assert_allclose(costed.sum(1), -1.0, atol=1e-6)
 
 
 def test_bisection_through_the_env_needs_at_most_log2_n_plus_one_turns():

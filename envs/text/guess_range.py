@@ -1,7 +1,8 @@
 """``text/GuessRange-v0``: find a secret in the range the prompt names, told "higher" or "lower".
 
-The prompt is two number tokens ``lo hi``: a range of ``n = hi - lo + 1`` values,
-``min_size <= n <= max_size``, with ``0 <= lo <= window - max_size``; the secret is uniform in it.
+The prompt is two number tokens ``lo hi``: a range of ``n = hi - lo + 1`` values inside
+``[0, window)``, ``n`` uniform in ``[min_size, max_size]``, then ``lo`` uniform over the split's
+starts; the secret is uniform in the range.
 Each turn the policy writes one number token (its guess); the environment replies ``<`` (the
 secret is lower), ``>`` (higher), ``=`` (found: the episode ends) or ``!`` (not a number).
 ``max_turns`` guesses at most (then truncated). The task declares its own vocabulary: one
@@ -10,16 +11,18 @@ token per number (``vocab_size = 6 + window``, see :data:`SYMBOLS`).
 Reward (the rubric): ``1 - (t - 1) / max_turns`` on the guess that finds the secret at turn
 ``t``, else 0. Training may add ``params.bits = w``: each guess pays ``w`` times the
 information it gained, ``log2(c_before / c_after) / log2(n)`` with ``c`` the count of values
-still consistent with the replies (a solved episode gains ``w`` in all; 0 at evaluation).
-Info: ``solved``; ``turns`` (``t`` when found, ``max_turns + 1`` when not: a mean over episodes
-that never hides a failure); ``bisection_turns``, what the textbook search ``(l + h) // 2``
-needs for the same range and secret (at most ``floor(log2 n) + 1``).
+still consistent with the replies (a solved episode gains ``w`` in all; 0 at evaluation);
+``params.turn_cost = 1`` pays the rubric's turn penalty as it is incurred, ``-1 / max_turns``
+a miss and 1 the find (a solved episode's return unchanged, an unsolved one -1 instead of 0),
+so per-token credit charges each turn with its own cost.
+Info (``eval_scores``): ``solved``; ``turns`` (``t``, or ``max_turns + 1`` when not found: a
+mean that never hides a failure); ``bisection_turns``, what the search ``(l + h) // 2`` needs.
 
-Held-out split, a rule on the range: ``[lo, hi]`` is held out iff ``(n + 3 lo) % K == 4``
-with ``K = max_size - min_size + 1`` sizes, so every ``lo`` has exactly one held-out size. The
-training generator draws ``n`` from the other ``K - 1`` sizes (:func:`is_held_out`
-recomputes it): evaluation's ranges are pairs ``(lo, hi)`` no training prompt names, and the
-policy has to search inside a range it has never been given.
+Held-out split, a rule on the range: ``[lo, hi]`` is held out iff ``(lo + 3 n) % K == 4``
+with ``K = max_size - min_size + 1`` sizes, so one start in ``K`` is held out for every size
+(:func:`is_held_out`); training draws only the others. Evaluation's ranges are pairs
+``(lo, hi)`` no training prompt names (each bound alone appears in training): the policy has
+to search inside a range it has never been given.
 """
 
 from __future__ import annotations
@@ -47,9 +50,10 @@ SYMBOLS = {PAD: "", 1: "$", FOUND: "=", LOWER: "<", HIGHER: ">", ERROR: "!"}
 @struct.dataclass
 class GuessRangeParams:
     bits: float = 0.0  # weight of the per-guess information reward (training shaping; 0 = the rubric)
+    turn_cost: int = 0  # 1: pay the rubric's turn penalty as incurred (-1/max_turns a miss, +1 the find)
     held_out: bool = False  # draw ranges from the held-out split (evaluation only)
 
-    bounds: ClassVar[dict] = {"bits": Range(ge=0, le=1)}
+    bounds: ClassVar[dict] = {"bits": Range(ge=0, le=1), "turn_cost": Range(ge=0, le=1)}
 
 
 @struct.dataclass
@@ -64,7 +68,7 @@ class GuessRangeState:
 
 def is_held_out(lo, hi, min_size: int = 9, max_size: int = 16):
     """bool: the range ``[lo, hi]`` belongs to the held-out split (arrays or ints)."""
-    return (hi - lo + 1 + 3 * lo) % (max_size - min_size + 1) == 4
+    return (lo + 3 * (hi - lo + 1)) % (max_size - min_size + 1) == 4
 
 
 def bisection_turns(lo: Array, hi: Array, secret: Array, max_size: int) -> Array:
@@ -139,14 +143,14 @@ class GuessRange(DialogueTask):
         return params.replace(held_out=True)
 
     def draw_range(self, key: Array, held_out: Array) -> tuple[Array, Array]:
-        """``(lo, size)`` int32 of a range from the requested split (uniform over its ranges)."""
-        k_lo, k_size = jax.random.split(key)
-        sizes = self.max_size - self.min_size + 1
-        lo = jax.random.randint(k_lo, (), 0, self.window - self.max_size + 1)
-        target = (4 - 3 * lo - self.min_size) % sizes  # the held-out size's index for this lo
-        shift = jax.random.randint(k_size, (), 1, sizes)
-        index = jnp.where(held_out, target, (target + shift) % sizes)
-        return lo.astype(jnp.int32), (self.min_size + index).astype(jnp.int32)
+        """``(lo, size)`` int32 of a range from the requested split: the size uniform, then
+        ``lo`` uniform over that split's starts in ``[0, window - size]``."""
+        k_size, k_lo = jax.random.split(key)
+        size = jax.random.randint(k_size, (), self.min_size, self.max_size + 1)
+        starts = jnp.arange(self.window)
+        allowed = (starts <= self.window - size) & (is_held_out(starts, starts + size - 1, self.min_size, self.max_size) == held_out)
+        lo = jax.random.categorical(k_lo, jnp.where(allowed, 0.0, -jnp.inf))
+        return lo.astype(jnp.int32), size.astype(jnp.int32)
 
     def start(self, key, params):
         k_range, k_secret = jax.random.split(key)
@@ -173,6 +177,7 @@ class GuessRange(DialogueTask):
         lo, hi = jnp.where(found, state.secret, lo), jnp.where(found, state.secret, hi)
         gained = jnp.log2((state.hi - state.lo + 1) / (hi - lo + 1)) / jnp.log2(state.size.astype(jnp.float32))
         rubric = jnp.where(found, 1.0 - (t - 1) / self.turns, 0.0)
+        rubric = jnp.where(jnp.asarray(params.turn_cost) != 0, jnp.where(found, 1.0, -1.0 / self.turns), rubric)
         reward = rubric + jnp.asarray(params.bits, jnp.float32) * gained
         truncated = ~found & (t >= self.turns)
         info = {
