@@ -5,6 +5,7 @@ per-episode turns and solve rate."""
 
 from __future__ import annotations
 
+import functools
 import math
 
 import jax
@@ -28,14 +29,11 @@ def _bisect(carry, reply):
     return l, h, (l + h) // 2
 
 
-def _play(params, keys, policy):
-    """Scripted play through ``start`` / ``respond``, vmapped over ``keys [B]``: ``policy(
-    carry, reply, key) -> (carry, guess)`` with ``carry = (lo, hi, guess)`` starting from the
-    prompt's range (reply ``-1`` before the first turn). Returns numpy ``prompt [B, 2]``,
-    ``secret [B]``, ``guesses``, ``replies``, ``rewards`` and ``alive`` ``[B, T]`` (the turn
-    was played) and the info of each episode's last turn."""
+@functools.lru_cache(maxsize=None)
+def _player(policy):
+    """The jitted, vmapped scripted play of ``policy`` (compiled once per policy; params traced)."""
 
-    def one(key):
+    def one(params, key):
         state, prompt, info = ENV.start(key, params)
         lo, hi = prompt[0] - NUM0, prompt[1] - NUM0
         carry, guess = policy((lo, hi, lo), jnp.int32(-1), key)
@@ -49,11 +47,20 @@ def _play(params, keys, policy):
             still = alive & ~out.terminated & ~out.truncated
             return (new, carry2, guess2, still, info), (guess, reply, out.rewards[0] * alive, alive)
 
-        _, (guesses, replies, rewards, alive) = jax.lax.scan(
+        (*_, info), (guesses, replies, rewards, alive) = jax.lax.scan(
             turn, (state, carry, guess, jnp.bool_(True), info), jax.random.split(key, ENV.max_turns))
-        return prompt, state.secret, guesses, replies, rewards, alive, _[4]
+        return prompt, state.secret, guesses, replies, rewards, alive, info
 
-    return jax.device_get(jax.jit(jax.vmap(one))(keys))
+    return jax.jit(jax.vmap(one, in_axes=(None, 0)))
+
+
+def _play(params, keys, policy):
+    """Scripted play through ``start`` / ``respond``, vmapped over ``keys [B]``: ``policy(
+    carry, reply, key) -> (carry, guess)`` with ``carry = (lo, hi, guess)`` starting from the
+    prompt's range (reply ``-1`` before the first turn). Returns numpy ``prompt [B, 2]``,
+    ``secret [B]``, ``guesses``, ``replies``, ``rewards`` and ``alive`` ``[B, T]`` (the turn
+    was played) and the info of each episode's last turn."""
+    return jax.device_get(_player(policy)(params, keys))
 
 
 def _bisection(carry, reply, key):
@@ -61,8 +68,22 @@ def _bisection(carry, reply, key):
     return (l, h, g), g
 
 
+def _uniform(carry, reply, key):
+    """A random guess in the prompt's range, whatever the replies."""
+    lo, hi, _ = carry
+    return carry, jax.random.randint(jax.random.fold_in(key, 7), (), lo, hi + 1)
+
+
+def _outside(carry, reply, key):
+    """Always one past the range: a guess that tells nothing."""
+    return carry, carry[1] + 1
+
+
+_START = jax.jit(jax.vmap(ENV.start, in_axes=(0, None)))
+
+
 def _starts(params):
-    return jax.jit(jax.vmap(ENV.start, in_axes=(0, None)))(KEYS, params)
+    return _START(KEYS, params)
 
 
 def test_held_out_rule_is_disjoint_from_training_and_both_splits_cover_every_bound():
@@ -85,12 +106,8 @@ def test_held_out_rule_is_disjoint_from_training_and_both_splits_cover_every_bou
 
 
 def test_replies_and_reward_schedule_match_python():
-    def uniform(carry, reply, key):  # a random guess in the prompt's range
-        lo, hi, _ = carry
-        return carry, jax.random.randint(jax.random.fold_in(key, 7), (), lo, hi + 1)
-
-    prompt, secret, guesses, replies, rewards, alive, info = _play(PARAMS, KEYS[:256], uniform)
-    for i in range(256):
+    prompt, secret, guesses, replies, rewards, alive, info = _play(PARAMS, KEYS[:512], _uniform)
+    for i in range(512):
         t = int(alive[i].sum())
         for k in range(t):
             g = guesses[i, k]
@@ -114,23 +131,20 @@ def test_information_shaping_pays_bits_and_sums_to_the_weight():
     gains ``w`` in all on top of the rubric, a guess outside the consistent values 0."""
     w = 0.5
     p = PARAMS.replace(bits=w)
-    prompt, secret, guesses, replies, rewards, alive, info = _play(p, KEYS[:64], _bisection)
+    prompt, secret, guesses, replies, rewards, alive, info = _play(p, KEYS[:512], _bisection)
     t = alive.sum(1)
     np.testing.assert_allclose(rewards.sum(1), 1 - (t - 1) / ENV.max_turns + w, atol=1e-5)
     n = prompt[:, 1] - prompt[:, 0] + 1
     first = np.where(replies[:, 0] == LOWER, (n - 1) // 2, np.where(replies[:, 0] == HIGHER, n // 2, 1))
     np.testing.assert_allclose(rewards[:, 0], w * np.log2(n / first) / np.log2(n) + (replies[:, 0] == FOUND), atol=1e-5)
 
-    def outside(carry, reply, key):  # always one past the range: it tells nothing
-        return carry, carry[1] + 1
-
-    *_, rewards, alive, info = _play(p, KEYS[:64], outside)
+    *_, rewards, alive, info = _play(p, KEYS[:512], _outside)
     assert np.all(rewards == 0.0) and np.all(info["solved"] == 0.0)
     # turn_cost: the turn penalty paid as incurred; a solved episode's return is unchanged
-    *_, costed, alive, _ = _play(PARAMS.replace(turn_cost=1), KEYS[:64], _bisection)
+    *_, costed, alive, _ = _play(PARAMS.replace(turn_cost=1), KEYS[:512], _bisection)
     np.testing.assert_allclose(costed.sum(1), 1 - (t - 1) / ENV.max_turns, atol=1e-6)
     assert np.all(costed[alive & (costed < 1)] == -1 / ENV.max_turns)
-    *_, costed, _, _ = _play(PARAMS.replace(turn_cost=1), KEYS[:64], outside)
+    *_, costed, _, _ = _play(PARAMS.replace(turn_cost=1), KEYS[:512], _outside)
     np.testing.assert_allclose(costed.sum(1), -1.0, atol=1e-6)
 
 
@@ -139,9 +153,9 @@ def test_bisection_through_the_env_needs_at_most_log2_n_plus_one_turns():
     splits: always found, in at most ``floor(log2 n) + 1 <= log2(16) + 1`` turns, exactly as
     ``info["bisection_turns"]`` says. An env that answered wrong would fail it."""
     for split in (False, True):
-        prompt, secret, guesses, replies, rewards, alive, info = _play(PARAMS.replace(held_out=split), KEYS[:1024], _bisection)
+        prompt, secret, guesses, replies, rewards, alive, info = _play(PARAMS.replace(held_out=split), KEYS[:512], _bisection)
         n, t = prompt[:, 1] - prompt[:, 0] + 1, alive.sum(1)
-        assert np.all(info["solved"] == 1.0) and np.all(replies[np.arange(1024), t - 1] == FOUND)
+        assert np.all(info["solved"] == 1.0) and np.all(replies[np.arange(512), t - 1] == FOUND)
         assert np.all(t <= np.floor(np.log2(n)) + 1) and t.max() == math.log2(ENV.max_size) + 1
         np.testing.assert_array_equal(info["turns"], t)
         np.testing.assert_array_equal(info["bisection_turns"], t)
