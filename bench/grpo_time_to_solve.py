@@ -3,13 +3,15 @@ held-out prompts reaches the target.
 
     python bench/grpo_time_to_solve.py configs/grpo_reverse.yaml --target 0.95
     python bench/grpo_time_to_solve.py configs/grpo_sort.yaml --target 0.9 --metric exact_match
+    python bench/grpo_time_to_solve.py configs/grpo_guess_number.yaml --target 6 --metric turns --at-most
 
 The run is the config's own (``jaxrl.run.trainer.build``): the algorithm's ``update`` scanned
 ``updates_per_chunk`` times per jitted chunk, exactly as ``jaxrl train`` runs it, without
 checkpoints or logging. After every chunk the host evaluates the policy (greedy, on
 ``eval_episodes`` held-out prompts); the evaluation's own time is measured and *excluded*
 from the training wall time (it is reported apart), compile time of the chunk is included.
-The run stops at the first evaluation that reaches ``--target`` or at ``num_updates``.
+The run stops at the first evaluation that reaches ``--target`` (``<=`` it with
+``--at-most``) or at ``num_updates``.
 Programs are compiled with :data:`jaxrl.algos.COMPILER_OPTIONS`; the chunk's compile
 time is reported on its own (``chunk_compile_s``). Next to wall time every point records the
 process CPU seconds spent training (``train_cpu_s``, all threads, evaluation excluded): on
@@ -64,7 +66,13 @@ def _scan_chunk(update, k, state):
     return jax.lax.scan(lambda s, _: update(s), state, None, length=k)
 
 
-def run(cfg_path: str, overrides: list[str], target: float, metric: str, name: str) -> dict:
+def reached(score: float, target: float, at_most: bool) -> bool:
+    """The target is met: ``score >= target``, or ``score <= target`` for a lower-is-better
+    metric (``--at-most``, e.g. the guessing game's turns to solve)."""
+    return score <= target if at_most else score >= target
+
+
+def run(cfg_path: str, overrides: list[str], target: float, metric: str, name: str, at_most: bool = False) -> dict:
     cfg = config_lib.load_config(cfg_path, overrides)
     built = trainer.build(cfg)
     k = built.derived.updates_per_chunk
@@ -106,13 +114,14 @@ def run(cfg_path: str, overrides: list[str], target: float, metric: str, name: s
         print(f"{name}: {done:5d} updates  {wall:7.1f} s ({cpu:7.1f} cpu-s)  eval {metric} {score:.3f}  train reward {c['train_reward']:.3f}"
               f"  entropy {c['entropy']:.3f}  zero-std groups {c['frac_reward_zero_std']:.2f}  level {c['curriculum_level']:.0f}"
               f"  eval: {' '.join(f'{n} {v:.3f}' for n, v in c['eval'].items())}", flush=True)
-        if score >= target:
+        if reached(score, target, at_most):
             solved_at = curve[-1]
             break
     return {
         "seed": int(cfg.train.seed),
         "overrides": overrides,
         "target": {metric: target},
+        **({"target_at_most": True} if at_most else {}),
         "solved": solved_at is not None,
         "solved_at": solved_at,
         "final": curve[-1],
@@ -173,7 +182,7 @@ def _row(study: dict, e: dict) -> str:
     changed = _changes(study["config"], e["overrides"])
     note = f" ({', '.join(changed)})" if changed else ""
     return (
-        f"| {study['study']}{note} | {e['seed']} | {metric} >= {target} | {'yes' if e['solved'] else 'NO'} | {at['updates']} | "
+        f"| {study['study']}{note} | {e['seed']} | {metric} {'<=' if e.get('target_at_most') else '>='} {target} | {'yes' if e['solved'] else 'NO'} | {at['updates']} | "
         f"{at['train_wall_s']} | {at.get('train_cpu_s', '')} | {e['final'][metric]:.3f} | {e['first_chunk_s_incl_compile']} | "
         f"{e['machine']['load_avg_1m_at_end']:.1f} |"
     )
@@ -208,6 +217,7 @@ def main(argv=None) -> int:
     p.add_argument("config")
     p.add_argument("--target", type=float, default=0.95)
     p.add_argument("--metric", default="exact_match")
+    p.add_argument("--at-most", action="store_true", help="lower is better: solved when the metric <= --target")
     p.add_argument("--seed", type=int, default=None, help="train.seed (default: the config's)")
     p.add_argument("--set", action="append", default=[], help="config override a.b=value")
     p.add_argument("--no-record", action="store_true", help="print the figures; leave the study record alone")
@@ -216,7 +226,7 @@ def main(argv=None) -> int:
         p.error("give the seed with --seed, not --set train.seed=...")
     overrides = args.set + ([f"train.seed={args.seed}"] if args.seed is not None else [])
     name = os.path.splitext(os.path.basename(args.config))[0]
-    entry = run(args.config, overrides, args.target, args.metric, name)
+    entry = run(args.config, overrides, args.target, args.metric, name, args.at_most)
     if args.no_record:
         print(common.dumps(entry))
         return 0

@@ -30,7 +30,7 @@ _BUILTIN = [
     ("text/Parity-v0", "jaxrl_envs.text.parity:Parity", "token task: the parity of 6 bits (answer 0 or 1); dense verifier reward"),
     ("text/AlphabetSortTurns-v0", "jaxrl_envs.text.alphabet_sort_turns:AlphabetSortTurns", "dialogue: 3 turns of alphabet-sort, a name more each turn; mean similarity**4"),
     ("text/ToolAddition-v0", "jaxrl_envs.text.tool_addition:ToolAddition", "dialogue: 3+3-digit addition with a calculator call; exact-match reward"),
-    ("text/GuessNumber-v0", "jaxrl_envs.text.guess_number:GuessNumber", "dialogue: find a number in [0, 16) told higher/lower; reward falls with turns"),
+    ("text/GuessRange-v0", "jaxrl_envs.text.guess_range:GuessRange", "dialogue: find a number in the prompt's range [lo, hi] (9-16 values) told higher/lower; reward falls with turns"),
 ]
 
 

@@ -18,7 +18,7 @@ from jaxrl_envs.text.alphabet_sort import AlphabetSort, AlphabetSortParams
 from jaxrl_envs.text.alphabet_sort_turns import AlphabetSortTurns
 from jaxrl_envs.text.base import TokenEnv, TokenState, is_held_out
 from jaxrl_envs.text.reverse import DigitParams, Reverse
-from jaxrl_envs.text.guess_number import GuessNumber
+from jaxrl_envs.text.guess_range import GuessRange
 from jaxrl_envs.text.sort import Sort
 from jaxrl_envs.text.tool_addition import ToolAddition
 from jaxrl_envs.text.vocab import VOCAB_SIZE, decode, encode
@@ -29,7 +29,7 @@ __all__ = [
     "AlphabetSort",
     "AlphabetSortParams",
     "AlphabetSortTurns",
-    "GuessNumber",
+    "GuessRange",
     "DigitParams",
     "Reverse",
     "Sort",

@@ -11,8 +11,8 @@ id     token
 5-14   digits ``0``-``9``
 15-40  letters ``a``-``z``
 41     ``?``    a tool call (dialogue tasks)
-42     ``<``    "lower" (guessing game)
-43     ``>``    "higher" (guessing game)
+42     ``<``    "lower" (reserved; the guessing game declares its own vocabulary)
+43     ``>``    "higher" (reserved, likewise)
 44     ``!``    an error / no tool
 ====== ===================================================
 

@@ -92,6 +92,11 @@ class TokenTask(Environment, metaclass=abc.ABCMeta):
         """``params`` switched to the held-out split that evaluation uses (default: same)."""
         return params
 
+    #: Info keys that evaluation reports per episode beside the reward, each with what to call
+    #: it: ``(("turns", "turns to solve"),)`` makes ``jaxrl eval`` print that key's mean, std
+    #: and 95% CI over the held-out episodes (a task's own figure of merit).
+    eval_scores: tuple[tuple[str, str], ...] = ()
+
     # -- the dialogue shape (one turn, no reply, unless a subclass says otherwise) --------
 
     @property

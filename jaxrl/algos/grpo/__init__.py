@@ -108,6 +108,9 @@ def _report(envs: EnvSetup, info: set) -> EvalReport:
     if "exact_match" in info:
         scores["episode_returns_exact_match"] = "exact match"
         phrases["episode_returns_exact_match"] = "held-out greedy exact match" if token else "greedy exact match"
+    for name, phrase in envs.env.eval_scores if token else ():
+        scores[f"episode_returns_{name}"] = name
+        phrases[f"episode_returns_{name}"] = f"held-out greedy {phrase}"
     return EvalReport(scores, metric="reward" if token else "return", phrases=phrases)
 
 

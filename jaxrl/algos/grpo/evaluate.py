@@ -38,8 +38,9 @@ def evaluate(setup: Setup, state: GRPOState, key: Array) -> dict:
     Returns ``episode_returns`` (float32 ``[E]``, the trainer's eval convention: per-episode
     return of the greedy policy, i.e. the verifier reward for token tasks), for a token
     task ``episode_returns_exact_match`` (the per-prompt 0/1 exact match, so ``jaxrl eval``
-    summarises it with its own 95% interval), and scalars: ``return_mean``, ``return_ci95``,
-    ``length_mean`` and, for every info key (e.g. ``exact_match``), its mean and ``_ci95``
+    summarises it with its own 95% interval), ``episode_returns_<key>`` for every key of a
+    token task's :attr:`~jaxrl.core.tokens.TokenTask.eval_scores`, and scalars:
+    ``return_mean``, ``return_ci95``, ``length_mean`` and, for every info key (e.g. ``exact_match``), its mean and ``_ci95``
     (normal-approximation half-width).
     """
     ro = eval_rollout(setup, state.params, key)
@@ -54,6 +55,8 @@ def evaluate(setup: Setup, state: GRPOState, key: Array) -> dict:
         out[f"{name}_ci95"] = _ci95(value)
     if "exact_match" in ro.final_info:
         out["episode_returns_exact_match"] = ro.final_info["exact_match"]
+    for name, _ in setup.env.eval_scores if isinstance(setup.env, TokenTask) else ():  # the task's own figures
+        out[f"episode_returns_{name}"] = ro.final_info[name]
     return out
 
 
