@@ -263,7 +263,7 @@ keys = jax.random.split(jax.random.split(jax.random.fold_in(jax.random.PRNGKey(0
 fast = {"xla_backend_optimization_level": 0}
 batched = jax.jit(jax.vmap(env.reset, in_axes=(0, None)), compiler_options=fast)(keys, params)
 single = jax.jit(env.reset, compiler_options=fast)
-gap = max(float(np.abs(np.asarray(a) - np.asarray(b)[i]).max(initial=0.0))
+gap = max(float(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64)[i]).max(initial=0.0))
           for i, k in enumerate(keys)
           for a, b in zip(jax.tree_util.tree_leaves(single(k, params)), jax.tree_util.tree_leaves(batched)))
 print("dtype", batched[0].data["qvel"].dtype, "gap", gap)
