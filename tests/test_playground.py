@@ -5,9 +5,11 @@ name lists against the installed Playground, the refusal of menagerie envs with 
 network path patched to fail, and one jitted program on ``playground/CartpoleBalance``
 that holds a step-for-step parity run against Playground's own env and a batched
 auto-reset rollout with per-env params (truncation, final observation, physics params);
-``check_env`` on CartpoleBalance. ``check_env`` over the whole DM Control Suite and a
-parity run of FingerTurnEasy (mocap target carried in the compact state) run only when
-``JAXRL_FULL_PHYSICS=1`` is set (minutes of MJX compile on a 2-core CPU).
+``check_env`` on CartpoleBalance. ``check_env`` over the whole DM Control Suite (every
+check passes except those of :data:`CHECK_EXCLUSIONS`, which must still fail), the measured
+cause of the excluded ``vmap`` checks (float32 rounding), and a parity run of FingerTurnEasy (mocap
+target carried in the compact state) run only when ``JAXRL_FULL_PHYSICS=1`` is set (minutes
+of MJX compile per env on a 2-core CPU).
 """
 
 from __future__ import annotations
@@ -224,25 +226,87 @@ def test_finger_turn_parity_carries_the_mocap_target():
     np.testing.assert_array_equal(reward, r_reward)
 
 
-#: Registered envs whose check_env fails, with what fails (open: see docs/physics.md).
-KNOWN_FAILING = {
-    "CheetahRun": "vmap check: its vmapped reset differs from the unbatched one (its reset settles the "
-    "model with 200 contact physics steps); cause not pinned down yet",
+#: Why the ``vmap`` check is excluded for the envs of :data:`CHECK_EXCLUSIONS` (measured:
+#: docs/physics.md, "check_env over the whole suite"; re-measured by the test below).
+FLOAT32_VMAP = (
+    "float32 rounding: XLA:CPU's vmapped and unbatched programs round MJX's contact/fluid solve "
+    "differently, by more than check_env's tolerance (rtol 1e-5, atol 1e-6); with the model and data "
+    "in float64 they agree to 1e-12 (on CheetahRun a fixed solver iteration count leaves the gap as it "
+    "is): a property of MJX on XLA:CPU, not of the adapter"
+)
+#: Registered envs with checks excluded: name -> {check: measured cause}. Each such check
+#: must still FAIL (the sweep fails once it passes: drop the exclusion) and every other
+#: check must pass; the cause is tested by ``test_vmap_gap_is_float32_rounding``.
+CHECK_EXCLUSIONS = {
+    "CheetahRun": {"vmap": FLOAT32_VMAP + " (its reset settles 200 contact steps)"},
+    "FishSwim": {"vmap": FLOAT32_VMAP + " (step: fluid forces)"},
+    "HumanoidRun": {"vmap": FLOAT32_VMAP + " (step: Newton contact solve)"},
+    "HumanoidStand": {"vmap": FLOAT32_VMAP + " (step: Newton contact solve)"},
+    "HumanoidWalk": {"vmap": FLOAT32_VMAP + " (step: Newton contact solve)"},
 }
 
 
-@pytest.mark.parametrize(
-    "name",
-    [
-        pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=KNOWN_FAILING[n])) if n in KNOWN_FAILING else n
-        for n in jp.PLAYGROUND_ENV_NAMES
-        if n not in jp.EXCLUDED_PLAYGROUND_ENVS
-    ],
-)
+@pytest.mark.parametrize("name", [n for n in jp.PLAYGROUND_ENV_NAMES if n not in jp.EXCLUDED_PLAYGROUND_ENVS])
 @pytest.mark.skipif(not FULL, reason="set JAXRL_FULL_PHYSICS=1 (minutes of MJX compile)")
 def test_check_env_every_playground_env(name):
     from jaxrl.core.check import check_env
 
     env, params = jaxrl.make(f"playground/{name}")
     report = check_env(env, params, num_envs=2, num_steps=20, verbose=False, compiler_options=FAST)
-    assert report.passed, str(report)
+    assert sorted(report.failed_names()) == sorted(CHECK_EXCLUSIONS.get(name, {})), str(report)
+
+
+#: ``python -c VMAP_GAP NAME DTYPE``: the largest |vmapped - unbatched| over every leaf of
+#: ``reset`` and of one ``step`` (check_env's vmap keys and actions), with the model, data
+#: and actions in DTYPE.
+VMAP_GAP = """
+import sys
+import jax
+if sys.argv[2] == "float64":
+    jax.config.update("jax_enable_x64", True)
+import jax.numpy as jnp, numpy as np, jaxrl
+from jaxrl.adapters import playground as jp
+env, params = jaxrl.make(f"playground/{sys.argv[1]}")
+cast = lambda x: x.astype(sys.argv[2]) if getattr(x, "dtype", None) == jnp.float32 else x
+env.raw._mjx_model = jax.tree_util.tree_map(cast, env.raw._mjx_model)  # this process only
+jp.clip_action = lambda a: jnp.clip(jnp.nan_to_num(jnp.asarray(a, sys.argv[2])), -1.0, 1.0)  # ctrl's dtype
+if sys.argv[2] == "float64":  # under x64 MJX computes these tendon-wrap ints as int64, make_data gives int32
+    from mujoco_playground._src import mjx_env
+    make_data, fields = mjx_env.make_data, ("ten_wrapadr", "ten_wrapnum", "wrap_obj")
+    wide = lambda d: d.tree_replace({f"_impl.{f}": getattr(d._impl, f).astype(jnp.int64) for f in fields})
+    mjx_env.make_data = lambda *a, **k: wide(make_data(*a, **k))
+k_reset, k_step, k_act = jax.random.split(jax.random.fold_in(jax.random.PRNGKey(0), 1), 3)
+reset_keys, step_keys = jax.random.split(k_reset, 5), jax.random.split(k_step, 5)
+actions = jax.vmap(env.action_space(params).sample)(jax.random.split(k_act, 5))
+fast = {"xla_backend_optimization_level": 0}
+def reset_step(rk, sk, a):
+    first = env.reset(rk, params)
+    return first, env.step(sk, first[0], a, params)
+batched = jax.jit(jax.vmap(reset_step), compiler_options=fast)(reset_keys, step_keys, actions)
+reset_j, step_j = jax.jit(env.reset, compiler_options=fast), jax.jit(env.step, compiler_options=fast)
+gap = lambda x, y, i: max(float(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64)[i]).max(initial=0.0))
+                          for a, b in zip(jax.tree_util.tree_leaves(x), jax.tree_util.tree_leaves(y)))
+worst = 0.0
+for i in range(5):
+    first = reset_j(reset_keys[i], params)
+    worst = max(worst, gap(first, batched[0], i), gap(step_j(step_keys[i], first[0], actions[i], params), batched[1], i))
+print("dtype", batched[0][0].data["qvel"].dtype, "gap", worst)
+"""
+
+
+@pytest.mark.parametrize("name", sorted(n for n, checks in CHECK_EXCLUSIONS.items() if "vmap" in checks))
+@pytest.mark.skipif(not FULL, reason="set JAXRL_FULL_PHYSICS=1 (minutes of MJX compile)")
+def test_vmap_gap_is_float32_rounding(name):
+    """An excluded ``vmap`` check, its cause: in float32 the vmapped reset and step differ
+    from unbatched calls by a rounding-sized gap (a shared key or state would differ by the
+    spread of the random start poses, order 1), and with the model, data and actions in
+    float64 the two programs agree to 1e-12. If either stops holding, the reason is wrong."""
+    import sys
+
+    gaps = {}
+    for dtype in ("float32", "float64"):
+        out = subprocess.run([sys.executable, "-c", VMAP_GAP, name, dtype], capture_output=True, text=True, timeout=1800)
+        assert out.returncode == 0, out.stderr[-2000:]
+        assert f"dtype {dtype} gap " in out.stdout, out.stdout
+        gaps[dtype] = float(out.stdout.split()[-1])
+    assert 1e-6 < gaps["float32"] < 1e-2 and gaps["float64"] < 1e-12, gaps
