@@ -95,6 +95,12 @@ def batched_env(side: str, name: str, batch: int):
 def jaxrl_program(side: str, name: str, batch: int, steps: int):
     """``run(key) -> checksum`` over ``steps`` steps of our batched, auto-reset adapter."""
     env, venv = batched_env(side, name, batch)
+    return random_action_program(env, venv, batch, steps)
+
+
+def random_action_program(env, venv, batch: int, steps: int):
+    """``run(key) -> checksum`` over ``steps`` uniform random actions in ``[-1, 1]`` through the
+    batched ``venv`` of ``env``; every output (final observations included) feeds the checksum."""
     params = env.default_params
     act_size = env.action_space(params).shape[0]
 

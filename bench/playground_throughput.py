@@ -76,26 +76,11 @@ def jaxrl_program(side: str, name: str, batch: int, steps: int):
     from jaxrl.adapters.reset_pool import ResetPoolVectorEnv
     from jaxrl.core.wrappers import AutoReset, VmapEnv
 
+    from bench.physics_throughput import random_action_program
+
     env = PlaygroundEnv(name)
     venv = ResetPoolVectorEnv(env, batch) if side == "jaxrl_pool" else VmapEnv(AutoReset(env), batch)
-    params = env.default_params
-    act_size = env.action_space(params).shape[0]
-
-    def body(carry, key):
-        state, acc = carry
-        act_key, step_key = jax.random.split(key)
-        action = jax.random.uniform(act_key, (batch, act_size), minval=-1.0, maxval=1.0)
-        state, ts = venv.step(step_key, state, action, params)
-        acc = acc + jnp.sum(ts.obs) + jnp.sum(ts.reward) + jnp.sum(ts.terminated) + jnp.sum(ts.truncated)
-        acc = acc + jnp.sum(ts.info["final_obs"])
-        return (state, acc), None
-
-    def run(key):
-        reset_key, key = jax.random.split(key)
-        state, _ = venv.reset(reset_key, params)
-        return jax.lax.scan(body, (state, jnp.zeros((), jnp.float32)), jax.random.split(key, steps))[0][1]
-
-    return run
+    return random_action_program(env, venv, batch, steps)
 
 
 def build(side: str, name: str, batch: int, steps: int):
