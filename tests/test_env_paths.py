@@ -116,3 +116,57 @@ def test_bad_path_is_rejected_in_one_line():
         config_lib.config_from_dict(raw)
     msg = str(exc.value)
     assert "env.vector" in msg and "'fast'" in msg and "\n" not in msg
+
+
+def test_pool_path_declares_only_the_running_envs_as_the_batch():
+    """The pool's own leaves ([P] draws, cursor, params) are not per env: every algorithm's
+    ``batch_axes`` marks them replicated (a run's layout splits only axes of size N)."""
+    from jaxrl.adapters.reset_pool import ResetPoolState
+    from jaxrl.algos import pqn, sac
+
+    cases = [(ppo, "CartPole-v1", ppo.PPOConfig(num_envs=4, num_steps=8, total_env_steps=64, hidden=(8,))),
+             (dqn, "CartPole-v1", dqn.DQNConfig(num_envs=4)), (pqn, "CartPole-v1", pqn.PQNConfig(num_envs=4)),
+             (sac, "Pendulum-v1", sac.SACConfig(num_envs=4))]
+    for module, env_id, cfg in cases:
+        env, params = jaxrl.make(env_id)
+        program = program_on(module, env, params, cfg, vector="pool")
+        state = jax.eval_shape(program.init, jax.random.PRNGKey(0))
+        assert isinstance(state.env.env_state, ResetPoolState)
+        pool_axes = program.batch_axes(state).env.env_state
+        for axis, leaf in zip(jax.tree_util.tree_leaves(pool_axes.env_state), jax.tree_util.tree_leaves(state.env.env_state.env_state)):
+            assert axis == 0 and leaf.shape[0] == 4
+        others = (pool_axes.pool_state, pool_axes.pool_obs, pool_axes.cursor, pool_axes.params, pool_axes.refills)
+        assert set(jax.tree_util.tree_leaves(others)) == {-1}, module.__name__
+        assert set(jax.tree_util.tree_leaves(program.batch_axes(state).env.obs)) == {0}
+
+
+def test_pool_path_runs_through_jaxrl_train_and_resumes_bit_for_bit(tmp_path):
+    """``env.vector: pool`` from a config, through the trainer (layout, chunks, checkpoints):
+    a run killed after its first checkpoint resumes to the straight run's state, bit for bit
+    (the pool, its cursor and the running episodes are in the checkpoint)."""
+    from jaxrl.run import trainer
+    from jaxrl.run.checkpoint import Checkpoints
+
+    class Kill(BaseException):
+        pass
+
+    cfg = config_lib.config_from_dict({
+        "algo": "ppo", "env": {"id": "CartPole-v1", "vector": "pool"},
+        "ppo": {"num_envs": 8, "num_steps": 16, "total_env_steps": 512, "num_minibatches": 2, "update_epochs": 1,
+                "hidden": [8], "eval_episodes": 2},
+        "train": {"updates_per_chunk": 2, "checkpoint_every": 1, "progress": False},
+    })
+    straight = trainer.run(cfg, run_dir=str(tmp_path / "straight"), evaluate=False)
+    assert straight.updates == 4 and int(straight.state.env.env_state.refills[0]) > 0
+    real_save = Checkpoints.save
+
+    def crashing_save(self, step, state):
+        real_save(self, step, state)
+        raise Kill
+
+    with pytest.MonkeyPatch.context() as mp, pytest.raises(Kill):
+        mp.setattr(Checkpoints, "save", crashing_save)
+        trainer.run(cfg, run_dir=str(tmp_path / "resumed"), evaluate=False)
+    resumed = trainer.run(None, resume=str(tmp_path / "resumed"), evaluate=False)
+    assert resumed.updates == 4
+    jax.tree_util.tree_map(np.testing.assert_array_equal, resumed.state, straight.state)

@@ -9,8 +9,10 @@ PQN and SAC step in training, so the path is chosen in one place (config key
 * ``"autoreset"``: ``VmapEnv(EpisodeStatistics(AutoReset(env)))``, a full ``reset`` per
   env per step (the reference semantics, and the path of runs made before ``env.vector``);
 * ``"pool"``: :class:`jaxrl.adapters.reset_pool.ResetPoolVectorEnv`, start states drawn
-  ``2N`` at a time ahead of need (physics envs whose ``reset`` is costly); one device, a
-  single seed (under ``vmap`` its refill runs every step);
+  ``2N`` at a time ahead of need (envs whose ``reset`` costs more than a step: physics,
+  Craftax's world generation); best on one device with one seed (under ``vmap`` its refill
+  runs every step; with envs split over devices the pool is replicated, see
+  :func:`env_batch_axes`);
 * ``"auto"``: :data:`AUTO_PATH`, the path the training benchmark found fastest.
 
 Per env, every path has the same semantics: same rewards and flags, ``info["final_obs"]``,
@@ -22,7 +24,9 @@ bit-exact (seeds, resume) for a given path. Measurements: ``docs/performance.md`
 
 from __future__ import annotations
 
-from jaxrl.adapters.reset_pool import ResetPoolVectorEnv
+import jax
+
+from jaxrl.adapters.reset_pool import ResetPoolState, ResetPoolVectorEnv
 from jaxrl.core.env import Environment
 from jaxrl.core.vector import VectorEnv
 from jaxrl.core.wrappers import AutoReset, EpisodeStatistics, VmapEnv
@@ -60,3 +64,16 @@ def batched_env(env: Environment, num_envs: int, path: str = "auto") -> Environm
     if path == "pool":
         return ResetPoolVectorEnv(EpisodeStatistics(env), num_envs)
     return VmapEnv(EpisodeStatistics(AutoReset(env)), num_envs)
+
+
+def env_batch_axes(carry):
+    """The env-batch axis of every leaf of a training env's carry (``rollout.EnvCarry``):
+    ``0``, except the reset pool's own leaves (the pool, its cursor and params, ``-1``:
+    replicated), which are not per env. An algorithm's ``batch_axes`` uses it for its
+    ``env`` field."""
+    axes = jax.tree_util.tree_map(lambda _: 0, carry)
+    if isinstance(carry.env_state, ResetPoolState):
+        pool = jax.tree_util.tree_map(lambda _: -1, carry.env_state)
+        pool = pool.replace(env_state=jax.tree_util.tree_map(lambda _: 0, carry.env_state.env_state))
+        axes = axes.replace(env_state=pool)
+    return axes

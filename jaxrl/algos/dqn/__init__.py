@@ -17,7 +17,7 @@ import jax.numpy as jnp
 
 from jaxrl.algos.common import replay
 from jaxrl.algos.common.acting import episode_returns, epsilon_greedy, eval_max_steps
-from jaxrl.algos.common.envs import batched_env
+from jaxrl.algos.common.envs import batched_env, env_batch_axes
 from jaxrl.algos.contract import (
     AlgoEntry, BatchSize, EnvSetup, EvalReport, Policy, Program, check, no_carry, replicated_axes,
 )
@@ -51,7 +51,7 @@ def evaluate(network, eval_env, eval_params, max_steps: int, state: DQNState, ke
 def batch_axes(state: DQNState) -> DQNState:
     """Env batch: axis 0 of the env states and observations, axis 1 of the buffer's data."""
     return replicated_axes(state).replace(
-        env=jax.tree_util.tree_map(lambda _: 0, state.env), buffer=replay.batch_axes(state.buffer)
+        env=env_batch_axes(state.env), buffer=replay.batch_axes(state.buffer)
     )
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import jax
 
-from jaxrl.algos.common.envs import batched_env
+from jaxrl.algos.common.envs import batched_env, env_batch_axes
 from jaxrl.algos.contract import (
     AlgoEntry, BatchSize, EnvSetup, EvalReport, Policy, Program, no_carry, replicated_axes,
 )
@@ -105,7 +105,7 @@ def batch_axes(state: PPOTrainState) -> PPOTrainState:
     """The env batch is axis 0 of the env states, observations, return accumulators and
     a recurrent torso's memory."""
     axes = replicated_axes(state)
-    env = jax.tree_util.tree_map(lambda _: 0, state.env)
+    env = env_batch_axes(state.env)
     memory = jax.tree_util.tree_map(lambda _: 0, state.memory)
     return axes.replace(env=env, return_acc=0, memory=memory)
 

@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxrl.algos.common.acting import episode_returns, epsilon_greedy, eval_max_steps
-from jaxrl.algos.common.envs import batched_env
+from jaxrl.algos.common.envs import batched_env, env_batch_axes
 from jaxrl.algos.contract import (
     AlgoEntry, BatchSize, EnvSetup, EvalReport, Policy, Program, check, no_carry, replicated_axes,
 )
@@ -49,7 +49,7 @@ def evaluate(network, eval_env, eval_params, max_steps: int, state: PQNState, ke
 
 def batch_axes(state: PQNState) -> PQNState:
     """Env batch: axis 0 of the env states and observations; the rest is replicated."""
-    return replicated_axes(state).replace(env=jax.tree_util.tree_map(lambda _: 0, state.env))
+    return replicated_axes(state).replace(env=env_batch_axes(state.env))
 
 
 def _params(state: PQNState) -> Any:

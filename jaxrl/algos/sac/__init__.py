@@ -18,7 +18,7 @@ import jax
 
 from jaxrl.algos.common import replay
 from jaxrl.algos.common.acting import episode_returns, eval_max_steps
-from jaxrl.algos.common.envs import batched_env
+from jaxrl.algos.common.envs import batched_env, env_batch_axes
 from jaxrl.algos.contract import (
     AlgoEntry, BatchSize, EnvSetup, EvalReport, Policy, Program, check, no_carry, replicated_axes,
 )
@@ -51,7 +51,7 @@ def evaluate(actor, eval_env, eval_params, max_steps: int, state: SACState, key)
 def batch_axes(state: SACState) -> SACState:
     """Env batch: axis 0 of the env states and observations, axis 1 of the buffer's data."""
     return replicated_axes(state).replace(
-        env=jax.tree_util.tree_map(lambda _: 0, state.env), buffer=replay.batch_axes(state.buffer)
+        env=env_batch_axes(state.env), buffer=replay.batch_axes(state.buffer)
     )
 
 
