@@ -10,13 +10,18 @@
              episodic return of the last tenth of updates) and evaluation return.
 ``craftax``  Craftax-Classic (symbolic) env stepping, random actions, vmap + scan over
              ``--craftax-envs`` envs x 64 steps: Craftax's own auto-reset env (its
-             ``EnvironmentAutoReset``: a reset computed every step, selected on ``done``)
-             against the jaxrl adapter under ``VmapEnv(AutoReset(...))`` (the wrapper PPO
-             trains through, same scheme) and under ``VectorEnv`` (resets only the envs
-             that finished), interleaved in one process, compile apart; every output feeds
-             the timed result. Then ``configs/ppo_craftax_classic.yaml`` (Craftax_Baselines'
-             settings) for ``--craftax-ppo-steps`` steps with ``--craftax-ppo-envs`` envs:
-             whole process, return, and the achievements unlocked by the trained (stochastic)
+             ``EnvironmentAutoReset``: a reset, i.e. a new world, computed every step and
+             selected on ``done``) against the jaxrl adapter under ``VmapEnv(AutoReset(...))``
+             (same scheme), ``VectorEnv`` (draws for finished envs, in chunks of 16) and
+             ``ResetPoolVectorEnv`` (``env.vector: pool``: start states drawn 2N at a time
+             ahead of need), interleaved in one process, compile apart; every output feeds
+             the timed result. Then PPO at the settings of ``configs/ppo_craftax_classic.yaml``
+             for ``--craftax-ppo-steps`` steps with ``--craftax-ppo-envs`` envs, each side a
+             whole process: jaxrl on the recipe's env path, and (with ``--rejax-python``, whose
+             venv needs craftax too) rejax 0.1.3's PPO on Craftax's own auto-reset env at the
+             same settings, its evaluation callback removed (its default reads gymnax's
+             ``max_steps_in_episode``, which Craftax's params do not have). jaxrl's side also
+             reports the return and the achievements unlocked by the trained (stochastic)
              policy over 32 envs x 500 steps with episodes capped at 500 steps (Craftax
              reports them on the step an episode ends).
 
@@ -132,12 +137,13 @@ def child_minatar_rejax(steps: int, seeds: int) -> dict:
 
 # ------------------------------------------------------------------- Craftax env stepping
 def _craftax_sides(num_envs: int, steps: int):
-    """Two jitted ``f(key) -> float32[]`` stepping ``num_envs`` envs for ``steps`` random steps."""
+    """Jitted ``f(key) -> float32[]`` per side, stepping ``num_envs`` envs for ``steps`` random steps."""
     import jax
     import jax.numpy as jnp
     from craftax.craftax_env import make_craftax_env_from_name
 
     import jaxrl
+    from jaxrl.adapters.reset_pool import ResetPoolVectorEnv
     from jaxrl.core.vector import VectorEnv
     from jaxrl.core.wrappers import AutoReset, VmapEnv
 
@@ -176,6 +182,7 @@ def _craftax_sides(num_envs: int, steps: int):
         "craftax": jax.jit(theirs_run),
         "jaxrl_vmap_autoreset": jax.jit(functools.partial(ours_run, vmapped)),
         "jaxrl_vector_env": jax.jit(functools.partial(ours_run, vector)),
+        "jaxrl_reset_pool": jax.jit(functools.partial(ours_run, ResetPoolVectorEnv(env, num_envs))),
     }
 
 
@@ -256,8 +263,8 @@ def child_craftax_ppo(steps: int, num_envs: int) -> dict:
     cfg = load_config(str(CRAFTAX_CFG))
     acfg = dataclasses.replace(cfg.algo_config, num_envs=num_envs, total_env_steps=steps)
     env, params = jaxrl.make(cfg.env.id)
-    program = program_on(ppo, env, params, acfg)
-    train = train_on(ppo, env, params, acfg)
+    program = program_on(ppo, env, params, acfg, vector=cfg.env.vector)
+    train = train_on(ppo, env, params, acfg, vector=cfg.env.vector)
 
     def run(key):
         state, metrics = train(key)
@@ -274,10 +281,54 @@ def child_craftax_ppo(steps: int, num_envs: int) -> dict:
     ach = _achievements(program.policy.env, params, program.policy, agent, jax.random.PRNGKey(1))
     t3 = _now()
     return {
-        "impl": "jaxrl", "env": cfg.env.id, "num_envs": num_envs, "env_steps": acfg.total_env_steps,
+        "impl": "jaxrl", "env": cfg.env.id, "env_vector": cfg.env.vector, "num_envs": num_envs,
+        "env_steps": acfg.total_env_steps,
         "import_and_build_s": t0 - t_start, "compile_s": t1 - t0, "run_s": t2 - t1,
         "env_steps_per_s": acfg.total_env_steps / (t2 - t1), "return_curve": curve.round(3).tolist(),
         "train_return_last_update": float(curve[-1]), "achievements_s": t3 - t2, "achievements": ach,
+    }
+
+
+def child_craftax_ppo_rejax(steps: int, num_envs: int) -> dict:
+    t_start = _now()
+    import importlib.metadata
+
+    import gymnax
+    import jax
+    import yaml
+    from craftax.craftax_env import make_craftax_env_from_name
+    from rejax import PPO
+
+    raw = make_craftax_env_from_name("Craftax-Classic-Symbolic-v1", auto_reset=True)
+
+    class Env(type(raw)):
+        """Craftax's auto-reset env; rejax tells discrete actions by gymnax's own ``Discrete``
+        class, and Craftax ships a copy of it."""
+
+        def action_space(self, params=None):
+            return gymnax.environments.spaces.Discrete(raw.action_space(params).n)
+
+    p = yaml.safe_load(CRAFTAX_CFG.read_text())["ppo"]
+    algo = PPO.create(
+        env=Env(), env_params=raw.default_params,
+        agent_kwargs={"activation": p["activation"], "hidden_layer_sizes": list(p["hidden"])},
+        num_envs=num_envs, num_steps=p["num_steps"], num_epochs=p["update_epochs"],
+        num_minibatches=p["num_minibatches"], learning_rate=p["lr"], max_grad_norm=p["max_grad_norm"],
+        total_timesteps=steps, eval_freq=steps, skip_initial_evaluation=True, gamma=p["gamma"],
+        gae_lambda=p["gae_lambda"], clip_eps=p["clip_eps"], ent_coef=p["ent_coef"], vf_coef=p["vf_coef"],
+    )
+    algo = algo.replace(eval_callback=lambda algo, ts, rng: ts.global_step)
+    key = jax.random.PRNGKey(0)
+    t0 = _now()
+    compiled = jax.jit(PPO.train).lower(algo, key).compile()
+    t1 = _now()
+    _, global_step = jax.device_get(compiled(algo, key))
+    t2 = _now()
+    return {
+        "impl": "rejax", "env": "Craftax-Classic-Symbolic-v1", "num_envs": num_envs, "env_steps": int(global_step[-1]),
+        "import_and_build_s": t0 - t_start, "compile_s": t1 - t0, "run_s": t2 - t1,
+        "env_steps_per_s": int(global_step[-1]) / (t2 - t1),
+        "versions": {n: importlib.metadata.version(n) for n in ("rejax", "gymnax", "jax", "flax", "craftax")},
     }
 
 
@@ -314,6 +365,8 @@ def main() -> None:
         return _emit(child_craftax_env(args.craftax_envs, args.repeats))
     if args.child == "craftax_ppo":
         return _emit(child_craftax_ppo(args.craftax_ppo_steps, args.craftax_ppo_envs))
+    if args.child == "craftax_ppo_rejax":
+        return _emit(child_craftax_ppo_rejax(args.craftax_ppo_steps, args.craftax_ppo_envs))
 
     from bench import common
 
@@ -325,7 +378,8 @@ def main() -> None:
         groups["minatar"] = [(sys.executable, "minatar_jaxrl")] + (
             [(args.rejax_python, "minatar_rejax")] if args.rejax_python else [])
     if args.only in (None, "craftax"):
-        groups["craftax"] = [(sys.executable, "craftax_env"), (sys.executable, "craftax_ppo")]
+        groups["craftax"] = [(sys.executable, "craftax_env"), (sys.executable, "craftax_ppo")] + (
+            [(args.rejax_python, "craftax_ppo_rejax")] if args.rejax_python else [])
     for group, jobs in groups.items():
         records = []
         for python, child in jobs:
@@ -338,7 +392,8 @@ def main() -> None:
                 print(json.dumps({k: v for k, v in rec.items() if k not in ("return_curve", "times_s")}), flush=True)
         meta = common.run_meta(libraries=(*common.DEFAULT_LIBRARIES, "craftax"))
         meta["load_average_at_end"] = os.getloadavg()
-        meta["note"] = "measured while other engineers' jobs shared the 2-core machine: wall times are inflated"
+        if max(meta["load_average_at_end"][0], meta.get("load_average_1m") or 0.0) > 2.5:
+            meta["note"] = "measured while other jobs shared the 2-core machine: wall times are inflated"
         paths = common.write_results(f"ecosystem_{group}", records, meta)
         print(f"wrote {paths['json']}", flush=True)
 

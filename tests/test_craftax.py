@@ -78,8 +78,11 @@ def test_flags_death_terminates_the_limit_truncates_and_obs_match_craftax():
 def test_recipe_loads():
     from jaxrl.run import config
 
-    cfg = config.load_config(os.path.join(os.path.dirname(__file__), "..", "configs", "ppo_craftax_classic.yaml"))
+    root = os.path.join(os.path.dirname(__file__), "..", "configs")
+    cfg = config.load_config(os.path.join(root, "ppo_craftax_classic.yaml"))
     assert cfg.env.id == f"craftax/{CLASSIC}" and cfg.algo_config.hidden == (512, 512, 512)
+    cpu = config.load_config(os.path.join(root, "ppo_craftax_classic_1m.yaml"))
+    assert cpu.env.id == cfg.env.id and cpu.env.vector == "pool" and cpu.algo_config.total_env_steps == 2**20
 
 
 @needs_craftax
