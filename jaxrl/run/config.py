@@ -76,7 +76,8 @@ class EnvConfig:
     randomize: dict = dataclasses.field(default_factory=dict)
     # The training env's auto-reset path for ppo, dqn, pqn, sac (jaxrl.algos.common.envs): "auto" (the measured
     # fastest), "vector" (batch-level VectorEnv), "autoreset" (a full reset per env per
-    # step, the path of runs made before this key) or "pool" (reset pool; one device, one seed).
+    # step, the path of runs made before this key) or "pool" (start states from a pool drawn
+    # ahead: envs whose reset is costly, e.g. Craftax; best with one seed).
     vector: Literal["auto", "vector", "autoreset", "pool"] = "auto"
 
 
