@@ -285,3 +285,38 @@ def test_cartpole_sincos_accuracy():
     huge = jnp.array([1e30, -3e38, 1e7], jnp.float32)
     s, c = sincos(huge)
     assert np.all(np.isfinite(s)) and np.all(np.isfinite(c)) and np.all(np.abs(s) <= 1)
+
+
+class SmallResetBatch(Wrapper):
+    """An env that asks for its resets 3 at a time (``reset_batch``)."""
+
+    reset_batch = 3
+
+
+def test_reset_batch_draws_the_same_start_states_in_batches(cartpole):
+    """``env.reset_batch`` (Craftax: 16) changes how resets are batched, never which states are
+    drawn: the same keys give the same states, shared or per-env params, with a remainder
+    batch; wrappers forward it; VectorEnv and the reset pool step the same bits with it."""
+    from jaxrl.adapters.reset_pool import ResetPoolVectorEnv
+    from jaxrl.core.vector import batched_resets
+
+    env, params = cartpole
+    small = SmallResetBatch(env)
+    assert env.reset_batch is None and small.reset_batch == 3 and EpisodeStatistics(small).reset_batch == 3
+    keys = jax.random.split(jax.random.key(0), 10)  # 3 batches of 3 and a remainder of 1
+    want = jax.vmap(env.reset, in_axes=(0, None))(keys, params)
+    # batched: a loop over batches (lax.map's scan), not one vmap of all 10
+    assert "scan" in str(jax.make_jaxpr(lambda k: batched_resets(small, k, params))(keys))
+    assert "scan" not in str(jax.make_jaxpr(lambda k: batched_resets(env, k, params))(keys))
+    chex.assert_trees_all_equal(jax.jit(batched_resets, static_argnums=0)(small, keys, params), want)
+    scaled = jnp.arange(1, 11, dtype=jnp.float32)[:, None]
+    chex.assert_trees_all_equal(
+        jax.jit(batched_resets, static_argnums=(0, 3))(SmallResetBatch(ScaledStart()), keys, scaled, 0),
+        jax.vmap(ScaledStart().reset)(keys, scaled),
+    )
+    actions = _random_actions(jax.random.key(1), 12, 8)
+    for make in (lambda e: VectorEnv(e, 8, reset_chunk=4), lambda e: ResetPoolVectorEnv(e, 8)):
+        ref = _rollout(make(env), params, jax.random.key(2), actions)[:2]
+        got = _rollout(make(small), params, jax.random.key(2), actions)[:2]
+        assert np.asarray(got[1].done).sum() > 8  # episodes ended: the reset draws ran
+        chex.assert_trees_all_equal(got, ref)

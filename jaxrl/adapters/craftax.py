@@ -76,6 +76,9 @@ class CraftaxEnv(GymnaxEnv):
 
     env_id: str
     env_kwargs: tuple = ()
+    # World generation is superlinear in the vmapped batch on a CPU (4 ms a reset at 16,
+    # 15 ms at 256, 104 ms at 768): many start states are drawn 16 at a time.
+    reset_batch = 16
 
     def __post_init__(self):
         if self.env_kwargs:

@@ -36,7 +36,7 @@ import jax.numpy as jnp
 from flax import struct
 
 from jaxrl.core.env import Environment, TimeStep, Wrapper, tree_select
-from jaxrl.core.vector import done_rank
+from jaxrl.core.vector import batched_resets, done_rank
 
 
 @struct.dataclass
@@ -78,7 +78,7 @@ def params_differ(old, new) -> jax.Array:
 
 def _draw(env: Environment, key, params, num: int):
     """``num`` independent resets under shared ``params``: ``(state, obs)``, leaves ``[num, ...]``."""
-    state, ts = jax.vmap(env.reset, in_axes=(0, None))(jax.random.split(key, num), params)
+    state, ts = batched_resets(env, jax.random.split(key, num), params)
     return state, ts.obs
 
 
@@ -122,10 +122,11 @@ class ResetPoolVectorEnv(Wrapper):
         self.pool_size = int(pool_size)
 
     def reset(self, key, params) -> tuple[ResetPoolState, TimeStep]:
-        # One batched reset of N + P draws (one copy of the reset graph to compile): the
-        # first N start the running episodes, the other P fill the pool.
+        # One batched reset of N + P draws (one copy of the reset graph to compile; in
+        # batches of env.reset_batch): the first N start the running episodes, the other P
+        # fill the pool.
         keys = jax.random.split(key, self.num_envs + self.pool_size)
-        drawn, drawn_ts = jax.vmap(self.env.reset, in_axes=(0, None))(keys, params)
+        drawn, drawn_ts = batched_resets(self.env, keys, params)
         n = self.num_envs
         env_state, ts = jax.tree_util.tree_map(lambda x: x[:n], (drawn, drawn_ts))
         pool_state, pool_obs = jax.tree_util.tree_map(lambda x: x[n:], (drawn, drawn_ts.obs))

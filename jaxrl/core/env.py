@@ -152,6 +152,11 @@ class Environment(Generic[EnvState, EnvParams]):
 
     #: How ``step`` treats actions outside the action space ("clip", "no-op", ...).
     invalid_action_rule: str = "clip"
+    #: Largest number of resets worth computing in one ``vmap`` (``None``: no limit). Batched
+    #: envs that draw many start states at once (:class:`~jaxrl.adapters.reset_pool.ResetPoolVectorEnv`)
+    #: compute them in batches of this size: Craftax's world generation costs 4 ms a reset at
+    #: 16 per ``vmap`` and 104 ms at 768 on a CPU (``docs/ecosystem.md``).
+    reset_batch: int | None = None
 
     @property
     def name(self) -> str:
@@ -226,6 +231,10 @@ class Wrapper(Environment):
     @property
     def invalid_action_rule(self) -> str:  # type: ignore[override]
         return self.env.invalid_action_rule
+
+    @property
+    def reset_batch(self) -> int | None:  # type: ignore[override]
+        return self.env.reset_batch
 
     @property
     def default_params(self):

@@ -103,10 +103,25 @@ def done_rank(done: jax.Array) -> jax.Array:
     return (before[:, None] + within).reshape(-1)[:n]
 
 
+def batched_resets(env: Environment, keys: jax.Array, params, params_axis: int | None = None):
+    """``env.reset`` under each of ``keys``: ``(state, TimeStep)``, leaves ``[len(keys), ...]``.
+
+    One ``vmap``, or, with more keys than ``env.reset_batch``, ``lax.map`` over batches of
+    that size: the same draws (each key's reset is the same function), without the cost of
+    a reset that grows faster than its batch (Craftax's world generation on a CPU).
+    ``params`` carry a leading ``[len(keys)]`` axis iff ``params_axis == 0``.
+    """
+    batch = env.reset_batch
+    if batch is None or batch >= keys.shape[0]:
+        return jax.vmap(env.reset, in_axes=(0, params_axis))(keys, params)
+    if params_axis is None:
+        return jax.lax.map(lambda k: env.reset(k, params), keys, batch_size=batch)
+    return jax.lax.map(lambda kp: env.reset(*kp), (keys, params), batch_size=batch)
+
+
 def _batch_reset(env: Environment, key, params, num: int, params_axis):
     """``num`` independent resets: ``(state, obs)`` with leaves ``[num, ...]``."""
-    keys = jax.random.split(key, num)
-    state, ts = jax.vmap(env.reset, in_axes=(0, params_axis))(keys, params)
+    state, ts = batched_resets(env, jax.random.split(key, num), params, params_axis)
     return state, ts.obs
 
 
@@ -238,9 +253,7 @@ class VectorEnv(Wrapper):
         self.episode_stats = episode_stats
 
     def reset(self, key, params) -> tuple[VectorState, TimeStep]:
-        env_state, ts = jax.vmap(self.env.reset, in_axes=(0, self.params_axis))(
-            jax.random.split(key, self.num_envs), params
-        )
+        env_state, ts = batched_resets(self.env, jax.random.split(key, self.num_envs), params, self.params_axis)
         info = {**ts.info, "final_obs": ts.obs}
         state = VectorState(env_state)
         if self.episode_stats:
