@@ -27,7 +27,8 @@
 
 Run: ``nice -n 5 python bench/ecosystem_recipes.py --rejax-python /work/venv-rejax-lead/bin/python``
 (needs the [gymnax] and [craftax] extras). Results, one record per benchmark, each written when
-it finishes: ``bench/results/ecosystem_minatar.{json,csv}`` and ``ecosystem_craftax.{json,csv}``.
+it finishes: ``bench/results/ecosystem_minatar.{json,csv}``, ``ecosystem_craftax.{json,csv}`` (env
+stepping) and ``ecosystem_craftax_ppo.{json,csv}``; ``--only`` runs one of them.
 """
 
 from __future__ import annotations
@@ -346,7 +347,8 @@ def _spawn(python: str, args: list[str]) -> tuple[object, float]:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--only", choices=["minatar", "craftax"], default=None)
+    p.add_argument("--only", choices=["minatar", "craftax", "craftax_env", "craftax_ppo"], default=None,
+                   help="one group; craftax is both craftax_env and craftax_ppo")
     p.add_argument("--minatar-steps", type=int, default=491_520, help="env steps per seed (a multiple of 8,192)")
     p.add_argument("--seeds", type=int, default=4)
     p.add_argument("--rejax-python", default=None, help="a Python with rejax 0.1.3 installed")
@@ -377,8 +379,10 @@ def main() -> None:
     if args.only in (None, "minatar"):
         groups["minatar"] = [(sys.executable, "minatar_jaxrl")] + (
             [(args.rejax_python, "minatar_rejax")] if args.rejax_python else [])
-    if args.only in (None, "craftax"):
-        groups["craftax"] = [(sys.executable, "craftax_env"), (sys.executable, "craftax_ppo")] + (
+    if args.only in (None, "craftax", "craftax_env"):
+        groups["craftax"] = [(sys.executable, "craftax_env")]
+    if args.only in (None, "craftax", "craftax_ppo"):
+        groups["craftax_ppo"] = [(sys.executable, "craftax_ppo")] + (
             [(args.rejax_python, "craftax_ppo_rejax")] if args.rejax_python else [])
     for group, jobs in groups.items():
         records = []
