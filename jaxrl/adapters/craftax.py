@@ -76,8 +76,8 @@ class CraftaxEnv(GymnaxEnv):
 
     env_id: str
     env_kwargs: tuple = ()
-    # World generation is superlinear in the vmapped batch on a CPU (4 ms a reset at 16,
-    # 15 ms at 256, 104 ms at 768): many start states are drawn 16 at a time.
+    # World generation costs more per reset the larger the vmapped batch on a CPU: many
+    # start states are drawn 16 at a time (figures: docs/ecosystem.md).
     reset_batch = 16
 
     def __post_init__(self):

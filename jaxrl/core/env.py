@@ -154,8 +154,8 @@ class Environment(Generic[EnvState, EnvParams]):
     invalid_action_rule: str = "clip"
     #: Largest number of resets worth computing in one ``vmap`` (``None``: no limit). Batched
     #: envs that draw many start states at once (:class:`~jaxrl.adapters.reset_pool.ResetPoolVectorEnv`)
-    #: compute them in batches of this size: Craftax's world generation costs 4 ms a reset at
-    #: 16 per ``vmap`` and 104 ms at 768 on a CPU (``docs/ecosystem.md``).
+    #: compute them in batches of this size: Craftax's world generation costs far more per
+    #: reset in one large ``vmap`` than in batches of 16 on a CPU (``docs/ecosystem.md``).
     reset_batch: int | None = None
 
     @property
