@@ -170,3 +170,20 @@ def test_pool_path_runs_through_jaxrl_train_and_resumes_bit_for_bit(tmp_path):
     resumed = trainer.run(None, resume=str(tmp_path / "resumed"), evaluate=False)
     assert resumed.updates == 4
     jax.tree_util.tree_map(np.testing.assert_array_equal, resumed.state, straight.state)
+
+
+def test_one_seed_chunk_keeps_the_pools_refill_conditional():
+    """With one seed the trainer's chunk runs unbatched: the pool's refill stays a
+    ``lax.cond`` (drawn only when the pool runs short); under ``vmap`` over seeds it becomes
+    a select whose both sides, the refill included, run at every step."""
+    from jaxrl.run import trainer
+
+    env, params = jaxrl.make("CartPole-v1")
+    program = program_on(ppo, env, params, _ppo_cfg(), vector="pool")
+
+    def conds(num_seeds):
+        states = jax.eval_shape(jax.vmap(program.init), jax.random.split(jax.random.PRNGKey(0), num_seeds))
+        chunk = trainer.make_chunk(program.update, 1)
+        return str(chunk.trace(states, np.int32(1)).jaxpr).count("cond[")
+
+    assert conds(1) > conds(2)
