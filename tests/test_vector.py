@@ -298,7 +298,7 @@ def test_reset_batch_draws_the_same_start_states_in_batches(cartpole):
     drawn: the same keys give the same states, shared or per-env params, with a remainder
     batch; wrappers forward it; VectorEnv and the reset pool step the same bits with it."""
     from jaxrl.adapters.reset_pool import ResetPoolVectorEnv
-    from jaxrl.core.vector import batched_resets
+    from jaxrl.core.env import batched_resets
 
     env, params = cartpole
     small = SmallResetBatch(env)
@@ -308,6 +308,9 @@ def test_reset_batch_draws_the_same_start_states_in_batches(cartpole):
     # batched: a loop over batches (lax.map's scan), not one vmap of all 10
     assert "scan" in str(jax.make_jaxpr(lambda k: batched_resets(small, k, params))(keys))
     assert "scan" not in str(jax.make_jaxpr(lambda k: batched_resets(env, k, params))(keys))
+    vmapped = jax.jit(lambda e, k: VmapEnv(e, 10).reset(k, params), static_argnums=0)
+    assert "scan" in str(jax.make_jaxpr(lambda k: VmapEnv(small, 10).reset(k, params))(jax.random.key(0)))
+    chex.assert_trees_all_equal(vmapped(small, jax.random.key(0)), vmapped(env, jax.random.key(0)))
     chex.assert_trees_all_equal(jax.jit(batched_resets, static_argnums=0)(small, keys, params), want)
     scaled = jnp.arange(1, 11, dtype=jnp.float32)[:, None]
     chex.assert_trees_all_equal(

@@ -35,8 +35,8 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from jaxrl.core.env import Environment, TimeStep, Wrapper, tree_select
-from jaxrl.core.vector import batched_resets, done_rank
+from jaxrl.core.env import Environment, TimeStep, Wrapper, batched_resets, tree_select
+from jaxrl.core.vector import done_rank
 
 
 @struct.dataclass

@@ -153,9 +153,10 @@ class Environment(Generic[EnvState, EnvParams]):
     #: How ``step`` treats actions outside the action space ("clip", "no-op", ...).
     invalid_action_rule: str = "clip"
     #: Largest number of resets worth computing in one ``vmap`` (``None``: no limit). Batched
-    #: envs that draw many start states at once (:class:`~jaxrl.adapters.reset_pool.ResetPoolVectorEnv`)
-    #: compute them in batches of this size: Craftax's world generation costs far more per
-    #: reset in one large ``vmap`` than in batches of 16 on a CPU (``docs/ecosystem.md``).
+    #: envs that draw many start states at once (``VmapEnv``, ``VectorEnv``, the reset pool:
+    #: :func:`batched_resets`) compute them in batches of this size: Craftax's world generation
+    #: costs far more per reset in one large ``vmap`` than in batches of 16 on a CPU
+    #: (``docs/ecosystem.md``).
     reset_batch: int | None = None
 
     @property
@@ -275,6 +276,22 @@ class Wrapper(Environment):
 _NUMBER_RE = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
 _KINDS = {"bool": bool, "int": int, "float": float}
 _INT32 = np.iinfo(np.int32)
+
+
+def batched_resets(env: Environment, keys: jax.Array, params, params_axis: int | None = None):
+    """``env.reset`` under each of ``keys``: ``(state, TimeStep)``, leaves ``[len(keys), ...]``.
+
+    One ``vmap``, or, with more keys than ``env.reset_batch``, ``lax.map`` over batches of
+    that size: the same draws (each key's reset is the same function), without the cost of
+    a reset that grows faster than its batch (Craftax's world generation on a CPU).
+    ``params`` carry a leading ``[len(keys)]`` axis iff ``params_axis == 0``.
+    """
+    batch = env.reset_batch
+    if batch is None or batch >= keys.shape[0]:
+        return jax.vmap(env.reset, in_axes=(0, params_axis))(keys, params)
+    if params_axis is None:
+        return jax.lax.map(lambda k: env.reset(k, params), keys, batch_size=batch)
+    return jax.lax.map(lambda kp: env.reset(*kp), (keys, params), batch_size=batch)
 
 
 @dataclasses.dataclass(frozen=True)

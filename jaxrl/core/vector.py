@@ -34,7 +34,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from jaxrl.core.env import Environment, TimeStep, Wrapper, positive_int, tree_select
+from jaxrl.core.env import Environment, TimeStep, Wrapper, batched_resets, positive_int, tree_select
 
 
 @struct.dataclass
@@ -101,22 +101,6 @@ def done_rank(done: jax.Array) -> jax.Array:
     upto = (jnp.uint32(2) << lane) - jnp.uint32(1)  # uint32 [32], bits 0..j set (wraps at j=31)
     within = jax.lax.population_count(words[:, None] & upto[None, :]).astype(jnp.int32)
     return (before[:, None] + within).reshape(-1)[:n]
-
-
-def batched_resets(env: Environment, keys: jax.Array, params, params_axis: int | None = None):
-    """``env.reset`` under each of ``keys``: ``(state, TimeStep)``, leaves ``[len(keys), ...]``.
-
-    One ``vmap``, or, with more keys than ``env.reset_batch``, ``lax.map`` over batches of
-    that size: the same draws (each key's reset is the same function), without the cost of
-    a reset that grows faster than its batch (Craftax's world generation on a CPU).
-    ``params`` carry a leading ``[len(keys)]`` axis iff ``params_axis == 0``.
-    """
-    batch = env.reset_batch
-    if batch is None or batch >= keys.shape[0]:
-        return jax.vmap(env.reset, in_axes=(0, params_axis))(keys, params)
-    if params_axis is None:
-        return jax.lax.map(lambda k: env.reset(k, params), keys, batch_size=batch)
-    return jax.lax.map(lambda kp: env.reset(*kp), (keys, params), batch_size=batch)
 
 
 def _batch_reset(env: Environment, key, params, num: int, params_axis):

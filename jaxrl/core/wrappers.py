@@ -31,7 +31,7 @@ import jax.numpy as jnp
 from flax import struct
 
 from jaxrl.core import spaces
-from jaxrl.core.env import Environment, TimeStep, Wrapper, positive_int, tree_select
+from jaxrl.core.env import Environment, TimeStep, Wrapper, batched_resets, positive_int, tree_select
 
 
 class AutoReset(Wrapper):
@@ -162,8 +162,7 @@ class VmapEnv(Wrapper):
         self.params_axis = params_axis
 
     def reset(self, key, params):
-        keys = jax.random.split(key, self.num_envs)
-        return jax.vmap(self.env.reset, in_axes=(0, self.params_axis))(keys, params)
+        return batched_resets(self.env, jax.random.split(key, self.num_envs), params, self.params_axis)
 
     def step(self, key, state, action, params):
         keys = jax.random.split(key, self.num_envs)
