@@ -39,7 +39,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxrl.algos.common.train import COMPILER_OPTIONS, train
+from jaxrl.algos.common.train import COMPILER_OPTIONS, over_seeds, train
 from jaxrl.parallel import distributed, sharding
 from jaxrl.run import config as config_lib
 from jaxrl.run import evaluate as eval_lib
@@ -126,16 +126,7 @@ def make_chunk(update: Callable, k: int, layout: sharding.Layout | None = None) 
     With a ``layout`` (:func:`make_layout`) the state stays sharded over its mesh and the
     metrics come back replicated: one program over every device.
     """
-    batched = jax.vmap(functools.partial(chunk_fn, update, k), in_axes=(0, None))
-
-    def per_seed(states, n_active):
-        # One seed runs unbatched: under vmap a lax.cond runs both branches, so a reset pool's
-        # refill (env.vector: pool) would run at every step.
-        if jax.tree_util.tree_leaves(states)[0].shape[0] != 1:
-            return batched(states, n_active)
-        one = jax.tree_util.tree_map(lambda x: x[0], states)
-        return jax.tree_util.tree_map(lambda x: x[None], chunk_fn(update, k, one, n_active))
-
+    per_seed = over_seeds(functools.partial(chunk_fn, update, k))
     if layout is None:
         return jax.jit(per_seed, donate_argnums=0, compiler_options=COMPILER_OPTIONS)
     rep = layout.replicated

@@ -54,3 +54,18 @@ def train_on(module, env, env_params, cfg, num_updates: int | None = None, **kw)
     program = program_on(module, env, env_params, cfg, **kw)
     n = program.plan.num_updates if num_updates is None else int(num_updates)
     return functools.partial(train, program, n)
+
+
+def over_seeds(fn: Callable) -> Callable:
+    """``fn(state, *rest)`` over a ``[S, ...]`` batch of seed states (``rest`` shared).
+
+    ``vmap`` for several seeds; one seed runs unbatched, so a ``lax.cond`` inside stays a
+    cond (under ``vmap`` both branches run: a reset pool's refill at every step).
+    """
+    def run(states, *rest):
+        if jax.tree_util.tree_leaves(states)[0].shape[0] != 1:
+            return jax.vmap(lambda s: fn(s, *rest))(states)
+        out = fn(jax.tree_util.tree_map(lambda x: x[0], states), *rest)
+        return jax.tree_util.tree_map(lambda x: x[None], out)
+
+    return run
