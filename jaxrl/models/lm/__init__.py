@@ -1,0 +1,16 @@
+"""Hugging Face causal LMs (Qwen2, Qwen3, Llama, Mistral) as pure JAX functions.
+
+``load_lm(path)`` reads a checkpoint directory into an :class:`LM` and its parameter pytree;
+``model.apply`` / ``prefill`` / ``extend`` / ``decode`` run it, :func:`generate` samples from
+it, :mod:`~jaxrl.models.lm.lora` adds adapters, :mod:`~jaxrl.models.lm.head` computes
+token log-probabilities without holding full float32 logits, and
+:mod:`~jaxrl.models.lm.export` writes transformers- and PEFT-readable checkpoints.
+"""
+
+from jaxrl.models.lm.config import LMConfig, RopeConfig
+from jaxrl.models.lm.load import Tokenizer, load_lm, load_tokenizer
+from jaxrl.models.lm.lora import LoRAConfig, LoRAParams, init_lora, merge_lora
+from jaxrl.models.lm.model import LM, KVCache
+
+__all__ = ["LM", "KVCache", "LMConfig", "LoRAConfig", "LoRAParams", "RopeConfig", "Tokenizer",
+           "init_lora", "load_lm", "load_tokenizer", "merge_lora"]

@@ -1,0 +1,241 @@
+"""A Hugging Face decoder (Qwen2/Qwen3/Llama/Mistral) as pure JAX functions over a params pytree.
+
+Parameters (HF names, kernels ``[in, out]``, the layers stacked on a leading axis ``L`` and run
+with one ``lax.scan``)::
+
+    {"embed_tokens": [V, D],
+     "layers": {"input_layernorm": [L, D], "post_attention_layernorm": [L, D],
+                "q_proj": {"kernel": [L, D, Hq*hd], "bias": [L, Hq*hd]}, "k_proj", "v_proj" (Hkv*hd),
+                "o_proj": {"kernel": [L, Hq*hd, D]}, "q_norm", "k_norm": [L, hd] (Qwen3),
+                "gate_proj", "up_proj": {"kernel": [L, D, F]}, "down_proj": {"kernel": [L, F, D]}},
+     "norm": [D], "lm_head": {"kernel": [D, V]} (absent when tied)}
+
+Block: ``x += o(attn(rope(q), rope(k), v))`` on ``rmsnorm(x)``, then
+``x += down(silu(gate(h)) * up(h))`` on ``rmsnorm(x)``. Dtype policy: parameters and
+activations in ``LM.dtype``; RMSNorm in float32, cast back before the weight (as
+transformers' ``Qwen2RMSNorm``); attention scores and softmax in float32; logits float32.
+
+Batches are left-padded: a row's positions are ``cumsum(mask) - 1`` (as transformers' generate
+computes them), padded keys are never attended, padded query rows stay finite. The cache
+(:class:`KVCache`) is addressed by absolute slots: ``extend`` writes ``R`` tokens at slots
+``write_at .. write_at + R - 1`` and a token attends to the valid slots up to its own, so a
+dialogue can leave unused slots between turns; positions come from the count of real tokens.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+from jaxrl.models.lm.config import LMConfig
+from jaxrl.models.lm.lora import LoRAParams, lora_delta
+from jaxrl.models.lm.rope import apply_rope, rope_tables
+
+Array = jax.Array
+_NEG = -1e30  # masked score: exp underflows to exactly 0; a fully masked row stays finite
+
+
+@struct.dataclass
+class KVCache:
+    """Keys and values of every layer in ``M`` absolute slots."""
+
+    k: Array      # dtype [n_layers, B, M, Hkv, hd]
+    v: Array      # dtype [n_layers, B, M, Hkv, hd]
+    valid: Array  # bool [B, M]: the slot holds a real token
+    count: Array  # int32 [B]: real tokens so far (= the next token's position)
+
+
+def rms_norm(x: Array, weight: Array, eps: float) -> Array:
+    """``weight * (x / rms(x))`` with the normalisation in float32, cast back to ``x``'s dtype
+    before the weight (transformers' ``Qwen2RMSNorm``/``LlamaRMSNorm``)."""
+    x32 = x.astype(jnp.float32)
+    y = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + eps)
+    return weight * y.astype(x.dtype)
+
+
+def _linear(x: Array, p: dict, lora_p: dict | None, scale: float) -> Array:
+    y = x @ p["kernel"]
+    if "bias" in p:
+        y = y + p["bias"]
+    if lora_p is not None:
+        y = y + lora_delta(x, lora_p, scale)
+    return y
+
+
+def _attend(q: Array, k: Array, v: Array, mask: Array) -> Array:
+    """Grouped-query attention. ``q [B, R, Hq, hd]``, ``k, v [B, M, Hkv, hd]``, ``mask`` bool
+    ``[B, R, M]`` (True = may attend) -> ``[B, R, Hq * hd]``; scores/softmax in float32."""
+    b, r, hq, hd = q.shape
+    hkv = k.shape[2]
+    q = q.reshape(b, r, hkv, hq // hkv, hd)
+    s = jnp.einsum("brhgd,bmhd->bhgrm", q, k, preferred_element_type=jnp.float32) * (hd ** -0.5)
+    s = jnp.where(mask[:, None, None], s, _NEG)
+    p = jax.nn.softmax(s, axis=-1).astype(v.dtype)
+    o = jnp.einsum("bhgrm,bmhd->brhgd", p, v, preferred_element_type=jnp.float32).astype(v.dtype)
+    return o.reshape(b, r, hq * hd)
+
+
+def _window_mask(mask: Array, q_pos: Array, k_pos: Array, window: int | None) -> Array:
+    """``mask [B, R, M]`` restricted to keys less than ``window`` positions back."""
+    if window is None:
+        return mask
+    return mask & (q_pos[:, :, None] - k_pos[:, None, :] < window)
+
+
+@dataclasses.dataclass(frozen=True)
+class LM:
+    """A loaded decoder: its :class:`LMConfig`, compute/param ``dtype``, the id written after a
+    row's end (``pad_id``) and the ids that end a row (``eos_ids``). Hashable, so it can be a
+    static argument of ``jax.jit``; every method is pure and jit-able."""
+
+    config: LMConfig
+    dtype: Any = jnp.float32
+    pad_id: int = 0
+    eos_ids: tuple[int, ...] = ()
+
+    def __post_init__(self):
+        object.__setattr__(self, "dtype", jnp.dtype(self.dtype))
+        object.__setattr__(self, "eos_ids", tuple(int(e) for e in self.eos_ids))
+
+    # -- the pieces of a block ---------------------------------------------------------------
+
+    def _qkv(self, lp: dict, ll: LoRAParams | None, h: Array, cos: Array, sin: Array):
+        c = self.config
+        b, r, _ = h.shape
+        scale = ll.scale if ll is not None else 1.0
+        get = (lambda n: ll.get(n)) if ll is not None else (lambda n: None)
+        q = _linear(h, lp["q_proj"], get("q_proj"), scale).reshape(b, r, c.num_heads, c.head_dim)
+        k = _linear(h, lp["k_proj"], get("k_proj"), scale).reshape(b, r, c.num_kv_heads, c.head_dim)
+        v = _linear(h, lp["v_proj"], get("v_proj"), scale).reshape(b, r, c.num_kv_heads, c.head_dim)
+        if c.qk_norm:
+            q = rms_norm(q, lp["q_norm"], c.rms_norm_eps)
+            k = rms_norm(k, lp["k_norm"], c.rms_norm_eps)
+        return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
+
+    def _finish(self, lp: dict, ll: LoRAParams | None, x: Array, attended: Array) -> Array:
+        c = self.config
+        scale = ll.scale if ll is not None else 1.0
+        get = (lambda n: ll.get(n)) if ll is not None else (lambda n: None)
+        x = x + _linear(attended, lp["o_proj"], get("o_proj"), scale)
+        h = rms_norm(x, lp["post_attention_layernorm"], c.rms_norm_eps)
+        gate = _linear(h, lp["gate_proj"], get("gate_proj"), scale)
+        up = _linear(h, lp["up_proj"], get("up_proj"), scale)
+        return x + _linear(jax.nn.silu(gate) * up, lp["down_proj"], get("down_proj"), scale)
+
+    def _sliding(self) -> Array:
+        c = self.config
+        return jnp.asarray(c.sliding_layers or (False,) * c.num_layers, bool)
+
+    def _embed(self, params: dict, ids: Array) -> Array:
+        return jnp.take(params["embed_tokens"], ids, axis=0).astype(self.dtype)
+
+    # -- whole sequences ---------------------------------------------------------------------
+
+    def _forward(self, params: dict, input_ids: Array, attention_mask: Array | None, lora, keep_kv: bool):
+        """Hidden states ``[B, L, D]`` (final-normed) and, if ``keep_kv``, keys/values
+        ``[n_layers, B, L, Hkv, hd]``."""
+        c = self.config
+        b, length = input_ids.shape
+        mask = jnp.ones((b, length), bool) if attention_mask is None else attention_mask.astype(bool)
+        pos = jnp.cumsum(mask, axis=1, dtype=jnp.int32) - 1
+        cos, sin = rope_tables(c.rope, c.head_dim, pos)
+        idx = jnp.arange(length)
+        full = mask[:, None, :] & (idx[None, :, None] >= idx[None, None, :])
+        windowed = _window_mask(full, pos, pos, c.sliding_window)
+
+        def body(x, xs):
+            lp, ll, sliding = xs
+            h = rms_norm(x, lp["input_layernorm"], c.rms_norm_eps)
+            q, k, v = self._qkv(lp, ll, h, cos, sin)
+            attended = _attend(q, k, v, jnp.where(sliding, windowed, full))
+            return self._finish(lp, ll, x, attended), ((k, v) if keep_kv else None)
+
+        x, kv = jax.lax.scan(body, self._embed(params, input_ids), (params["layers"], lora, self._sliding()))
+        return rms_norm(x, params["norm"], c.rms_norm_eps), kv, mask
+
+    def hidden(self, params: dict, input_ids: Array, attention_mask: Array | None = None,
+               lora: LoRAParams | None = None) -> Array:
+        """Final-normed hidden states ``[B, L, D]`` (``dtype``) of ``input_ids`` int ``[B, L]``."""
+        return self._forward(params, input_ids, attention_mask, lora, keep_kv=False)[0]
+
+    def logits(self, params: dict, hidden: Array) -> Array:
+        """The LM head: float32 logits ``[..., V]`` of hidden states ``[..., D]`` (products in
+        ``dtype``, accumulated in float32)."""
+        if "lm_head" in params:
+            return jnp.einsum("...d,dv->...v", hidden, params["lm_head"]["kernel"],
+                              preferred_element_type=jnp.float32)
+        return jnp.einsum("...d,vd->...v", hidden, params["embed_tokens"], preferred_element_type=jnp.float32)
+
+    def apply(self, params: dict, input_ids: Array, attention_mask: Array | None = None,
+              lora: LoRAParams | None = None) -> Array:
+        """float32 logits ``[B, L, V]`` of a (left-padded) batch ``input_ids [B, L]`` with
+        ``attention_mask [B, L]`` (1 = real token; None = all real)."""
+        return self.logits(params, self.hidden(params, input_ids, attention_mask, lora))
+
+    # -- the cache ---------------------------------------------------------------------------
+
+    def init_cache(self, batch: int, max_len: int) -> KVCache:
+        """An empty cache of ``max_len`` slots."""
+        c = self.config
+        shape = (c.num_layers, batch, max_len, c.num_kv_heads, c.head_dim)
+        return KVCache(k=jnp.zeros(shape, self.dtype), v=jnp.zeros(shape, self.dtype),
+                       valid=jnp.zeros((batch, max_len), bool), count=jnp.zeros((batch,), jnp.int32))
+
+    def prefill(self, params: dict, input_ids: Array, attention_mask: Array | None, max_len: int,
+                lora: LoRAParams | None = None) -> tuple[Array, KVCache]:
+        """Logits float32 ``[B, L, V]`` of the prompt and a cache of ``max_len`` slots holding it
+        in slots ``0 .. L-1`` (the same as :meth:`extend` at slot 0 of an empty cache)."""
+        hidden, (k, v), mask = self._forward(params, input_ids, attention_mask, lora, keep_kv=True)
+        b, length = input_ids.shape
+        pad = ((0, 0), (0, 0), (0, max_len - length), (0, 0), (0, 0))
+        cache = KVCache(k=jnp.pad(k, pad), v=jnp.pad(v, pad),
+                        valid=jnp.pad(mask, ((0, 0), (0, max_len - length))),
+                        count=mask.sum(axis=1, dtype=jnp.int32))
+        return self.logits(params, hidden), cache
+
+    def extend(self, params: dict, cache: KVCache, tokens: Array, write_at: Array,
+               token_mask: Array | None = None, lora: LoRAParams | None = None) -> tuple[Array, KVCache]:
+        """Feed ``tokens`` int ``[B, R]`` into slots ``write_at .. write_at + R - 1`` (int32 scalar;
+        the caller keeps them inside the cache). ``token_mask`` bool ``[B, R]`` (None = all
+        real): a False token is padding, invisible to every later query and consuming no
+        position. Returns logits float32 ``[B, R, V]`` and the updated cache."""
+        c = self.config
+        b, r = tokens.shape
+        tmask = jnp.ones((b, r), bool) if token_mask is None else token_mask.astype(bool)
+        write_at = jnp.asarray(write_at, jnp.int32)
+        pos = cache.count[:, None] + jnp.cumsum(tmask, axis=1, dtype=jnp.int32) - 1
+        cos, sin = rope_tables(c.rope, c.head_dim, pos)
+        valid = jax.lax.dynamic_update_slice(cache.valid, tmask, (0, write_at))
+        slots = jnp.arange(cache.valid.shape[1])
+        full = valid[:, None, :] & (slots[None, None, :] <= write_at + jnp.arange(r)[None, :, None])
+        key_pos = jnp.cumsum(valid, axis=1, dtype=jnp.int32) - 1   # slots fill in order
+        windowed = _window_mask(full, pos, key_pos, c.sliding_window)
+
+        def body(carry, xs):
+            x, kc, vc = carry
+            lp, ll, sliding, layer = xs
+            h = rms_norm(x, lp["input_layernorm"], c.rms_norm_eps)
+            q, k, v = self._qkv(lp, ll, h, cos, sin)
+            kc = jax.lax.dynamic_update_slice(kc, k[None].astype(kc.dtype), (layer, 0, write_at, 0, 0))
+            vc = jax.lax.dynamic_update_slice(vc, v[None].astype(vc.dtype), (layer, 0, write_at, 0, 0))
+            k_all = jax.lax.dynamic_index_in_dim(kc, layer, keepdims=False)
+            v_all = jax.lax.dynamic_index_in_dim(vc, layer, keepdims=False)
+            attended = _attend(q, k_all, v_all, jnp.where(sliding, windowed, full))
+            return (self._finish(lp, ll, x, attended), kc, vc), None
+
+        xs = (params["layers"], lora, self._sliding(), jnp.arange(c.num_layers))
+        (x, kc, vc), _ = jax.lax.scan(body, (self._embed(params, tokens), cache.k, cache.v), xs)
+        hidden = rms_norm(x, params["norm"], c.rms_norm_eps)
+        new = KVCache(k=kc, v=vc, valid=valid, count=cache.count + tmask.sum(axis=1, dtype=jnp.int32))
+        return self.logits(params, hidden), new
+
+    def decode(self, params: dict, cache: KVCache, token: Array, write_at: Array,
+               token_mask: Array | None = None, lora: LoRAParams | None = None) -> tuple[Array, KVCache]:
+        """One token ``[B]`` at slot ``write_at``: logits float32 ``[B, V]`` and the cache."""
+        tmask = None if token_mask is None else token_mask[:, None]
+        logits, cache = self.extend(params, cache, token[:, None], write_at, tmask, lora)
+        return logits[:, 0], cache
