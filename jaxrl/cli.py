@@ -159,10 +159,9 @@ def _add_train(sub) -> None:
         help="with --resume: continue although RUN_DIR/config.yaml differs from the config of the checkpoint "
         "(the change is recorded in RUN_DIR/config_changes.jsonl)",
     )
-    from jaxrl.parallel import distributed  # --coordinator-address / --num-processes / --process-id
-
-    distributed.add_arguments(p)
     p.set_defaults(func=_lazy("jaxrl.run.trainer", "main_train"))
+    # --coordinator-address / --num-processes / --process-id come from jaxrl.parallel.distributed,
+    # which imports JAX: build_parser adds them only when the command is `train`.
 
 
 def _add_eval(sub) -> None:
@@ -206,16 +205,21 @@ COMMANDS: list[Callable] = [
 
 
 def _version() -> str:
-    """The installed distribution's version (``jaxrl --version``)."""
-    from importlib import metadata
+    """The package's version (``jaxrl --version``); reading it imports nothing heavy."""
+    from jaxrl import __version__
 
-    try:
-        return metadata.version("jaxrl")
-    except metadata.PackageNotFoundError:
-        return "unknown (not installed)"
+    return __version__
 
 
-def build_parser() -> argparse.ArgumentParser:
+def command_word(argv: Sequence[str]) -> str | None:
+    """The sub-command named in ``argv`` (its first word that is not an option), or None."""
+    return next((a for a in argv if not a.startswith("-")), None)
+
+
+def build_parser(command: str | None = "train") -> argparse.ArgumentParser:
+    """The whole parser. ``command`` is the sub-command about to run: only ``train`` (the
+    default, for a complete parser) adds the multi-process options, whose module imports JAX;
+    ``--version``, ``--help``, ``list`` and ``config`` stay free of it."""
     parser = _Parser(
         prog="jaxrl", description="pure-JAX, on-device reinforcement learning", epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -224,6 +228,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for add in COMMANDS:
         add(sub)
+    if command == "train":
+        from jaxrl.parallel import distributed
+
+        distributed.add_arguments(sub.choices["train"])
     return parser
 
 
@@ -282,7 +290,8 @@ def failure(exc: BaseException) -> tuple[int, str] | None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``jaxrl`` console script; returns the process exit code (see the
     module docstring). Expected failures print one line; a bug keeps its traceback."""
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(command_word(argv))
     args = parser.parse_args(argv)
     if getattr(args, "func", None) is None:
         parser.print_help(sys.stderr)

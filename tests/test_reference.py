@@ -60,7 +60,11 @@ def test_version(capsys):
     with pytest.raises(SystemExit) as exit_:
         cli.main(["--version"])
     assert exit_.value.code == 0
-    assert capsys.readouterr().out.strip() == f"jaxrl {metadata.version('jaxrl')}"
+    import jaxrl
+
+    assert capsys.readouterr().out.strip() == f"jaxrl {jaxrl.__version__}"
+    pyproject = (Path(__file__).resolve().parent.parent / "pyproject.toml").read_text()
+    assert f'\nversion = "{jaxrl.__version__}"\n' in pyproject  # one version, two places
 
 
 def test_closed_pipe_exits_quietly():

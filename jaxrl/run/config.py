@@ -37,6 +37,7 @@ from typing import Any, Literal, Union
 
 import yaml
 
+from jaxrl import _compat
 from jaxrl.algos.contract import Plan
 from jaxrl.run import yamlio
 from jaxrl.run.yamlio import short
@@ -283,7 +284,7 @@ def apply_overrides(raw: dict, overrides=()) -> dict:
         except yaml.YAMLError:
             value = text
         node = out
-        parts = path.strip().split(".")
+        parts = _compat.renamed_key(path.strip()).split(".")  # an old spelling: its new key
         for i, part in enumerate(parts[:-1]):
             child = node.get(part)
             if child is None:
@@ -384,6 +385,10 @@ def config_from_dict(raw) -> RunConfig:
         raise ConfigError(f"config: expected a mapping at the top level, got {type(raw).__name__}")
     if "algo" not in raw:
         raise ConfigError("missing key 'algo'")
+    try:
+        raw = _compat.rename_config_keys(raw)  # renamed keys: read as the new ones, with a warning
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
     name = raw["algo"]
     entry = algo_entry(name)
     known = set(_RUN_KEYS) | {name}

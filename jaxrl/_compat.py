@@ -1,0 +1,213 @@
+"""Old import paths and config keys, kept working for one release with a warning.
+
+Everything that moved is listed here, in one place:
+
+* :data:`MOVED_MODULES` -- module paths of 0.1.0 (``jaxrl.env``, ``jaxrl.render``, ...) and
+  the modules their names live in now. ``import jaxrl.env`` and ``from jaxrl.env import
+  Environment`` give the same objects as ``jaxrl.core.env`` and a ``DeprecationWarning``
+  naming the new path; ``jaxrl.render`` (an attribute of the package) does the same.
+* :data:`RENAMED_KEYS` -- config keys that were renamed; a config (or ``--set``) using the
+  old spelling is read as the new one with a ``FutureWarning`` (shown to command-line users,
+  who cannot act on a ``DeprecationWarning`` they never see).
+
+The shims are made by a meta-path finder (:class:`MovedModuleFinder`, installed by
+``jaxrl/__init__.py``) consulted only after the real modules: no file stands in for an old
+module, and nothing here imports JAX until an old path is used. ``CHANGELOG.md`` lists the
+same moves for readers.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.abc
+import importlib.machinery
+import sys
+import types
+import warnings
+
+#: Releases: the one that moved the names, and the one that removes the old paths.
+MOVED_IN, REMOVED_IN = "0.2.0", "0.3.0"
+
+#: Old module path -> the modules its public names live in now (searched in order).
+MOVED_MODULES: dict[str, tuple[str, ...]] = {
+    "jaxrl.check": ("jaxrl.core.check", "jaxrl.core.check_rollout"),
+    "jaxrl.checkpoint": ("jaxrl.run.checkpoint",),
+    "jaxrl.config": ("jaxrl.run.config",),
+    "jaxrl.distributed": ("jaxrl.parallel.distributed",),
+    "jaxrl.distributions": ("jaxrl.models.distributions",),
+    "jaxrl.env": ("jaxrl.core.env",),
+    "jaxrl.evaluate": ("jaxrl.run.evaluate",),
+    "jaxrl.logging": ("jaxrl.run.logging",),
+    "jaxrl.networks": ("jaxrl.models.networks",),
+    "jaxrl.normalize": ("jaxrl.models.normalize",),
+    "jaxrl.prng": ("jaxrl.core.prng",),
+    "jaxrl.registry": ("jaxrl.core.registry",),
+    "jaxrl.render": ("jaxrl.core.render",),
+    "jaxrl.rollout": ("jaxrl.core.rollout",),
+    "jaxrl.sharding": ("jaxrl.parallel.sharding", "jaxrl.algos.common.batching"),
+    "jaxrl.spaces": ("jaxrl.core.spaces",),
+    "jaxrl.trainer": ("jaxrl.run.trainer",),
+    "jaxrl.transformer": ("jaxrl.models.transformer",),
+    "jaxrl.vector": ("jaxrl.core.vector",),
+    "jaxrl.wrappers": ("jaxrl.core.wrappers",),
+    "jaxrl.algos.base": ("jaxrl.algos.contract",),
+}
+
+#: Old paths that are still public under the same name, so they load without a warning
+#: (``jaxrl.spaces`` is re-exported by the package: ``from jaxrl.spaces import Box`` is fine).
+SILENT = frozenset({"jaxrl.spaces"})
+
+#: Renamed config keys: (algorithm section or "*", old dotted key) -> new dotted key, both
+#: relative to the top of the run config. GRPO's flat section became model / loss /
+#: sampling / optim sections in 0.2.0, and its curriculum and evaluation params moved to env.
+RENAMED_KEYS: dict[str, str] = {
+    **{f"grpo.{k}": f"grpo.optim.{k}" for k in ("lr", "warmup_updates", "lr_end_frac", "max_grad_norm")},
+    "grpo.loss_type": "grpo.loss.type",
+    **{f"grpo.{k}": f"grpo.loss.{k}" for k in ("eps_low", "eps_high", "beta", "token_credit", "credit_discount", "scale_rewards")},
+    **{
+        f"grpo.{k}": f"grpo.sampling.{k}"
+        for k in ("temperature", "dynamic_sampling", "oversample", "overlong_buffer", "overlong_penalty", "max_steps")
+    },
+    **{
+        f"grpo.{k}": f"grpo.model.{k}"
+        for k in ("policy", "d_model", "n_layers", "n_heads", "positions", "tie_embeddings", "smear_keys", "hidden")
+    },
+    "grpo.eval_params": "env.eval_params",
+    **{f"grpo.curriculum_{k}": f"env.curriculum.{k}" for k in ("param", "start", "stop", "metric", "threshold", "step")},
+}
+
+
+def moved_message(old: str) -> str:
+    new = " / ".join(MOVED_MODULES[old])
+    return f"{old} moved to {new} in jaxrl {MOVED_IN}; the old path goes away in {REMOVED_IN}"
+
+
+def _forward(targets: tuple[str, ...], old: str, name: str):
+    """Module ``__getattr__`` of a shim: ``name`` from the first target that has it."""
+    if name.startswith("__") and name != "__all__":
+        raise AttributeError(name)
+    modules = [importlib.import_module(t) for t in targets]
+    if name == "__all__":
+        return sorted({n for m in modules for n in getattr(m, "__all__", [k for k in vars(m) if not k.startswith("_")])})
+    for module in modules:
+        if hasattr(module, name):
+            return getattr(module, name)
+    raise AttributeError(f"module {old!r} has no attribute {name!r} (it moved to {' / '.join(targets)} in {MOVED_IN})")
+
+
+class _Shim(types.ModuleType):
+    """A stand-in for a moved module: every attribute is the new module's object."""
+
+    def __getattr__(self, name):
+        return _forward(MOVED_MODULES[self.__name__], self.__name__, name)
+
+    def __dir__(self):
+        modules = [importlib.import_module(t) for t in MOVED_MODULES[self.__name__]]
+        return sorted({n for m in modules for n in vars(m) if not n.startswith("_")})
+
+
+def shim(old: str) -> types.ModuleType:
+    """The (cached) stand-in module for ``old``, imported without the loader's warning."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return importlib.import_module(old)
+
+
+class _ShimLoader(importlib.abc.Loader):
+    def create_module(self, spec):
+        return _Shim(spec.name, f"Deprecated: {moved_message(spec.name)}.")
+
+    def exec_module(self, module):
+        if module.__name__ not in SILENT:
+            # stacklevel 2: the first frame outside this module and importlib's (skipped by
+            # warnings) is the user's import statement.
+            warnings.warn(moved_message(module.__name__), DeprecationWarning, stacklevel=2)
+
+
+class MovedModuleFinder(importlib.abc.MetaPathFinder):
+    """Finds the old module paths of :data:`MOVED_MODULES` (after every real module)."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname not in MOVED_MODULES:
+            return None
+        return importlib.machinery.ModuleSpec(fullname, _ShimLoader(), is_package=False)
+
+
+def install() -> None:
+    """Put :class:`MovedModuleFinder` at the end of ``sys.meta_path`` (idempotent)."""
+    if not any(isinstance(f, MovedModuleFinder) for f in sys.meta_path):
+        sys.meta_path.append(MovedModuleFinder())
+
+
+def package_attribute(name: str):
+    """``jaxrl.<name>`` for an old module name (with a warning), or None."""
+    old = f"jaxrl.{name}"
+    if old not in MOVED_MODULES:
+        return None
+    if old not in SILENT:
+        warnings.warn(moved_message(old), DeprecationWarning, stacklevel=3)
+    return shim(old)
+
+
+# ------------------------------------------------------------------------------------------
+# Config keys
+# ------------------------------------------------------------------------------------------
+
+
+def renamed_key(path: str) -> str:
+    """The current spelling of a dotted config key (itself when it was not renamed), with a
+    ``FutureWarning`` for an old one."""
+    new = RENAMED_KEYS.get(path)
+    if new is None:
+        return path
+    warnings.warn(
+        f"config key {path} is now {new} (since jaxrl {MOVED_IN}; the old spelling goes away in {REMOVED_IN})",
+        FutureWarning, stacklevel=3,
+    )
+    return new
+
+
+def rename_config_keys(raw: dict) -> dict:
+    """A copy of a raw run-config mapping with old key spellings moved to the new ones.
+    Raises ``ValueError`` when a key is given under both spellings."""
+    if not isinstance(raw, dict):
+        return raw
+    out = None
+    for old in RENAMED_KEYS:
+        section, _, leaf = old.rpartition(".")
+        node = _get(raw, section)
+        if not isinstance(node, dict) or leaf not in node:
+            continue
+        if out is None:  # copy lazily: the common case has no old key
+            import copy
+
+            out = copy.deepcopy(raw)
+        new = renamed_key(old)
+        value = _get(out, section).pop(leaf)
+        new_section, _, new_leaf = new.rpartition(".")
+        target = _ensure(out, new_section)
+        if target is None:
+            raise ValueError(f"{old} is the old spelling of {new}, but {new_section} is not a section")
+        if new_leaf in target:
+            raise ValueError(f"both {old} and its new spelling {new} are given; keep {new}")
+        target[new_leaf] = value
+    return raw if out is None else out
+
+
+def _get(node, dotted: str):
+    for part in dotted.split("."):
+        if not isinstance(node, dict):
+            return None
+        node = node.get(part)
+    return node
+
+
+def _ensure(node: dict, dotted: str):
+    for part in dotted.split("."):
+        child = node.get(part)
+        if child is None:
+            child = node[part] = {}
+        if not isinstance(child, dict):
+            return None
+        node = child
+    return node
