@@ -91,22 +91,30 @@ def config_dirs() -> list[Path]:
     return out
 
 
-def list_main(args: argparse.Namespace) -> int:
-    """Print the registered algorithms and env ids with their descriptions, then the recipe
-    configs."""
+def registry_listing() -> str:
+    """The registered algorithms and env ids with their descriptions (imports every plugin,
+    hence JAX)."""
     from jaxrl.algos import registry as algo_registry
     from jaxrl.core import registry
 
     algos = algo_registry.algorithms()
     width = max((len(n) for n in algos), default=0)
-    print(f"algorithms ({len(algos)}):")
-    for name in sorted(algos):
-        print(f"  {name:<{width}}  {algos[name].description}".rstrip())
+    lines = [f"algorithms ({len(algos)}):"]
+    lines += [f"  {name:<{width}}  {algos[name].description}".rstrip() for name in sorted(algos)]
     ids = registry.registered_ids()
     width = max((len(i) for i in ids), default=0)
-    print(f"environments ({len(ids)}):")
-    for env_id in ids:
-        print(f"  {env_id:<{width}}  {registry.spec(env_id).description}".rstrip())
+    lines.append(f"environments ({len(ids)}):")
+    lines += [f"  {env_id:<{width}}  {registry.spec(env_id).description}".rstrip() for env_id in ids]
+    return "\n".join(lines) + "\n"
+
+
+def list_main(args: argparse.Namespace) -> int:
+    """Print the registered algorithms and env ids with their descriptions (remembered per
+    installation by :mod:`jaxrl.run.answers`, so no JAX import after the first time), then
+    the recipe configs."""
+    from jaxrl.run import answers
+
+    sys.stdout.write(answers.answer("list", registry_listing, remember=args.fresh_process))
     configs = sorted({p.name: p for d in config_dirs() for p in d.glob("*.yaml")}.values())
     if configs:
         print(f"configs ({len(configs)}):")
@@ -188,7 +196,19 @@ def _add_render(sub) -> None:
 def _add_config(sub) -> None:
     p = sub.add_parser("config", help="print every config key of a run of ALGO: type, default, meaning")
     p.add_argument("algo", metavar="ALGO", help="a registered algorithm, e.g. ppo or grpo")
-    p.set_defaults(func=_lazy("jaxrl.run.reference", "main_config"))
+    p.set_defaults(func=config_main)
+
+
+def config_main(args: argparse.Namespace) -> int:
+    """``jaxrl config ALGO`` (:func:`jaxrl.run.reference.main_config`), remembered per
+    installation like ``list``."""
+    from jaxrl.run import answers
+
+    def compute() -> str:
+        return answers.captured(lambda: _lazy("jaxrl.run.reference", "main_config")(args))
+
+    sys.stdout.write(answers.answer(f"config-{args.algo}", compute, remember=args.fresh_process))
+    return 0
 
 
 # ----------------------------------------------------------------------- the table
@@ -290,9 +310,11 @@ def failure(exc: BaseException) -> tuple[int, str] | None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``jaxrl`` console script; returns the process exit code (see the
     module docstring). Expected failures print one line; a bug keeps its traceback."""
+    fresh_process = argv is None  # the console script: nothing registered in-process yet
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser(command_word(argv))
     args = parser.parse_args(argv)
+    args.fresh_process = fresh_process  # list / config may answer from jaxrl.run.answers
     if getattr(args, "func", None) is None:
         parser.print_help(sys.stderr)
         return 2
