@@ -120,6 +120,13 @@ class TokenTask(Environment, metaclass=abc.ABCMeta):
         return EOS
 
     @property
+    def pad_id(self) -> int:
+        """The padding id: prompts and replies are left-padded with it and the slots after a
+        turn's end hold it. A policy over a real tokenizer treats it as "no token" (never
+        attended, no position), so it must be an id the task never needs as content."""
+        return PAD
+
+    @property
     def dialogue_len(self) -> int:
         """Tokens of a whole dialogue: prompt, then ``max_turns`` x (turn + reply) slots."""
         return self.prompt_len + self.max_turns * (self.max_turn_tokens + self.max_reply_tokens)
@@ -150,7 +157,7 @@ class TokenTask(Environment, metaclass=abc.ABCMeta):
         false = jnp.zeros((), jnp.bool_)
         (state, alive, info, term, trunc), rewards = jax.lax.scan(
             body, (state, ~false, zero_info, false, false), (keys, turn))
-        reply = jnp.full((self.max_reply_tokens,), PAD, jnp.int32)
+        reply = jnp.full((self.max_reply_tokens,), self.pad_id, jnp.int32)
         return state, Turn(reply, rewards, term, trunc | alive, info)
 
 
@@ -191,7 +198,7 @@ class DialogueTask(TokenTask):
 
     def reset(self, key, params):
         inner, prompt, info = self.start(key, params)
-        tokens = jnp.full((self.dialogue_len,), PAD, jnp.int32).at[: self.prompt_len].set(prompt)
+        tokens = jnp.full((self.dialogue_len,), self.pad_id, jnp.int32).at[: self.prompt_len].set(prompt)
         zero = jnp.zeros((), jnp.int32)
         return DialogueState(inner, tokens, zero, zero, jnp.zeros((), jnp.bool_)), first_timestep(tokens, info)
 

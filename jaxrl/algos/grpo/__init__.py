@@ -48,9 +48,32 @@ def rollout_length(env: Environment, env_params, cfg: GRPOConfig) -> int:
     return int(limit)
 
 
+def _hf_policy(env: Environment, cfg: GRPOConfig) -> policy.Policy:
+    """A loaded checkpoint (``model.policy: hf``) over a token task in its tokenizer's ids."""
+    from jaxrl.algos.grpo.lm_policy import LMSpec, lm_policy
+    from jaxrl.models import lm
+
+    m = cfg.model
+    if not isinstance(env, TokenTask):
+        raise ValueError(f"model.policy: 'hf' needs a token task, {env.name} is not one")
+    model, weights = lm.load_lm(m.path, dtype=jnp.bfloat16 if m.dtype == "bfloat16" else jnp.float32)
+    if env.vocab_size != model.config.vocab_size:
+        raise ValueError(
+            f"model.path: the checkpoint's vocabulary has {model.config.vocab_size} ids, the task {env.name} {env.vocab_size}; "
+            "give the task the checkpoint's tokenizer (env.tokenizer)")
+    lora = None
+    if m.lora.rank > 0:
+        lora = lm.LoRAConfig(m.lora.rank, m.lora.alpha, tuple(m.lora.targets))
+    spec = LMSpec(model, lora, env.pad_id, env.prompt_len, env.dialogue_len, m.head_chunk)
+    return lm_policy(spec, weights)
+
+
 def build_policy(env: Environment, env_params, cfg: GRPOConfig) -> policy.Policy:
-    """The transformer for token tasks (``model.policy: auto``), else an MLP over flat obs."""
+    """The transformer for token tasks (``model.policy: auto``), a loaded checkpoint
+    (``hf``), else an MLP over flat obs."""
     kind, m = cfg.model.policy, cfg.model
+    if kind == "hf":
+        return _hf_policy(env, cfg)
     is_token = isinstance(env, TokenTask)
     if kind == "auto":
         kind = "transformer" if is_token else "mlp"
@@ -167,7 +190,8 @@ def build(envs: EnvSetup, cfg: GRPOConfig) -> Program:
 
 def load_params(fresh: update.GRPOState, trained: update.GRPOState) -> update.GRPOState:
     """``fresh`` starting from ``trained``'s policy, which is also the KL reference."""
-    return fresh.replace(params=trained.params, ref_params=trained.params)
+    ref = trained.params if fresh.ref_params is not None else None
+    return fresh.replace(params=trained.params, ref_params=ref, frozen=trained.frozen)
 
 
 ENTRY = AlgoEntry(

@@ -30,10 +30,24 @@ LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "rloo", "cispo", "gspo")
 
 
 @dataclasses.dataclass(frozen=True)
-class ModelConfig:
-    """The policy network (``grpo.model``): a transformer for token tasks, else an MLP."""
+class LoRASection:
+    """LoRA adapters on a loaded model (``grpo.model.lora``); rank 0 = full fine-tuning."""
 
-    policy: Literal["auto", "transformer", "mlp"] = "auto"  # auto: transformer for token tasks
+    rank: int = 0  # adapter rank r (0: train every weight of the model)
+    alpha: float = 16.0  # scale alpha / r of the adapters' output
+    targets: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")  # adapted projections
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+    """The policy network (``grpo.model``): a transformer for token tasks, else an MLP; or a
+    Hugging Face checkpoint directory (``policy: hf``, ``path``)."""
+
+    policy: Literal["auto", "transformer", "mlp", "hf"] = "auto"  # auto: transformer for token tasks; hf: a loaded checkpoint
+    path: str = ""  # policy hf: a local Hugging Face checkpoint directory (config.json, *.safetensors)
+    dtype: Literal["float32", "bfloat16"] = "float32"  # policy hf: weights and activations (softmax, log-probs, Adam: float32)
+    lora: LoRASection = dataclasses.field(default_factory=LoRASection)  # policy hf: adapters (rank 0: full fine-tuning)
+    head_chunk: int = 64  # policy hf: sequence positions per chunk of the LM head in the loss
     d_model: int = 64  # transformer width
     n_layers: int = 2  # transformer blocks
     n_heads: int = 4  # attention heads
@@ -102,6 +116,7 @@ class GRPOConfig(AlgoConfig):
     num_updates: int = 100  # updates in the run
     num_epochs: int = 1  # optimisation passes over each batch (TRL's num_iterations)
     num_minibatches: int = 1  # gradient steps per pass; must divide P * G
+    micro_batches: int = 1  # gradient accumulation: slices of a minibatch run one at a time; must divide it
     eval_episodes: int = 512  # held-out prompts (token tasks) or episodes for evaluate
     model: ModelConfig = dataclasses.field(default_factory=ModelConfig)
     loss: LossConfig = dataclasses.field(default_factory=LossConfig)
@@ -121,10 +136,12 @@ def _positive(cfg, names: tuple[str, ...], prefix: str = "") -> None:
 
 def validate(cfg: GRPOConfig) -> None:
     """Reject impossible configs with ``ValueError("<key>: <message>")``."""
-    _positive(cfg, ("num_prompts", "num_updates", "num_epochs", "num_minibatches", "eval_episodes"))
+    _positive(cfg, ("num_prompts", "num_updates", "num_epochs", "num_minibatches", "micro_batches", "eval_episodes"))
     check(cfg.group_size >= 2, "group_size", f"group-relative advantages need >= 2 generations, got {cfg.group_size}")
     n = cfg.num_prompts * cfg.group_size
     check(n % cfg.num_minibatches == 0, "num_minibatches", f"{cfg.num_minibatches} does not divide num_prompts * group_size = {n}")
+    mb = n // cfg.num_minibatches
+    check(mb % cfg.micro_batches == 0, "micro_batches", f"{cfg.micro_batches} does not divide the minibatch of {mb} sequences")
     m, loss, s, o = cfg.model, cfg.loss, cfg.sampling, cfg.optim
     check(loss.type in LOSS_TYPES, "loss.type", f"expected one of {LOSS_TYPES}, got {loss.type!r}")
     scales = ("auto", "group", "batch", "none")
@@ -132,6 +149,11 @@ def validate(cfg: GRPOConfig) -> None:
     _positive(m, ("d_model", "n_layers", "n_heads"), "model.")
     check(len(m.hidden) > 0 and all(h >= 1 for h in m.hidden), "model.hidden", f"expected positive widths, got {m.hidden!r}")
     check(m.d_model % m.n_heads == 0, "model.d_model", f"{m.d_model} is not divisible by model.n_heads={m.n_heads}")
+    check(m.policy != "hf" or bool(m.path), "model.path", "policy hf needs a local checkpoint directory")
+    check(m.policy == "hf" or not m.path, "model.path", f"only read by policy hf, got policy {m.policy!r}")
+    check(m.lora.rank >= 0, "model.lora.rank", f"must be >= 0, got {m.lora.rank}")
+    check(m.lora.alpha > 0, "model.lora.alpha", f"must be > 0, got {m.lora.alpha}")
+    check(m.head_chunk >= 1, "model.head_chunk", f"must be >= 1, got {m.head_chunk}")
     check(0 <= loss.eps_low < 1, "loss.eps_low", f"must be in [0, 1), got {loss.eps_low}")
     check(loss.eps_high >= 0, "loss.eps_high", f"must be >= 0, got {loss.eps_high}")
     check(loss.beta >= 0, "loss.beta", f"must be >= 0, got {loss.beta}")

@@ -11,7 +11,7 @@ import numpy as np
 
 from jaxrl.algos.common.train import COMPILER_OPTIONS
 from jaxrl.algos.grpo.rollout import Rollout, group_rollout
-from jaxrl.algos.grpo.update import GRPOState, Setup
+from jaxrl.algos.grpo.update import GRPOState, Setup, acting_params
 from jaxrl.core.tokens import TokenTask
 
 Array = jax.Array
@@ -43,7 +43,7 @@ def evaluate(setup: Setup, state: GRPOState, key: Array) -> dict:
     ``return_mean``, ``return_ci95``, ``length_mean`` and, for every info key (e.g. ``exact_match``), its mean and ``_ci95``
     (normal-approximation half-width).
     """
-    ro = eval_rollout(setup, state.params, key)
+    ro = eval_rollout(setup, acting_params(state), key)
     out = {
         "episode_returns": ro.returns,
         "return_mean": jnp.mean(ro.returns),
@@ -92,7 +92,7 @@ def samples(setup: Setup, state: GRPOState, key: Array, num: int = 5) -> list[st
     prompts with their completions and rewards."""
     return [
         f"{prompt!r} -> {completion!r}  reward {reward:.3f}"
-        for prompt, completion, reward in sample_completions(setup, state.params, key, num)
+        for prompt, completion, reward in sample_completions(setup, acting_params(state), key, num)
     ]
 
 
@@ -138,7 +138,7 @@ def sampled_rollouts(setup: Setup, state: GRPOState, key: Array, n: int, r: int,
     if not isinstance(setup.env, TokenTask):
         raise TypeError(f"{setup.env.name} is not a token task; it has no held-out prompts to sample")
     run = jax.jit(functools.partial(_sampled, setup, n, r), compiler_options=COMPILER_OPTIONS)
-    sampled, greedy = jax.device_get(run(state.params, key))
+    sampled, greedy = jax.device_get(run(acting_params(state), key))
     out = {"rewards": np.asarray(sampled.returns).reshape(n, r), "greedy": np.asarray(greedy.returns)}
     if "exact_match" in sampled.final_info:
         out["correct"] = np.asarray(sampled.final_info["exact_match"]).reshape(n, r) > 0.5

@@ -2,7 +2,8 @@
 
 A causal transformer over token tasks (prefill the prompt, decode token by token and
 prefill environment replies into a key/value cache, one pass over the whole dialogue for the
-loss) or an MLP over flat observations (control envs).
+loss) — the small one of :mod:`jaxrl.models.transformer` or a loaded Hugging Face checkpoint
+(:mod:`jaxrl.models.lm`, :func:`lm_policy`) — or an MLP over flat observations (control envs).
 """
 
 from __future__ import annotations
@@ -33,6 +34,13 @@ class Policy(NamedTuple):
       (``actions`` = its last ``T`` tokens).
     * ``extend(params, carry, tokens [N, R], pos) -> (carry, logits [N, R, A])``: feed ``R``
       tokens at dialogue positions ``pos ..`` in one pass (token tasks; None otherwise).
+    * ``token_logp(params, obs, actions [N, T], temperature) -> (logp [N, T], entropy [N, T])``:
+      what the loss needs of ``sequence_logits`` without holding ``[N, T, A]`` logits (a
+      150k-token vocabulary); ``None``: computed from ``sequence_logits``.
+    * ``frozen() -> params or None``: weights the policy reads but never trains (a loaded
+      model's base under LoRA); the trainable ``params`` are then its adapters and every
+      function above receives ``{"base": frozen, "lora": params}`` (``lora: None`` = the base
+      alone, the KL reference).
     """
 
     init: Callable
@@ -40,6 +48,8 @@ class Policy(NamedTuple):
     step: Callable
     sequence_logits: Callable
     extend: Callable | None = None
+    token_logp: Callable | None = None
+    frozen: Callable | None = None
 
 
 def _lm_init(model: TransformerLM, key, obs):

@@ -19,7 +19,7 @@ from flax import struct
 
 from jaxrl.algos.grpo.policy import Policy
 from jaxrl.core.env import Environment, tree_select
-from jaxrl.core.tokens import PAD, TokenTask
+from jaxrl.core.tokens import TokenTask
 
 Array = jax.Array
 
@@ -159,11 +159,11 @@ def _sample(logits: Array, temperature: Array, greedy: bool, key: Array) -> tupl
     return token, logp, -jnp.sum(jnp.exp(log_probs) * log_probs, axis=-1)
 
 
-def _turn_token(policy: Policy, params, temperature, greedy: bool, end_of_turn: int, base: Array, c, j):
+def _turn_token(policy: Policy, params, temperature, greedy: bool, end_of_turn: int, pad: int, base: Array, c, j):
     cache, logits, writing, key = c
     key, k_act, _ = jax.random.split(key, 3)
     token, logp, entropy = _sample(logits, temperature, greedy, k_act)
-    token = jnp.where(writing, token, PAD)  # a finished turn fills its slots with PAD
+    token = jnp.where(writing, token, pad)  # a finished turn fills its slots with the pad id
     cache, new_logits = policy.extend(params, cache, token[:, None], base + j)
     return (cache, new_logits[:, -1].astype(jnp.float32), writing & (token != end_of_turn), key), (token, logp, writing, entropy)
 
@@ -172,7 +172,7 @@ def _turn(policy: Policy, task: TokenTask, params, env_params, temperature, gree
     """One policy turn (decode), the env's answer (respond) and its reply (prefill)."""
     tt, tr = task.max_turn_tokens, task.max_reply_tokens
     base = task.prompt_len + k * (tt + tr)
-    body = functools.partial(_turn_token, policy, params, temperature, greedy, task.end_of_turn, base)
+    body = functools.partial(_turn_token, policy, params, temperature, greedy, task.end_of_turn, task.pad_id, base)
     (cache, logits, _, key), (tokens, logp, mask, entropy) = jax.lax.scan(body, (c.cache, c.logits, c.alive, c.key), jnp.arange(tt))
     tokens, logp, mask, entropy = (jnp.swapaxes(x, 0, 1) for x in (tokens, logp, mask, entropy))  # [N, Tt]
     key, k_env = jax.random.split(key)
@@ -183,7 +183,7 @@ def _turn(policy: Policy, task: TokenTask, params, env_params, temperature, gree
     term = alive & answer.terminated
     trunc = alive & ~answer.terminated & (answer.truncated | (k == task.max_turns - 1))
     going = alive & ~(term | trunc)
-    reply = jnp.where(going[:, None], answer.reply, PAD).astype(jnp.int32)
+    reply = jnp.where(going[:, None], answer.reply, task.pad_id).astype(jnp.int32)
     if tr > 0:
         cache, reply_logits = policy.extend(params, cache, reply, base + tt)
         logits = reply_logits[:, -1].astype(jnp.float32)

@@ -46,6 +46,7 @@ class GRPOState:
     key: Array  # PRNG key
     update_step: Array  # int32 [], updates done
     level: Array  # int32 [], curriculum level (the value of the curriculum's param; 0 without one)
+    frozen: Any = None  # weights the policy reads but never trains (a loaded model's base under LoRA)
 
 
 class Setup(NamedTuple):
@@ -74,7 +75,25 @@ class Batch:
     advantages: Array  # float32 [n], or [n, T] with token_credit
 
 
+def policy_params(frozen, params):
+    """What the policy functions take: ``params``, or ``{"base": frozen, "lora": params}``
+    when the policy has frozen weights (``params=None``: the base alone, the KL reference)."""
+    return params if frozen is None else {"base": frozen, "lora": params}
+
+
+def reference_params(state: GRPOState):
+    """The KL reference: the base with adapters off (LoRA), else the frozen initial copy."""
+    return policy_params(state.frozen, None) if state.frozen is not None else state.ref_params
+
+
+def acting_params(state: GRPOState):
+    """The policy's parameters as the rollout and evaluation take them."""
+    return policy_params(state.frozen, state.params)
+
+
 def _token_logp(policy: Policy, params, obs, actions, temperature) -> tuple[Array, Array]:
+    if policy.token_logp is not None:
+        return policy.token_logp(params, obs, actions, temperature)
     logits = policy.sequence_logits(params, obs, actions).astype(jnp.float32) / temperature
     log_probs = jax.nn.log_softmax(logits)
     logp = jnp.take_along_axis(log_probs, actions[..., None].astype(jnp.int32), axis=-1)[..., 0]
@@ -82,30 +101,50 @@ def _token_logp(policy: Policy, params, obs, actions, temperature) -> tuple[Arra
     return logp, entropy
 
 
-def loss_fn(setup: Setup, hyper: GRPOHyper, params, batch: Batch) -> tuple[Array, dict]:
-    """:func:`policy_loss` of ``params`` on ``batch``, plus its token entropy."""
-    logp, entropy = _token_logp(setup.policy, params, batch.obs, batch.actions, hyper.temperature)
+def loss_fn(setup: Setup, hyper: GRPOHyper, params, batch: Batch, frozen=None) -> tuple[Array, dict]:
+    """:func:`policy_loss` of the trainable ``params`` (beside ``frozen`` weights, if any) on
+    ``batch``, plus its token entropy."""
+    logp, entropy = _token_logp(setup.policy, policy_params(frozen, params), batch.obs, batch.actions, hyper.temperature)
     ref = batch.ref_logp if setup.cfg.loss.beta > 0 else None
     loss, metrics = policy_loss(
         logp, batch.old_logp, ref, batch.advantages, batch.mask, hyper, setup.cfg.loss.type, setup.cfg.loss.cispo_clip_low)
     return loss, {**metrics, "entropy": _token_mean(jax.lax.stop_gradient(entropy), batch.mask)}
 
 
-def _sgd_step(setup: Setup, hyper: GRPOHyper, carry, batch: Batch):
+def _micro_grads(setup: Setup, hyper: GRPOHyper, frozen, params, batch: Batch):
+    """Gradient of the minibatch loss, accumulated over ``micro_batches`` equal slices in a
+    ``scan`` (one slice's activations live at a time): the mean of the slices' gradients."""
+    grad_fn = jax.value_and_grad(functools.partial(loss_fn, setup, hyper, frozen=frozen), has_aux=True)
+    k = setup.cfg.micro_batches
+    if k == 1:
+        return grad_fn(params, batch)
+    micro = jax.tree_util.tree_map(lambda x: x.reshape((k, x.shape[0] // k) + x.shape[1:]), batch)
+
+    def body(acc, mb):
+        (loss, metrics), grads = grad_fn(params, mb)
+        return jax.tree_util.tree_map(jnp.add, acc, (loss, metrics, grads)), None
+
+    shapes = jax.eval_shape(grad_fn, params, jax.tree_util.tree_map(lambda x: x[0], micro))
+    (loss0, metrics0), grads0 = jax.tree_util.tree_map(lambda x: jnp.zeros(x.shape, x.dtype), shapes)
+    (loss, metrics, grads), _ = jax.lax.scan(body, (loss0, metrics0, grads0), micro)
+    return jax.tree_util.tree_map(lambda x: x / k, ((loss, metrics), grads))
+
+
+def _sgd_step(setup: Setup, hyper: GRPOHyper, frozen, carry, batch: Batch):
     params, opt_state = carry
-    (loss, metrics), grads = jax.value_and_grad(functools.partial(loss_fn, setup, hyper), has_aux=True)(params, batch)
+    (loss, metrics), grads = _micro_grads(setup, hyper, frozen, params, batch)
     updates, opt_state = setup.optimizer.update(grads, opt_state, params)
     params = optax.apply_updates(params, updates)
     return (params, opt_state), {**metrics, "loss": loss, "grad_norm": optax.tree.norm(grads)}
 
 
-def _epoch(setup: Setup, hyper: GRPOHyper, batch: Batch, carry, key):
+def _epoch(setup: Setup, hyper: GRPOHyper, frozen, batch: Batch, carry, key):
     n = batch.actions.shape[0]
     k = setup.cfg.num_minibatches
     perm = jax.random.permutation(key, n)
     shuffled = jax.tree_util.tree_map(lambda x: x[perm].reshape((k, n // k) + x.shape[1:]), batch)
     shuffled = batching.constrain_batch(shuffled, axis=1)  # data mesh: each device steps on its slice
-    return jax.lax.scan(functools.partial(_sgd_step, setup, hyper), carry, shuffled)
+    return jax.lax.scan(functools.partial(_sgd_step, setup, hyper, frozen), carry, shuffled)
 
 
 def _reward_metrics(rollout: Rollout, rewards: Array, group_rewards: Array, mask: Array) -> dict:
@@ -151,7 +190,7 @@ def collect(setup: Setup, state: GRPOState, key: Array) -> tuple[Rollout, Batch,
     """Group rollout, shaping, selection and advantages: the batch of one update."""
     reset_keys, k_roll = rollout_keys(setup, key)
     env_params = _env_params_at(setup, state.level)
-    ro = group_rollout(setup.policy, setup.env, env_params, state.params, reset_keys, k_roll, setup.num_steps, state.hyper.temperature)
+    ro = group_rollout(setup.policy, setup.env, env_params, acting_params(state), reset_keys, k_roll, setup.num_steps, state.hyper.temperature)
     return shape_batch(setup, state, ro)
 
 
@@ -179,7 +218,7 @@ def shape_batch(setup: Setup, state: GRPOState, ro: Rollout) -> tuple[Rollout, B
     mask = ro.mask & jnp.repeat(group_valid, g)[:, None]
     ref_logp = jnp.zeros_like(ro.logp)
     if cfg.loss.beta > 0:
-        ref_logp, _ = _token_logp(setup.policy, state.ref_params, ro.obs, ro.actions, state.hyper.temperature)
+        ref_logp, _ = _token_logp(setup.policy, reference_params(state), ro.obs, ro.actions, state.hyper.temperature)
     batch = Batch(ro.obs, ro.actions, ro.logp, jax.lax.stop_gradient(ref_logp), mask, adv)
     return ro, batch, _reward_metrics(ro, grouped.reshape(-1), grouped, mask)
 
@@ -196,7 +235,7 @@ def learn(setup: Setup, state: GRPOState, collected: tuple[Rollout, Batch, dict]
     key, _, k_epochs = jax.random.split(state.key, 3)
     ro, batch, metrics = collected
     metrics["lr"] = optim.current_lr(state.opt_state, setup.schedule)
-    epoch = functools.partial(_epoch, setup, state.hyper, batch)
+    epoch = functools.partial(_epoch, setup, state.hyper, state.frozen, batch)
     (params, opt_state), losses = epochs(epoch, (state.params, state.opt_state), k_epochs, setup.cfg.num_epochs)
     metrics.update(jax.tree_util.tree_map(jnp.mean, losses))
     level = _next_level(setup, state.level, ro)
@@ -216,10 +255,11 @@ def init(setup: Setup, key: Array, hyper: dict | None = None) -> GRPOState:
     k_params, k_obs, key = jax.random.split(key, 3)
     _, ts = setup.env.reset(k_obs, setup.env_params)
     params = setup.policy.init(k_params, ts.obs[None])
-    ref = params if cfg.loss.beta > 0 else None
+    frozen = setup.policy.frozen() if setup.policy.frozen is not None else None
+    ref = params if cfg.loss.beta > 0 and frozen is None else None  # with frozen weights the reference is the base
     level = setup.curriculum.first_level() if setup.curriculum is not None else jnp.zeros((), jnp.int32)
     optimizer = make_optimizer(cfg, optim_hyper["lr"], optim_hyper["max_grad_norm"])
-    return GRPOState(params, ref, optimizer.init(params), GRPOHyper(**rest), key, jnp.zeros((), jnp.int32), level)
+    return GRPOState(params, ref, optimizer.init(params), GRPOHyper(**rest), key, jnp.zeros((), jnp.int32), level, frozen)
 
 
 def schedule(cfg: GRPOConfig) -> Schedule:

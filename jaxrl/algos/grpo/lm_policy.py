@@ -1,0 +1,115 @@
+"""A loaded Hugging Face checkpoint as GRPO's policy over a token task in its tokenizer's ids.
+
+The same :class:`~jaxrl.algos.grpo.policy.Policy` functions as the small transformer's, so the
+rollout, dialogues, tools and every loss run unchanged:
+
+* ``start`` prefills the prompt once (left-padded: the task's pad id is "no token", never
+  attended and taking no position, as transformers' ``generate`` treats a padded batch);
+* ``extend`` / ``step`` write turn tokens and environment replies into the key/value cache at
+  their dialogue slots; pad ids (a turn's unused slots, a reply's padding) stay invisible;
+* ``token_logp`` runs one forward pass over the whole dialogue (same mask, same positions)
+  and the chunked LM head (:func:`jaxrl.models.lm.token_logprobs`), so ``[N, T, V]`` float32
+  logits are never held whole.
+
+Trainable parameters are either the whole model (full fine-tuning, float32 master weights cast
+to the compute dtype in the forward) or LoRA adapters beside a frozen base
+(:attr:`Policy.frozen`); with LoRA the KL reference is the base with the adapters off.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from jaxrl.algos.grpo.policy import Policy
+from jaxrl.models import lm
+
+Array = jax.Array
+
+
+class LMSpec(NamedTuple):
+    """The static pieces of a loaded-model policy (hashable)."""
+
+    model: Any  # jaxrl.models.lm.LM
+    lora: Any  # jaxrl.models.lm.LoRAConfig, or None for full fine-tuning
+    pad_id: int
+    prompt_len: int
+    dialogue_len: int
+    head_chunk: int  # sequence positions per chunk of the LM head in the loss
+
+
+def _split(spec: LMSpec, params) -> tuple[Any, Any]:
+    """``(base weights, adapters or None)`` in the model's compute dtype."""
+    if isinstance(params, dict) and "base" in params:
+        base, adapters = params["base"], params["lora"]
+    else:
+        base, adapters = params, None
+    cast = functools.partial(jax.tree_util.tree_map, lambda x: x.astype(spec.model.dtype))
+    return cast(base), (None if adapters is None else cast(adapters))
+
+
+def _start(spec: LMSpec, params, obs):
+    base, adapters = _split(spec, params)
+    prompt = obs[:, : spec.prompt_len].astype(jnp.int32)
+    logits, cache = spec.model.prefill(base, prompt, prompt != spec.pad_id, spec.dialogue_len, lora=adapters)
+    return cache, logits[:, -1]
+
+
+def _extend(spec: LMSpec, params, cache, tokens, pos):
+    base, adapters = _split(spec, params)
+    tokens = tokens.astype(jnp.int32)
+    logits, cache = spec.model.extend(base, cache, tokens, pos, tokens != spec.pad_id, lora=adapters)
+    return cache, logits
+
+
+def _step(spec: LMSpec, params, cache, obs, action, t):
+    del obs
+    cache, logits = _extend(spec, params, cache, action[:, None], spec.prompt_len + t)
+    return cache, logits[:, -1]
+
+
+def _dialogue_hidden(spec: LMSpec, base, adapters, obs) -> Array:
+    """Final hidden states ``[N, T, D]`` of the positions that predict the dialogue's actions."""
+    ids = obs[:, :-1].astype(jnp.int32)
+    hidden = spec.model.hidden(base, ids, ids != spec.pad_id, lora=adapters)
+    return hidden[:, spec.prompt_len - 1 :]
+
+
+def _token_logp(spec: LMSpec, params, obs, actions, temperature):
+    base, adapters = _split(spec, params)
+    hidden = _dialogue_hidden(spec, base, adapters, obs)
+    return lm.token_logprobs(spec.model, base, hidden, actions.astype(jnp.int32), temperature, chunk_size=spec.head_chunk)
+
+
+def _sequence_logits(spec: LMSpec, params, obs, actions):
+    del actions
+    base, adapters = _split(spec, params)
+    ids = obs[:, :-1].astype(jnp.int32)
+    return spec.model.apply(base, ids, ids != spec.pad_id, lora=adapters)[:, spec.prompt_len - 1 :]
+
+
+def _init(spec: LMSpec, weights, key, obs):
+    del obs
+    if spec.lora is None:
+        return jax.tree_util.tree_map(lambda x: jnp.asarray(x, jnp.float32), weights)  # float32 master weights
+    return lm.init_lora(key, spec.model, spec.lora)
+
+
+def _frozen(weights):
+    return weights
+
+
+def lm_policy(spec: LMSpec, weights) -> Policy:
+    """The policy of a loaded model ``spec.model`` with weights ``weights`` (see the module docstring)."""
+    return Policy(
+        functools.partial(_init, spec, weights),
+        functools.partial(_start, spec),
+        functools.partial(_step, spec),
+        functools.partial(_sequence_logits, spec),
+        functools.partial(_extend, spec),
+        functools.partial(_token_logp, spec),
+        None if spec.lora is None else functools.partial(_frozen, weights),
+    )

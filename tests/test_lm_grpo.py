@@ -1,0 +1,164 @@
+"""A loaded Hugging Face checkpoint as GRPO's policy: token tasks in its tokenizer's ids, the
+cached rollout agreeing with the loss's one-pass log-probs (single turn and dialogues with
+replies), LoRA and full fine-tuning updates, gradient accumulation, bit-exact resume, and
+the run through the config machinery. The checkpoint is the tiny random Qwen2 fixture
+(tests/fixtures/lm/qwen2, made by tests/fixtures/lm/make_fixtures.py)."""
+
+import functools
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxrl
+from jaxrl.adapters.tokenized import tokenize_task, tokenized_symbols
+from jaxrl.algos import grpo
+from jaxrl.algos.contract import EnvSetup
+from jaxrl.run import config as config_lib
+from jaxrl.run.checkpoint import Checkpoints
+from jaxrl.run.tokenized import tokenizer_task
+
+ROOT = os.path.join(os.path.dirname(__file__), "..")
+QWEN2 = os.path.join(ROOT, "tests", "fixtures", "lm", "qwen2")
+
+
+def _task(env_id, **params):
+    env, p = jaxrl.make(env_id, **params)
+    return tokenizer_task(env, QWEN2), p
+
+
+def _cfg(loss="dapo", beta=0.04, rank=4, micro=1, minibatches=1):
+    model = grpo.config.ModelConfig(policy="hf", path=QWEN2, lora=grpo.config.LoRASection(rank=rank, alpha=8.0), head_chunk=8)
+    loss_cfg = grpo.config.LossConfig(type=loss, beta=beta, eps_high=0.28)
+    return grpo.GRPOConfig(
+        num_prompts=2, group_size=4, num_minibatches=minibatches, micro_batches=micro, eval_episodes=4, model=model,
+        loss=loss_cfg, optim=grpo.config.OptimConfig(lr=1e-2),
+    )
+
+
+def _setup(task, params, cfg):
+    return grpo.make_setup(EnvSetup(task, params, task.held_out_params(params)), cfg)
+
+
+# ------------------------------------------------------------------------------- the task
+
+
+def test_tokenized_task_speaks_the_tokenizers_ids_and_keeps_the_tasks_reward():
+    task, params = _task("text/Reverse-v0", num_digits=3)
+    symbols = tokenized_symbols(task)
+    state, prompt, _ = task.start(jax.random.PRNGKey(0), params)
+    text = task.decode(prompt)
+    assert text.startswith("<|im_start|>user\n") and text.endswith("<|im_start|>assistant\n"), text
+    digits = text.split("user\n")[1].split("=")[0]
+    answer = [symbols[c] for c in digits[::-1]] + [task.end_of_turn]
+    turn = jnp.asarray(answer + [task.pad_id] * (task.max_turn_tokens - len(answer)), jnp.int32)
+    _, right = task.respond(jax.random.PRNGKey(1), state, turn, params)
+    assert float(right.info["exact_match"]) == 1.0 and float(jnp.sum(right.rewards)) > 0.99
+    wrong = turn.at[0].set(300)  # a tokenizer id that is no symbol of the task reads as "="
+    _, bad = task.respond(jax.random.PRNGKey(1), state, wrong, params)
+    assert float(bad.info["exact_match"]) == 0.0
+
+
+def test_tokenized_task_refuses_a_symbol_that_is_not_one_token():
+    env, _ = jaxrl.make("text/Reverse-v0")
+    with pytest.raises(ValueError, match="symbol '7' .* is 2 tokens"):
+        tokenize_task(env, lambda s: [1, 2] if s == "7" else [ord(s[0])], str, vocab_size=512, pad_id=400, end_of_turn_id=401)
+    with pytest.raises(ValueError, match="map to the same tokenizer id"):
+        tokenize_task(env, lambda s: [5], str, vocab_size=512, pad_id=400, end_of_turn_id=401)
+
+
+def test_tokenizer_config_errors_name_the_directory(tmp_path):
+    env, _ = jaxrl.make("text/Reverse-v0")
+    with pytest.raises(ValueError, match="no tokenizer.json"):
+        tokenizer_task(env, str(tmp_path))
+
+
+# ------------------------------------------------------------------------------- the policy
+
+
+@pytest.mark.parametrize("env_id,params", [("text/Reverse-v0", {"num_digits": 3}), ("text/ToolAddition-v0", {"tool": 1})])
+def test_rollout_logp_equals_the_loss_pass(env_id, params):
+    """The cached rollout (prefill, decode, replies prefilled) and the loss's single forward
+    pass see the same dialogue: same masks, same positions, same log-probs."""
+    task, p = _task(env_id, **params)
+    setup = _setup(task, p, _cfg())
+    state = grpo.update.init(setup, jax.random.PRNGKey(0))
+    pp = grpo.update.acting_params(state)
+    keys = jnp.repeat(jax.random.split(jax.random.PRNGKey(1), 2), 3, axis=0)
+    ro = jax.jit(functools.partial(grpo.rollout.group_rollout, setup.policy, task, p, num_steps=setup.num_steps))(
+        pp, keys, jax.random.PRNGKey(2), temperature=jnp.float32(1.0))
+    logp, _ = setup.policy.token_logp(pp, ro.obs, ro.actions, jnp.float32(1.0))
+    mask = np.asarray(ro.mask)
+    assert mask.sum() > 0
+    np.testing.assert_allclose(np.asarray(logp)[mask], np.asarray(ro.logp)[mask], atol=2e-4)
+    if task.max_reply_tokens:
+        assert int(np.max(np.asarray(ro.turns))) >= 1
+
+
+def test_lora_update_trains_adapters_only_and_kl_reference_is_the_base():
+    task, p = _task("text/Reverse-v0", num_digits=2)
+    setup = _setup(task, p, _cfg())
+    state = grpo.update.init(setup, jax.random.PRNGKey(0))
+    assert state.ref_params is None and state.frozen is not None  # no copy of the model
+    new, metrics = jax.jit(functools.partial(grpo.update.update, setup))(state)
+    assert all(np.isfinite(float(v)) for v in metrics.values()), metrics
+    moved = [float(jnp.max(jnp.abs(a - b))) for a, b in zip(jax.tree_util.tree_leaves(new.params), jax.tree_util.tree_leaves(state.params))]
+    assert max(moved) > 0
+    for a, b in zip(jax.tree_util.tree_leaves(new.frozen), jax.tree_util.tree_leaves(state.frozen)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    # the first update starts at the reference (adapters' B = 0): KL is exactly 0
+    assert abs(float(metrics["kl"])) < 1e-6
+
+
+def test_full_finetune_update_moves_the_weights():
+    task, p = _task("text/Reverse-v0", num_digits=2)
+    setup = _setup(task, p, _cfg(loss="grpo", beta=0.0, rank=0))
+    state = grpo.update.init(setup, jax.random.PRNGKey(0))
+    assert state.frozen is None and state.params["embed_tokens"].dtype == jnp.float32
+    ro, batch, metrics = grpo.update.collect(setup, state, jax.random.PRNGKey(3))
+    signs = jnp.where(jnp.arange(batch.advantages.shape[0]) % 2 == 0, 1.0, -1.0)  # a random model's rewards may all tie
+    new, metrics = jax.jit(functools.partial(grpo.update.learn, setup))(state, (ro, batch.replace(advantages=signs), metrics))
+    assert np.isfinite(float(metrics["loss"])) and float(metrics["grad_norm"]) > 0
+    assert float(jnp.max(jnp.abs(new.params["layers"]["q_proj"]["kernel"] - state.params["layers"]["q_proj"]["kernel"]))) > 0
+
+
+def test_micro_batches_accumulate_the_same_gradient():
+    task, p = _task("text/Reverse-v0", num_digits=2)
+    grads = []
+    for micro in (1, 2):
+        setup = _setup(task, p, _cfg(loss="grpo", beta=0.0, micro=micro))
+        state = grpo.update.init(setup, jax.random.PRNGKey(0))
+        _, batch, _ = grpo.update.collect(setup, state, jax.random.PRNGKey(3))
+        (_, _), g = grpo.update._micro_grads(setup, state.hyper, state.frozen, state.params, batch)
+        grads.append(g)
+    for a, b in zip(jax.tree_util.tree_leaves(grads[0]), jax.tree_util.tree_leaves(grads[1])):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-6)
+
+
+def test_resume_from_checkpoint_is_bit_exact(tmp_path):
+    task, p = _task("text/Reverse-v0", num_digits=2)
+    setup = _setup(task, p, _cfg())
+    step = jax.jit(functools.partial(grpo.update.update, setup))
+    state = grpo.update.init(setup, jax.random.PRNGKey(0))
+    first, _ = step(state)
+    with Checkpoints(str(tmp_path)) as ckpts:
+        ckpts.save(1, first)
+        restored = ckpts.restore(first, 1)
+    a, _ = step(first)
+    b, _ = step(restored)
+    for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+
+
+def test_the_lm_recipe_builds_through_the_config_machinery():
+    from jaxrl.run import trainer
+
+    cfg = config_lib.load_config(os.path.join(ROOT, "configs", "grpo_lm_reverse.yaml"))
+    built = trainer.build(cfg)
+    assert built.envs.env.name == "text/Reverse-v0@tokenizer"
+    with pytest.raises(config_lib.ConfigError, match="env.tokenizer: .*no tokenizer.json"):
+        trainer.build(config_lib.load_config(os.path.join(ROOT, "configs", "grpo_lm_reverse.yaml"), ["env.tokenizer.path=/nonexistent"]))
+    with pytest.raises(config_lib.ConfigError, match="vocabulary"):  # the task still in its own ids
+        trainer.build(config_lib.load_config(os.path.join(ROOT, "configs", "grpo_lm_reverse.yaml"), ["env.tokenizer=null"]))
