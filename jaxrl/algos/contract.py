@@ -139,6 +139,24 @@ class Alert(NamedTuple):
     unless: tuple[str, float] | None = None
 
 
+class ModelParams(NamedTuple):
+    """Which leaves of a train state a ``model`` mesh axis may split (run key ``mesh``).
+
+    Attributes:
+      leaves: ``leaves(state) -> pytree of bool`` with the state's structure (one seed,
+        abstract): ``True`` on model parameters, frozen or trained, and on the optimiser
+        leaves that mirror them (Adam's ``mu`` / ``nu``). The strategy's rules
+        (:func:`jaxrl.parallel.sharding.param_specs`) split those; every other leaf keeps its
+        ``batch_axes`` placement.
+      num_heads, num_kv_heads: the attention heads tensor parallelism splits (it refuses a
+        model axis that does not divide both); ``0``: no attention to check.
+    """
+
+    leaves: Callable[[Any], Any]
+    num_heads: int = 0
+    num_kv_heads: int = 0
+
+
 class Program(NamedTuple):
     """One configured algorithm as pure functions (see the module docstring).
 
@@ -169,6 +187,8 @@ class Program(NamedTuple):
         sampled episodes on each of ``n`` held-out prompts plus a greedy one, as numpy
         arrays and transcripts (``jaxrl eval -n N -r R``; the keys are listed in
         :func:`jaxrl.run.sampled.summarise`), or ``None``.
+      model_params: the leaves a ``model`` mesh axis splits (:class:`ModelParams`), or
+        ``None``: the algorithm runs with ``mesh.model: 1`` only.
     """
 
     init: Callable[[jax.Array], State]
@@ -186,6 +206,17 @@ class Program(NamedTuple):
     curve: Curve | None = None
     alerts: tuple = ()
     rollouts: Callable[[State, jax.Array, int, int], dict] | None = None
+    model_params: ModelParams | None = None
+
+
+def leaves_under(state: State, names: tuple[str, ...]) -> Any:
+    """A :attr:`ModelParams.leaves` mask: ``True`` on the leaves of ``state`` whose path
+    passes through a field or key in ``names`` (e.g. ``("params", "opt_state")``)."""
+
+    def under(path, _):
+        return any(getattr(k, "name", getattr(k, "key", None)) in names for k in path)
+
+    return jax.tree_util.tree_map_with_path(under, state)
 
 
 def replicated_axes(state: State) -> Any:

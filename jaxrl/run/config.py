@@ -14,6 +14,7 @@ A run config file looks like::
     train: {seed: 0}          # the trainer's section (TrainConfig)
     devices: 1                # "all" or a device count
     shard: auto               # what the devices split: auto | envs | seeds
+    mesh: {model: 1}          # a model axis: {model: 2, strategy: tp | fsdp}
 
 :func:`load_config` reads it with :mod:`jaxrl.run.yamlio` (safe YAML: no code, no aliases,
 no duplicate keys, bounded sizes), applies ``--set a.b=value`` overrides to a copy, and
@@ -107,6 +108,18 @@ class TrainConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class MeshConfig:
+    """A ``model`` mesh axis beside ``data`` (:mod:`jaxrl.parallel.sharding`, docs/scale_out.md)."""
+
+    # Devices per model replica: the parameters the algorithm declares, and their optimiser
+    # state, are split over them (1: none; must divide the devices; data = devices / model).
+    model: int = 1
+    # How: "tp" (tensor parallel: attention heads, MLP width and vocabulary split) or "fsdp"
+    # (every parameter on its largest divisible axis, gathered for compute).
+    strategy: Literal["tp", "fsdp"] = "tp"
+
+
+@dataclasses.dataclass(frozen=True)
 class RunConfig:
     """A whole run. ``algo_config`` is stored in the YAML under the key named by ``algo``."""
 
@@ -119,9 +132,10 @@ class RunConfig:
     # all-reduced), "seeds" (whole seeds per device, no collectives; needs train.seeds
     # divisible by the devices) or "auto" (seeds when they divide, else envs).
     shard: Literal["auto", "envs", "seeds"] = "auto"
+    mesh: MeshConfig = dataclasses.field(default_factory=MeshConfig)  # a model axis (parameters split)
 
 
-_RUN_KEYS = ("algo", "env", "train", "devices", "shard")  # plus the algorithm's section
+_RUN_KEYS = ("algo", "env", "train", "devices", "shard", "mesh")  # plus the algorithm's section
 
 
 # ------------------------------------------------------------------------------------------
@@ -358,9 +372,13 @@ def _check_train(train: TrainConfig) -> None:
         raise ConfigError(f"train.checkpoint_every: must be >= 0 (0 = final only), got {train.checkpoint_every}")
 
 
-def _check_devices(devices) -> None:
+def _check_devices(devices, mesh: MeshConfig = MeshConfig()) -> None:
     if devices != "all" and devices < 1:
         raise ConfigError(f"devices: must be 'all' or >= 1, got {devices}")
+    if mesh.model < 1:
+        raise ConfigError(f"mesh.model: must be >= 1, got {mesh.model}")
+    if devices != "all" and devices % mesh.model:
+        raise ConfigError(f"mesh.model: {mesh.model} does not divide devices={devices}; use a divisor of it")
 
 
 def _validate_algo(cfg: RunConfig) -> None:
@@ -405,10 +423,11 @@ def config_from_dict(raw) -> RunConfig:
         train=convert(raw.get("train") or {}, TrainConfig, "train"),
         devices=convert(raw.get("devices", 1), hints["devices"], "devices"),
         shard=convert(raw.get("shard", "auto"), hints["shard"], "shard"),
+        mesh=convert(raw.get("mesh") or {}, MeshConfig, "mesh"),
     )
     _check_env(cfg.env)
     _check_train(cfg.train)
-    _check_devices(cfg.devices)
+    _check_devices(cfg.devices, cfg.mesh)
     _validate_algo(cfg)
     return cfg
 
@@ -422,6 +441,7 @@ def config_to_dict(cfg: RunConfig) -> dict:
         "train": to_dict(cfg.train),
         "devices": cfg.devices,
         "shard": cfg.shard,
+        **({"mesh": to_dict(cfg.mesh)} if cfg.mesh != MeshConfig() else {}),  # absent: 1-D, as before the key
     }
 
 

@@ -142,19 +142,21 @@ def make_layout(cfg: RunConfig, built: Built, keys: jax.Array) -> sharding.Layou
     ``shard: seeds`` (or ``auto`` when ``S`` divides over the devices, with more than one
     device): whole seeds per device, no collectives. ``shard: envs`` (or ``auto`` otherwise):
     the leaves the program's ``batch_axes`` marks are split over the devices (its ``batch``
-    count must divide), everything else is replicated. Raises :class:`ConfigError` when
-    ``devices`` is not available or the split does not divide.
+    count must divide), everything else is replicated; ``mesh.model > 1`` splits the leaves
+    the program's ``model_params`` declares. Raises :class:`ConfigError` when ``devices`` is
+    not available or a split does not divide.
     """
     try:
-        mesh = sharding.make_mesh(cfg.devices)
+        mesh = sharding.make_mesh(cfg.devices, cfg.mesh.model)
+        specs = sharding.model_specs(mesh, jax.eval_shape(built.program.init, keys[0]), cfg.mesh.strategy, built.program.model_params)
     except ValueError as exc:
-        raise ConfigError(f"devices: {exc}") from None
+        raise ConfigError(str(exc) if str(exc).startswith("mesh.") else f"devices: {exc}") from None
     program = built.program
     shapes = jax.eval_shape(jax.vmap(program.init), keys)
     n_dev, n_seeds = sharding.mesh_size(mesh), int(keys.shape[0])
     if cfg.shard == "seeds" or (cfg.shard == "auto" and n_dev > 1 and n_seeds % n_dev == 0):
         try:
-            return sharding.seed_layout(mesh, shapes)
+            return sharding.seed_layout(mesh, shapes, specs)
         except ValueError as exc:
             raise ConfigError(f"shard: seeds: {exc}") from None
     try:
@@ -165,7 +167,7 @@ def make_layout(cfg: RunConfig, built: Built, keys: jax.Array) -> sharding.Layou
         raise ConfigError(f"devices: {exc}") from None
     one_seed = jax.eval_shape(program.init, keys[0])
     axes = jax.tree_util.tree_map(lambda a: a + 1 if a >= 0 else -1, program.batch_axes(one_seed))  # seeds in front
-    return sharding.make_layout(mesh, shapes, axes)
+    return sharding.make_layout(mesh, shapes, axes, specs)
 
 
 def save_checkpoint(ckpts: Checkpoints, step: int, state) -> None:

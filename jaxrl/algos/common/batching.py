@@ -21,6 +21,8 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 #: Name of the data-parallel mesh axis.
 DATA = "data"
+#: Name of the model-parallel mesh axis (parameters split over it; ``jaxrl.parallel.sharding``).
+MODEL = "model"
 
 
 def batch_spec(axis: int) -> PartitionSpec:
@@ -125,8 +127,10 @@ def batch_mean(fn: Callable, replicated: Any, batch: Any) -> Any:
     """``fn(replicated, batch)``, data-parallel, for an ``fn`` whose every output is a mean
     over the leading axis of ``batch`` (a loss's gradient and its metrics).
 
-    Without an active data mesh, or when a leaf's leading axis does not divide over it, this
-    is ``fn(replicated, batch)`` (GSPMD partitions it if a mesh is active). With one, each
+    Without an active data mesh, with a :data:`MODEL` axis of more than one device (the
+    parameters are split over it: a ``shard_map`` here would gather them whole on every
+    device), or when a leaf's leading axis does not divide over it, this is
+    ``fn(replicated, batch)`` (GSPMD partitions it if a mesh is active). With one, each
     device applies ``fn`` to its slice of ``batch`` (``shard_map``) and a *single* all-reduce
     of every output, flattened into one float32 vector, averages the slices' results: equal
     slices, so the mean of their means is the mean (up to float32 summation order).
@@ -137,7 +141,7 @@ def batch_mean(fn: Callable, replicated: Any, batch: Any) -> Any:
     ``bench/collectives.py`` and ``bench/scaling.py``: ``docs/performance.md``, "Collectives").
     """
     mesh = _active_data_mesh()
-    if mesh is None:
+    if mesh is None or mesh.shape.get(MODEL, 1) > 1:
         return fn(replicated, batch)
     n = mesh.shape[DATA]
     if any(jnp.ndim(x) == 0 or jnp.shape(x)[0] % n for x in jax.tree_util.tree_leaves(batch)):

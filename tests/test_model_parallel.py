@@ -1,0 +1,210 @@
+"""The ``model`` mesh axis (jaxrl.parallel.sharding: tp / fsdp rules, run key ``mesh``) and the
+up-front memory estimate (jaxrl.models.lm.memory).
+
+Training on ``data=2 x model=2`` needs 4 forced CPU devices before JAX starts, so it runs
+once in a subprocess (tests/model_parallel_checks.py) whose JSON report the first tests
+assert on. Rules, config and estimates run in-process on an abstract mesh (no devices).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import optax
+import pytest
+from jax.sharding import AbstractMesh, PartitionSpec as P
+
+from jaxrl.models.lm import LMConfig, LoRAParams, RopeConfig
+from jaxrl.models.lm.memory import base_shapes, check_fits, count, estimate_memory, lora_shapes
+from jaxrl.parallel import sharding
+from jaxrl.run import config as config_lib
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+TOL = 1e-4  # float32: GSPMD's partial sums and all-reduces change the summation order
+MESH = AbstractMesh((2, 2), ("data", "model"))
+
+
+@pytest.fixture(scope="module")
+def report() -> dict:
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    env["JAX_PLATFORMS"] = "cpu"
+    proc = subprocess.run([sys.executable, os.path.join(HERE, "model_parallel_checks.py")],
+                          capture_output=True, text=True, env=env, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def lm_config(**kw) -> LMConfig:
+    base = dict(architecture="Qwen2ForCausalLM", vocab_size=10, hidden_size=4, num_layers=2, num_heads=2,
+                num_kv_heads=1, head_dim=2, intermediate_size=6, rms_norm_eps=1e-6, rope=RopeConfig(),
+                attention_bias=True, o_bias=False, qk_norm=False, tie_word_embeddings=True)
+    return LMConfig(**{**base, **kw})
+
+
+QWEN05 = lm_config(vocab_size=151936, hidden_size=896, num_layers=24, num_heads=14, num_kv_heads=2, head_dim=64,
+                   intermediate_size=4864)
+
+
+# ------------------------------------------------------------------- 4 forced CPU devices
+
+
+def test_data_2_model_2_trains_like_one_device(report):
+    assert report["n_devices"] == 4 and report["mesh"] == {"data": 2, "model": 2}
+    assert "mesh 'data' x 'model' = 2 x 2" in report["summary"]
+    for strategy in ("tp", "fsdp"):  # 3 Adam steps of a tiny Qwen2, params + moments + losses
+        assert report[f"{strategy}_state_diff"] < TOL, strategy
+        assert report[f"{strategy}_loss_diff"] < TOL, strategy
+        assert report[f"{strategy}_losses"][-1] < report[f"{strategy}_losses"][0]
+
+
+def test_parameters_and_adam_moments_really_are_split(report):
+    tp = report["tp_specs"]
+    assert tp["q_kernel"] == tp["mu_q_kernel"] == "P(None, None, 'model')"  # column: output dim
+    assert tp["q_bias"] == "P(None, 'model')"
+    assert tp["o_kernel"] == tp["down_kernel"] == tp["nu_down_kernel"] == "P(None, 'model', None)"  # row: input dim
+    assert tp["embed"] == "P('model', None)" and tp["lm_head"] == "P(None, 'model')"  # the vocabulary
+    assert tp["norm"] == tp["count"] == "P()"
+    assert report["tp_q_shards"] == [[2, 32, 16]]  # 4 heads x 8 -> 2 heads per device
+    fsdp = report["fsdp_specs"]
+    assert fsdp["q_kernel"] == "P(None, 'model', None)" and fsdp["norm"] == "P('model',)"
+    assert fsdp["mu_up_kernel"] == "P(None, None, 'model')"  # [2, 32, 48]: the largest axis
+    # the memory estimate's weights figure is what device 0 really holds
+    assert report["tp_device_bytes"] == report["tp_estimated_bytes"]
+    assert report["fsdp_device_bytes"] == report["fsdp_estimated_bytes"]
+
+
+def test_trainer_applies_the_mesh_key_to_declared_leaves(report):
+    assert report["undeclared_error"] == (
+        "mesh.model=2: this algorithm declares no parameters a model axis could split (Program.model_params); "
+        "use mesh.model: 1")
+    specs = report["trainer_specs"]  # PPO, fsdp, params and opt_state declared; seeds in front
+    assert specs[".agent.params['params']['actor']['dense_0']['kernel']"] == "P(None, None, 'model')"
+    assert specs[".env.obs"] == "P(None, 'data')"  # the env batch still over data
+    assert specs[".agent.obs_stats.mean"] == specs[".key"] == "P()"  # not declared: as before
+
+
+def test_refusals_are_one_line(report):
+    assert report["heads_error"] == (
+        "mesh.model=4: tensor parallelism splits attention heads over the model axis, but the model's "
+        "num_heads=14 is not divisible by 4; use mesh.model: 2 or mesh.strategy: fsdp")
+    assert report["mesh_error"] == "mesh.model=3 does not divide the 4 device(s) of the run"
+    assert report["width_error"].startswith("mesh.model=2: tensor parallelism splits ['layers']['up_proj']['kernel']")
+    assert report["odd_vocab_spec"] == "P()"  # a vocabulary that does not divide stays whole
+    for key in ("heads_error", "mesh_error", "width_error", "undeclared_error"):
+        assert "\n" not in report[key]
+
+
+# ------------------------------------------------------------------- rules, in-process
+
+
+def test_lora_and_optimizer_leaves_follow_their_projection():
+    L, D, r = 2, 8, 2
+    lora = LoRAParams({"q_proj": {"a": np.zeros((L, D, r)), "b": np.zeros((L, r, D))},
+                       "o_proj": {"a": np.zeros((L, D, r)), "b": np.zeros((L, r, D))}}, 2.0)
+    state = {"lora": lora, "opt": optax.adam(1e-3).init(lora)}
+    specs = sharding.param_specs(state, MESH, "tp")
+    assert specs["lora"]["q_proj"]["a"] == P() and specs["lora"]["q_proj"]["b"] == P(None, None, "model")
+    assert specs["lora"]["o_proj"]["a"] == P(None, "model", None) and specs["lora"]["o_proj"]["b"] == P()
+    assert specs["opt"][0].nu["o_proj"]["a"] == P(None, "model", None) and specs["opt"][0].count == P()
+    mask = {"lora": jax.tree_util.tree_map(lambda _: False, lora), "opt": jax.tree_util.tree_map(lambda _: True, state["opt"])}
+    masked = sharding.param_specs(state, MESH, "fsdp", mask=mask)
+    assert masked["lora"]["q_proj"]["a"] == P() and masked["opt"][0].mu["q_proj"]["a"] == P(None, "model", None)
+    one = sharding.param_specs(state, AbstractMesh((4,), ("data",)), "tp")  # no model axis: nothing split
+    assert all(s == P() for s in jax.tree_util.tree_leaves(one, is_leaf=lambda x: isinstance(x, P)))
+    with pytest.raises(ValueError, match=r"^mesh.strategy: expected one of tp, fsdp, got 'pp'$"):
+        sharding.param_specs(state, MESH, "pp")
+
+
+@pytest.mark.parametrize("strategy", ["tp", "fsdp"])
+def test_estimate_uses_the_rules_of_the_layout(strategy):
+    """Per-device weights of a Qwen2.5-0.5B-shaped tree split by ``param_specs`` (arithmetic on
+    shapes, nothing allocated) equal the estimate's figure."""
+    shapes = base_shapes(QWEN05)
+    tree: dict = {"layers": {}}
+    for (module, leaf), shape in shapes.items():
+        node = tree if module in ("embed_tokens", "norm", "lm_head") else tree["layers"]
+        struct = jax.ShapeDtypeStruct(shape, np.float32)
+        node[module] = struct if not leaf else {**node.get(module, {}), leaf: struct}
+    specs = sharding.param_specs(tree, MESH, strategy)
+    held = sum(count({0: x.shape}) // (2 if "model" in tuple(s) else 1)
+               for x, s in zip(jax.tree_util.tree_leaves(tree), jax.tree_util.tree_leaves(specs, is_leaf=lambda x: isinstance(x, P))))
+    est = estimate_memory(QWEN05, batch=8, seq_len=64, param_dtype_bytes=4, full_finetune=True, data=2, model=2,
+                          strategy=strategy)
+    assert est.weights == held * 4
+
+
+# ------------------------------------------------------------------- the memory estimate
+
+
+def test_estimate_matches_a_hand_computation():
+    c = lm_config()  # V=10, D=4, L=2, heads 2 / kv 1, head_dim 2, F=6, q/k/v bias, tied
+    # embed 10*4 = 40; a layer: norms 4+4, q 4*4+4, k 4*2+2, v 4*2+2, o 4*4, MLP 3*4*6 = 136;
+    # 2 layers 272; final norm 4 -> 316 parameters
+    assert count(base_shapes(c)) == 316
+    e = estimate_memory(c, batch=2, seq_len=3, param_dtype_bytes=4, full_finetune=True)
+    assert (e.weights, e.grads, e.optimizer) == (316 * 4, 316 * 4, 2 * 316 * 4)
+    assert e.kv_cache == 2 * 2 * 2 * 3 * 1 * 2 * 4  # k and v, L, B, S, kv heads, head_dim, bytes
+    # 6 tokens x (4 D + (2*2 + 2*1) heads x 2 + 3 F) x 4 B + probabilities 2 x 2 heads x 3 x 3 x 4 B
+    per_layer = 6 * (4 * 4 + 6 * 2 + 3 * 6) * 4 + 2 * 2 * 3 * 3 * 4
+    assert e.activations == 2 * per_layer + 6 * 4 * 4 + 2 * 6 * 10 * 4  # + final hidden + a logits chunk
+    assert e.total == e.weights + e.grads + e.optimizer + e.kv_cache + e.activations
+    lora = estimate_memory(c, batch=2, seq_len=3, param_dtype_bytes=2, full_finetune=False, lora_rank=2)
+    # a layer's adapters: q 4*2+2*4, k 4*2+2*2, v 12, o 16, gate 4*2+2*6, up 20, down 6*2+2*4 = 116
+    assert count(lora_shapes(c, 2)) == 2 * 116 and lora.trainable == 232
+    assert (lora.weights, lora.grads, lora.optimizer) == (316 * 2 + 232 * 4, 232 * 4, 2 * 232 * 4)
+
+
+def test_qwen25_05b_shaped_weights_and_splits():
+    bf16 = estimate_memory(QWEN05, batch=8, seq_len=256, param_dtype_bytes=2, full_finetune=False, lora_rank=8)
+    assert bf16.params == 494_032_768 and bf16.weights == 494_032_768 * 2 + bf16.trainable * 4
+    full = estimate_memory(QWEN05, batch=8, seq_len=256, param_dtype_bytes=4, full_finetune=True)
+    assert full.weights == 494_032_768 * 4 and full.optimizer == 2 * full.grads == 2 * 494_032_768 * 4
+    tp = estimate_memory(QWEN05, batch=8, seq_len=256, param_dtype_bytes=4, full_finetune=True, data=2, model=2)
+    assert tp.weights < full.weights / 2 + 896 * 24 * 4 * 3 and tp.kv_cache == full.kv_cache // 4
+    with pytest.raises(ValueError, match=r"^mesh.model=4: .*num_heads=14 is not divisible by 4"):
+        estimate_memory(QWEN05, batch=8, seq_len=256, param_dtype_bytes=2, full_finetune=True, model=4)
+    deep = estimate_memory(lm_config(num_layers=100_000), batch=1, seq_len=8, param_dtype_bytes=2, full_finetune=True)
+    assert deep.params == 40 + 100_000 * 136 + 4  # arithmetic: no tracing at any depth
+    assert "494,032,768 parameters" in bf16.table() and "total" in bf16.table()
+
+
+def test_check_fits_refuses_with_the_numbers():
+    e = estimate_memory(QWEN05, batch=8, seq_len=256, param_dtype_bytes=2, full_finetune=True)
+    check_fits(e, e.total)  # exactly enough is enough
+    with pytest.raises(ValueError) as err:
+        check_fits(e, 2**30, "host memory")
+    line = str(err.value)
+    assert line.startswith("not enough memory per device: weights 942.3 MiB + grads 1.84 GiB + Adam 3.68 GiB")
+    assert "more than the 1.00 GiB of host memory available" in line and "\n" not in line
+
+
+# ------------------------------------------------------------------- the run config key
+
+
+def _raw(**kw) -> dict:
+    return {"algo": "ppo", "env": {"id": "CartPole-v1"}, **kw}
+
+
+def test_mesh_key_defaults_and_round_trips():
+    cfg = config_lib.config_from_dict(_raw())
+    assert cfg.mesh == config_lib.MeshConfig(model=1, strategy="tp")
+    assert "mesh" not in config_lib.config_to_dict(cfg)  # a 1-D run's saved config is as before
+    cfg = config_lib.config_from_dict(_raw(devices=4, mesh={"model": 2, "strategy": "fsdp"}))
+    assert cfg.mesh == config_lib.MeshConfig(model=2, strategy="fsdp")
+    assert config_lib.config_from_dict(config_lib.config_to_dict(cfg)) == cfg
+
+
+@pytest.mark.parametrize("raw, message", [
+    (_raw(devices=4, mesh={"model": 3}), "mesh.model: 3 does not divide devices=4; use a divisor of it"),
+    (_raw(mesh={"model": 0}), "mesh.model: must be >= 1, got 0"),
+    (_raw(mesh={"strategy": "pp"}), "mesh.strategy: expected one of 'tp', 'fsdp', got 'pp'"),
+])
+def test_mesh_key_refusals(raw, message):
+    with pytest.raises(config_lib.ConfigError) as err:
+        config_lib.config_from_dict(raw)
+    assert str(err.value) == message
