@@ -49,6 +49,15 @@ def env_setup(cfg: RunConfig) -> EnvSetup:
             env.check_params(params)
         except (TypeError, ValueError) as exc:
             raise ConfigError(f"env.{' '.join(str(exc).split())}") from None
+    if e.tokenizer is not None:
+        if not isinstance(env, TokenTask):
+            raise ConfigError(f"env.tokenizer: only token tasks speak a tokenizer's ids, {e.id} is not one")
+        from jaxrl.run.tokenized import tokenizer_task
+
+        try:
+            env = tokenizer_task(env, e.tokenizer.path, e.tokenizer.chat_template, e.tokenizer.system_prompt)
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"env.tokenizer: {' '.join(str(exc).split())}") from None
     curriculum = None
     if e.curriculum is not None:
         c = e.curriculum

@@ -66,6 +66,15 @@ class CurriculumConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class TokenizerConfig:
+    """A token task spoken in a checkpoint's tokenizer (:mod:`jaxrl.adapters.tokenized`)."""
+
+    path: str  # a local directory with tokenizer.json (and tokenizer_config.json, config.json)
+    chat_template: bool = True  # wrap prompts in the tokenizer's chat template (user turn, assistant opens)
+    system_prompt: str = ""  # a system message for the chat template ("" = none)
+
+
+@dataclasses.dataclass(frozen=True)
 class EnvConfig:
     """Which environment to train on, and how it is evaluated."""
 
@@ -81,6 +90,7 @@ class EnvConfig:
     # step, the path of runs made before this key) or "pool" (start states from a pool drawn
     # ahead: envs whose reset is costly, e.g. Craftax; best with one seed).
     vector: Literal["auto", "vector", "autoreset", "pool"] = "auto"
+    tokenizer: TokenizerConfig | None = None  # token tasks: speak a checkpoint's token ids (grpo.model.policy: hf)
 
 
 @dataclasses.dataclass(frozen=True)
