@@ -8,9 +8,13 @@ token log-probabilities without holding full float32 logits, and
 """
 
 from jaxrl.models.lm.config import LMConfig, RopeConfig
+from jaxrl.models.lm.export import save_hf, save_peft
+from jaxrl.models.lm.generate import generate, sample_token
+from jaxrl.models.lm.head import last_token_logits, token_logprobs
 from jaxrl.models.lm.load import Tokenizer, load_lm, load_tokenizer
 from jaxrl.models.lm.lora import LoRAConfig, LoRAParams, init_lora, merge_lora
 from jaxrl.models.lm.model import LM, KVCache
 
-__all__ = ["LM", "KVCache", "LMConfig", "LoRAConfig", "LoRAParams", "RopeConfig", "Tokenizer",
-           "init_lora", "load_lm", "load_tokenizer", "merge_lora"]
+__all__ = ["LM", "KVCache", "LMConfig", "LoRAConfig", "LoRAParams", "RopeConfig", "Tokenizer", "generate",
+           "init_lora", "last_token_logits", "load_lm", "load_tokenizer", "merge_lora", "sample_token",
+           "save_hf", "save_peft", "token_logprobs"]

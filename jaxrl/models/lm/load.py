@@ -149,6 +149,13 @@ def load_params(path: str, config: LMConfig, dtype=jnp.float32) -> dict:
                     flat[tree_path] = t
                 else:
                     stacks.setdefault(tree_path, [None] * config.num_layers)[layer] = t
+    if tied_head:
+        with safe_open(files["lm_head.weight"], framework="np") as f:
+            head = f.get_tensor("lm_head.weight")
+        if head.shape != flat[("embed_tokens",)].shape or not np.array_equal(head.astype(np_dtype),
+                                                                          flat[("embed_tokens",)]):
+            raise ValueError(f"{path}: unexpected tensor 'lm_head.weight': tie_word_embeddings is true but it "
+                             "differs from model.embed_tokens.weight")
     params: dict = {}
     for tree_path, t in flat.items():
         _set(params, tree_path, jnp.asarray(t))

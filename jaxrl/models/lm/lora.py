@@ -12,6 +12,7 @@ so a fresh adapter leaves the model unchanged. The adapters are an argument of t
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -77,6 +78,7 @@ def projection_dims(config) -> dict[str, tuple[int, int]]:
             "gate_proj": (d, f), "up_proj": (d, f), "down_proj": (f, d)}
 
 
+@functools.partial(jax.jit, static_argnames=("model", "lcfg", "dtype"))
 def init_lora(key: Array, model, lcfg: LoRAConfig, dtype=jnp.float32) -> LoRAParams:
     """Fresh adapters for ``model`` (an :class:`~jaxrl.models.lm.model.LM`): ``a`` uniform in
     ``±1/sqrt(in)`` (PEFT's kaiming-uniform, a=sqrt(5)), ``b = 0``."""
