@@ -41,8 +41,11 @@ def _generate(model, params, input_ids, attention_mask, key, lora, *, max_new_to
               top_p, eos_ids, greedy):
     b, length = input_ids.shape
     eos = jnp.asarray(eos_ids if eos_ids else (-1,), jnp.int32)
-    draw = functools.partial(sample_token, temperature=0.0 if greedy else temperature, top_k=top_k, top_p=top_p)
-    keys = jax.random.split(key, max_new_tokens)
+    def draw(logits, k):
+        return sample_token(logits, None if greedy else k, temperature, top_k, top_p)
+
+    # greedy decoding draws nothing: no threefry in the program
+    keys = jnp.zeros((max_new_tokens, 2), jnp.uint32) if greedy else jax.random.split(key, max_new_tokens)
     logits, cache = model.prefill(params, input_ids, attention_mask, length + max_new_tokens, lora=lora)
     first = draw(logits[:, -1], keys[0])
     done = jnp.isin(first, eos)
@@ -71,6 +74,6 @@ def generate(model, params: dict, input_ids: Array, attention_mask: Array | None
     mask = jnp.ones(input_ids.shape, bool) if attention_mask is None else jnp.asarray(attention_mask).astype(bool)
     greedy = key is None or temperature == 0
     eos = tuple(int(e) for e in (model.eos_ids if eos_ids is None else eos_ids))
-    return _generate(model, params, input_ids, mask, jax.random.PRNGKey(0) if key is None else key, lora,
+    return _generate(model, params, input_ids, mask, None if greedy else key, lora,
                      max_new_tokens=int(max_new_tokens), temperature=float(temperature), top_k=int(top_k),
                      top_p=float(top_p), eos_ids=eos, greedy=greedy)
