@@ -3,7 +3,7 @@
 Each sub-command is one small ``_add_<name>(subparsers)`` function that declares its
 arguments and sets ``func`` to the handler, plus one line in :data:`COMMANDS`. Handlers
 take the parsed ``argparse.Namespace`` and return an exit code; their bodies live in the
-module that owns the feature (``jaxrl.core.check.main`` for ``check-env``), imported lazily so
+module that owns the feature (``jaxrl.run.reference.main_config`` for ``config``), imported lazily so
 that ``jaxrl --help`` does not pay for importing JAX.
 
 To add a command::
@@ -138,7 +138,25 @@ def _add_check_env(sub) -> None:
     p.add_argument("--envs", type=int, default=16, help="envs in the random rollout (default 16)")
     p.add_argument("--seed", type=int, default=0, help="PRNG seed (default 0)")
     p.add_argument("--only", metavar="CHECK[,CHECK]", help="run just these checks (comma-separated names)")
-    p.set_defaults(func=_lazy("jaxrl.core.check", "main"))
+    p.set_defaults(func=check_env_main)
+
+
+def check_env_main(args: argparse.Namespace) -> int:
+    """``jaxrl check-env ENV_ID [--steps N] [--envs N] [--seed S] [--only A,B]``: 0 if every
+    check passed, 1 if one failed, 2 for an unknown id or bad arguments."""
+    import jax
+
+    from jaxrl.core import registry
+    from jaxrl.core.check import check_env
+
+    only = [name.strip() for name in args.only.split(",") if name.strip()] if getattr(args, "only", None) else None
+    try:
+        env, params = registry.make(args.env_id)
+        report = check_env(env, params, num_steps=args.steps, num_envs=args.envs, key=jax.random.PRNGKey(args.seed), only=only)
+    except (KeyError, ValueError, TypeError) as exc:
+        print(f"jaxrl check-env: {exc.args[0] if exc.args else exc}", file=sys.stderr)
+        return 2
+    return 0 if report.passed else 1
 
 
 # ------------------------------------------------------------ train / eval / render
@@ -179,6 +197,7 @@ def _add_eval(sub) -> None:
     p.add_argument("--seed", type=int, default=0, help="PRNG seed of the evaluation episodes")
     p.add_argument("-n", "--prompts", type=count, help="token tasks: sample this many held-out prompts (with -r)")
     p.add_argument("-r", "--rollouts", type=count, help="token tasks: completions sampled per prompt: mean, std, pass@k (with -n)")
+    p.add_argument("--step", type=count, metavar="N", help="evaluate checkpoint N (updates done) instead of the newest")
     p.set_defaults(func=_lazy("jaxrl.run.evaluate", "main_eval"))
 
 
@@ -190,6 +209,7 @@ def _add_render(sub) -> None:
     p.add_argument("--stochastic", action="store_true", help="sample actions instead of acting greedily")
     p.add_argument("--seed", type=int, default=0, help="PRNG seed of the episode")
     p.add_argument("--fps", type=int, default=30, help="frames per second of the GIF, >= 1 (default 30)")
+    p.add_argument("--step", type=count, metavar="N", help="roll checkpoint N (updates done) instead of the newest")
     p.set_defaults(func=_lazy("jaxrl.run.evaluate", "main_render"))
 
 

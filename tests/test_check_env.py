@@ -289,3 +289,13 @@ def test_ppo_evaluates_a_fixed_horizon_env_for_its_bound():
     metrics = program.evaluate(program.init(jax.random.PRNGKey(0)), jax.random.PRNGKey(1))
     returns = [v for k, v in metrics.items() if "return" in k]
     assert returns and all(float(jnp.max(r)) <= 6 for r in returns)
+
+
+def test_a_dialogue_task_is_bounded_by_its_turns_not_unbounded():
+    """Token tasks have no max_steps_in_episode: their turns bound them (issue 26)."""
+    env, params = jaxrl.make("text/GuessRange-v0")
+    report = check_env(env, params, num_steps=40, num_envs=2, only=["truncation"], verbose=False,
+                       compiler_options={"xla_backend_optimization_level": 1})
+    assert report.passed
+    (result,) = [r for r in report.checks if r.name == "truncation"]
+    assert result.status == "PASS" and "bounded by its turns" in result.message

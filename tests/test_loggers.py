@@ -103,7 +103,14 @@ def test_stop_at_ends_at_the_first_chunk_that_reaches_the_target(fake_algo, tmp_
     assert (tmp_path / "run" / "checkpoints" / "6").is_dir() and (tmp_path / "run" / "eval.json").exists()
 
 
-def test_stop_at_an_unknown_metric_names_the_known_ones(fake_algo, tmp_path):
-    cfg = fake_config(FakeConfig(num_updates=6), updates_per_chunk=3, stop_at={"metric": "acuracy", "threshold": 1})
+@pytest.mark.parametrize("num_updates", [6, 3])  # 3: one chunk, where no record is ever compared
+def test_stop_at_an_unknown_metric_names_the_known_ones_before_the_first_chunk(fake_algo, tmp_path, num_updates):
+    cfg = fake_config(FakeConfig(num_updates=num_updates), updates_per_chunk=3, stop_at={"metric": "acuracy", "threshold": 1})
     with pytest.raises(C.ConfigError, match=r"no metric 'acuracy'.*loss"):
         trainer.run(cfg, run_dir=str(tmp_path / "run"), evaluate=False)
+    assert not (tmp_path / "run" / "metrics.jsonl").read_text()  # refused before any update ran
+
+
+def test_stop_at_a_nan_threshold_is_refused(fake_algo):
+    with pytest.raises(C.ConfigError, match=r"train.stop_at.threshold: must be a finite number, got nan"):
+        fake_config(stop_at={"metric": "count", "threshold": float("nan")})

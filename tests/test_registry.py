@@ -203,3 +203,16 @@ def test_refused_id_says_why_and_is_not_listed(monkeypatch):
     assert "scratch/Downloads-v0" not in jaxrl.registered_ids()
     with pytest.raises(ValueError, match="malformed env id"):
         registry.refuse("no version", "x")
+
+
+def test_an_error_inside_a_plugin_module_names_that_module(tmp_path, fresh_plugin_loading):
+    monkeypatch = fresh_plugin_loading
+    pkg = tmp_path / "jaxrl_faulty_plugin"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("from jaxrl_faulty_plugin.envs import register\n")
+    (pkg / "envs.py").write_text("SIZES = {}\nDEFAULT = SIZES['grid']\n\ndef register():\n    pass\n")
+    _fake_distribution(tmp_path, "jaxrl_faulty_plugin", "[jaxrl.envs]\nfaulty = jaxrl_faulty_plugin:register\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "jaxrl_faulty_plugin", raising=False)
+    with pytest.warns(UserWarning, match=r"failed to load: KeyError: 'grid' \(raised in module jaxrl_faulty_plugin\.envs, line 2\)"):
+        jaxrl.registered_ids()

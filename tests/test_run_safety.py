@@ -391,13 +391,15 @@ def _interrupt_on_first_update(monkeypatch, how):
         if len(calls) == 1:
             if how == "signal":
                 os.kill(os.getpid(), signal.SIGINT)  # a real Ctrl-C: the loop stops after this chunk
+            elif how == "sigterm":
+                os.kill(os.getpid(), signal.SIGTERM)  # a scheduler's stop: handled like Ctrl-C
             else:
                 raise KeyboardInterrupt  # a second Ctrl-C: raised at once
 
     monkeypatch.setattr(log_lib.Progress, "update", update)
 
 
-@pytest.mark.parametrize("how", ["signal", "raise"])
+@pytest.mark.parametrize("how", ["signal", "sigterm", "raise"])
 def test_ctrl_c_saves_a_checkpoint_and_names_the_resume_command(straight, tmp_path, capsys, monkeypatch, how):
     _, straight_result = straight
     run_dir = str(tmp_path / "run")
@@ -406,7 +408,8 @@ def test_ctrl_c_saves_a_checkpoint_and_names_the_resume_command(straight, tmp_pa
     assert cli.main(["train", config, "--out", run_dir]) == 130
     last = capsys.readouterr().err.strip().splitlines()[-1]
     assert last == f"jaxrl: interrupted at update 3; checkpoint saved; continue with: jaxrl train --resume {run_dir}"
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the handler was put back
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the handlers were put back
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
     with Checkpoints(os.path.join(run_dir, "checkpoints"), read_only=True) as ckpts:
         assert ckpts.steps() == [3] and ckpts.verified_step() == 3
     monkeypatch.undo()
@@ -566,3 +569,128 @@ def test_failures_map_to_one_line_and_an_exit_code(capsys):
     assert exc.value.code == 2
     assert _one_line(capsys.readouterr().err) == "jaxrl eval: error: argument --episodes: invalid integer: 'many' (see jaxrl eval --help)"
     assert cli.count("1e6") == 1_000_000 and cli.count("12") == 12
+
+
+# ------------------------------------------------------------------------------------------
+# This round's faults (issue 26): crafted records, copied steps, edited configs, links,
+# glob characters, read-back, permissions, bad numbers
+# ------------------------------------------------------------------------------------------
+
+
+def _edit_record(step_dir, edit):
+    path = os.path.join(step_dir, ckpt_lib.RECORD_FILE)
+    record = json.loads(open(path).read())
+    edit(record)
+    open(path, "w").write(json.dumps(record) if not isinstance(record, str) else record)
+
+
+CRAFTED = {
+    "outside_path": (lambda r: r["files"].update({"../../../../dev/zero": [1 << 40, "0" * 64]}), "outside its step directory"),
+    "null_files": (lambda r: r.update(files=None), "lists no files"),
+    "nested_entry": (lambda r: r["files"].update({k: [[[[1]]], None] for k in r["files"]}), "malformed entry"),
+    "another_run": (lambda r: r.update(run_id="f" * 32), "written by another run"),
+    "other_step": (lambda r: r.update(step=3), "names step 3, not 7"),
+}
+
+
+@pytest.mark.parametrize("craft", sorted(CRAFTED))
+def test_a_crafted_or_copied_checkpoint_record_is_one_line_and_skipped(straight, tmp_path, capsys, craft):
+    straight_dir, _ = straight
+    run_dir = copy_run(straight_dir, tmp_path)
+    edit, reason = CRAFTED[craft]
+    _edit_record(os.path.join(run_dir, "checkpoints", "7"), edit)
+    assert cli.main(["eval", run_dir, "--episodes", "2"]) == 0
+    err = capsys.readouterr().err
+    assert reason in err and "restored checkpoint 6 instead" in err and "Traceback" not in err
+
+
+def test_a_deeply_nested_record_is_one_line(straight, tmp_path, capsys):
+    straight_dir, _ = straight
+    run_dir = copy_run(straight_dir, tmp_path)
+    for step in (3, 6, 7):
+        with open(os.path.join(run_dir, "checkpoints", str(step), ckpt_lib.RECORD_FILE), "w") as f:
+            f.write("[" * 100_000 + "]" * 100_000)
+    assert cli.main(["eval", run_dir, "--episodes", "2"]) == 1
+    assert "unreadable jaxrl_checkpoint.json" in _one_line(capsys.readouterr().err)
+
+
+def test_eval_uses_the_config_recorded_with_the_checkpoint_and_step_picks_one(straight, tmp_path, capsys):
+    straight_dir, _ = straight
+    run_dir = copy_run(straight_dir, tmp_path)
+    config = os.path.join(run_dir, "config.yaml")
+    raw = yaml.safe_load(open(config))
+    raw["train"]["seeds"] = 2  # an edit after training: another state shape
+    open(config, "w").write(yaml.safe_dump(raw))
+    assert cli.main(["eval", run_dir, "--episodes", "2", "--step", "3"]) == 0
+    assert json.loads(open(os.path.join(run_dir, "eval.json")).read())["checkpoint_update"] == 3
+    assert cli.main(["eval", run_dir, "--step", "5"]) == 2
+    assert "has no checkpoint 5; it has 3, 6, 7" in _one_line(capsys.readouterr().err)
+
+
+@pytest.mark.parametrize("name", ["a[1]", "b\\c"])
+def test_a_run_directory_with_glob_characters_is_refused_up_front(fake_table, tmp_path, capsys, name):
+    config = write_yaml(tmp_path / "c.yaml", fake_raw())
+    assert cli.main(["train", config, "--out", str(tmp_path / name)]) == 2
+    assert "takes as a pattern" in _one_line(capsys.readouterr().err)
+    assert not os.path.exists(tmp_path / name)
+
+
+def test_a_hard_linked_lock_or_appended_file_is_refused(fake_table, tmp_path, capsys):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    os.link(victim, run_dir / ".lock")
+    config = write_yaml(tmp_path / "c.yaml", fake_raw())
+    assert cli.main(["train", config, "--out", str(run_dir)]) == 2
+    assert "has other hard links; refusing to write through it" in _one_line(capsys.readouterr().err)
+    os.link(victim, run_dir / "config_changes.jsonl")  # what a resume appends to
+    with pytest.raises(rundir.RunDirError, match="other hard links"):
+        rundir.append_jsonl(str(run_dir / "config_changes.jsonl"), {"a": 1})
+    assert victim.read_text() == "precious\n"
+
+
+def test_run_files_follow_the_umask(straight):
+    straight_dir, _ = straight
+    mask = os.umask(0o022)
+    os.umask(mask)
+    for name in ("config.yaml", "eval.json" if os.path.exists(os.path.join(straight_dir, "eval.json")) else "metrics.jsonl"):
+        assert os.stat(os.path.join(straight_dir, name)).st_mode & 0o777 == 0o666 & ~mask, name
+    record = os.path.join(straight_dir, "checkpoints", "7", ckpt_lib.RECORD_FILE)
+    assert os.stat(record).st_mode & 0o777 == 0o666 & ~mask
+
+
+def test_a_checkpoint_that_does_not_read_back_is_never_marked_good(fake_table, tmp_path, capsys, monkeypatch):
+    def unreadable(path, abstract):
+        raise ValueError("NOT_FOUND: no such step [tensorstore]")
+
+    monkeypatch.setattr(ckpt_lib, "_read_item", unreadable)
+    config = write_yaml(tmp_path / "c.yaml", fake_raw())
+    assert cli.main(["train", config, "--out", str(tmp_path / "run")]) == 1
+    assert "was written but cannot be read back" in _one_line(capsys.readouterr().err)
+    assert not glob.glob(str(tmp_path / "run" / "checkpoints" / "*" / ckpt_lib.RECORD_FILE))
+
+
+@pytest.mark.parametrize("override, expected", [
+    ("ppo.adam_eps=.inf", "ppo.adam_eps: must be a finite number, got inf"),
+    ("ppo.lr=.nan", "ppo.lr: must be a finite number, got nan"),
+    ("train.stop_at={metric: episode_return, threshold: .nan}", "train.stop_at.threshold: must be a finite number"),
+])
+def test_non_finite_numbers_are_refused(tmp_path, capsys, override, expected):
+    assert cli.main(["train", CARTPOLE, "--out", str(tmp_path / "r"), "--set", override]) == 2
+    assert expected in _one_line(capsys.readouterr().err)
+
+
+def test_training_on_the_held_out_split_is_refused(tmp_path, capsys):
+    config = os.path.join(REPO, "configs", "grpo_reverse.yaml")
+    assert cli.main(["train", config, "--out", str(tmp_path / "r"), "--set", "env.params.held_out=true"]) == 2
+    assert "env.params.held_out: training on the held-out split" in _one_line(capsys.readouterr().err)
+
+
+def test_resume_accepts_the_reporting_keys_docs_runs_md_lists(straight, tmp_path, capsys):
+    straight_dir, _ = straight
+    run_dir = copy_run(straight_dir, tmp_path)
+    assert cli.main(["train", "--resume", run_dir, "--set", "train.progress=false", "--set", "train.keep_checkpoints=2"]) == 0
+    assert "jaxrl: done: 7 updates" in capsys.readouterr().out
+    assert cli.main(["train", "--resume", run_dir, "--set", "fake.lr=0.5"]) == 2
+    assert "with --resume only train.progress" in _one_line(capsys.readouterr().err)

@@ -23,10 +23,8 @@ reset-then-step and the rollout), so keep ``num_steps``/``num_envs`` small in te
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import functools
-import sys
 import time
 from typing import Any, Callable, Sequence
 
@@ -36,6 +34,7 @@ import numpy as np
 
 from jaxrl.core import spaces
 from jaxrl.core.env import Environment, replace_params
+from jaxrl.core.tokens import TokenTask
 
 PASS, FAIL, SKIP = "PASS", "FAIL", "SKIP"
 #: The small episode limit used by the ``truncation`` check (or the env's own, if smaller).
@@ -361,11 +360,15 @@ def _check_fixed_horizon(ctx: _Context) -> tuple[str, str]:
     """No truncation limit: with ``env.episode_bound(params) = H`` every episode of the
     random rollout ends (terminated, never truncated) within ``H`` steps."""
     bound = ctx.env.episode_bound(ctx.params)
+    dialogue = bound is None and isinstance(ctx.env, TokenTask)  # bounded by its turns: a step writes a token
+    bound = int(ctx.env.max_completion_len) if dialogue else bound
     if bound is None:
         return SKIP, "no max_steps_in_episode and no episode_bound: episodes are unbounded"
     _ensure_rollouts(ctx)
     ro = ctx.main
     elapsed, truncated = np.asarray(ro.elapsed), np.asarray(ro.truncated)
+    if dialogue and not (elapsed > bound).any():  # truncated when its last turn ends unanswered
+        return PASS, f"bounded by its turns: every episode ended within {bound} steps ({int(truncated.sum())} at the turn cap)"
     if truncated.any():
         t, b = np.argwhere(truncated)[0]
         return FAIL, f"truncated at step {t}, env {b}, but the params have no max_steps_in_episode to truncate at"
@@ -580,20 +583,3 @@ def check_env(
     if verbose:
         print("\n".join(str(report).splitlines()[-2:]), flush=True)
     return report
-
-
-def main(args: argparse.Namespace) -> int:
-    """``jaxrl check-env ENV_ID [--steps N] [--envs N] [--seed S] [--only A,B]``.
-
-    Returns 0 if every check passed, 1 if one failed, 2 for an unknown id or bad arguments.
-    """
-    from jaxrl.core import registry
-
-    only = [name.strip() for name in args.only.split(",") if name.strip()] if getattr(args, "only", None) else None
-    try:
-        env, params = registry.make(args.env_id)
-        report = check_env(env, params, num_steps=args.steps, num_envs=args.envs, key=jax.random.PRNGKey(args.seed), only=only)
-    except (KeyError, ValueError, TypeError) as exc:
-        print(f"jaxrl check-env: {exc.args[0] if exc.args else exc}", file=sys.stderr)
-        return 2
-    return 0 if report.passed else 1

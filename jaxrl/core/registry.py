@@ -139,7 +139,22 @@ def load_entry_points(group: str, kind: str, use: Callable[[Any], None]) -> None
         except Exception as exc:
             import warnings
 
-            warnings.warn(f"jaxrl: {kind} plugin {ep.name!r} ({ep.value}) failed to load: {exc}")
+            warnings.warn(f"jaxrl: {kind} plugin {ep.name!r} ({ep.value}) failed to load: {type(exc).__name__}: {exc}{_raised_at(exc)}")
+
+
+def _raised_at(exc: BaseException) -> str:
+    """`` (raised in module M, line N)``: where inside the plugin the exception came from."""
+    if isinstance(exc, SyntaxError) and exc.filename:
+        return f" (in {exc.filename}, line {exc.lineno})"
+    tb, last = exc.__traceback__, None
+    while tb is not None:  # the innermost frame outside the import machinery
+        if "importlib" not in tb.tb_frame.f_code.co_filename:
+            last = tb
+        tb = tb.tb_next
+    if last is None or last.tb_frame.f_globals.get("__name__") == __name__:
+        return ""
+    module = last.tb_frame.f_globals.get("__name__") or last.tb_frame.f_code.co_filename
+    return f" (raised in module {module}, line {last.tb_lineno})"
 
 
 def registered_ids() -> list[str]:

@@ -30,14 +30,24 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import stat
 import sys
-from typing import Any, Callable, NamedTuple
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-import orbax.checkpoint as ocp
-from etils import epath
+
+if TYPE_CHECKING:
+    from etils import epath
+
+
+def _orbax():
+    """``orbax.checkpoint``, imported on first use: importing it costs a third of a second,
+    which a command that never touches a checkpoint (or has not yet) should not pay."""
+    import orbax.checkpoint as ocp
+
+    return ocp
 
 
 class CheckpointError(RuntimeError):
@@ -54,6 +64,9 @@ class CheckpointCorrupt(CheckpointError):
 
 #: Written into each step directory after orbax commits it: digest, leaf count, meta.
 RECORD_FILE = "jaxrl_checkpoint.json"
+#: Beside the step directories: a random id of the run, copied into every record, so that a
+#: step copied or linked in from another run is refused instead of read as this run's.
+RUN_ID_FILE = ".run_id"
 ITEM = "default"  # orbax's item directory of a single-item manager
 
 
@@ -131,12 +144,21 @@ class Checkpoints:
     ):
         self.directory = os.path.abspath(os.fspath(directory))
         self.meta, self.read_only, self._warn = meta, read_only, warn
-        self._manager = None if read_only else self._writer(keep)
+        self._keep, self._manager = int(keep), None  # orbax's manager: made at the first write
+
+    def _writing(self, what: str):
+        """The orbax manager of a writer, made (and orbax imported) on first use."""
+        if self.read_only:
+            raise CheckpointError(f"{self.directory} is opened read-only; cannot {what}")
+        if self._manager is None:
+            self._manager = self._writer(self._keep)
+        return self._manager
 
     def _writer(self, keep: int):
         # Multi-process runs: each process's manager is process-local (no orbax barriers);
         # the trainer gathers the state and only process 0 saves (and cleans up), while
         # every process reads the same files (see jaxrl.run.trainer.save_checkpoint).
+        ocp = _orbax()
         pid, multi = jax.process_index(), jax.process_count() > 1
         if multi:
             os.makedirs(self.directory, exist_ok=True)
@@ -157,16 +179,16 @@ class Checkpoints:
     def save(self, step: int, state: Any) -> str:
         """Write ``state`` as checkpoint ``step`` (updates done), then its verified record;
         returns its directory. An existing step of that number is replaced."""
-        if self._manager is None:
-            raise CheckpointError(f"{self.directory} is opened read-only; cannot save")
+        manager = self._writing("save")
         step = int(step)
+        ocp = _orbax()
         stored = jax.device_get(to_storable(state))
         if os.path.isdir(self._step_dir(step)):
-            self._manager.reload()
-            self._manager.delete(step)
+            manager.reload()
+            manager.delete(step)
         try:
-            self._manager.save(step, args=ocp.args.StandardSave(stored), force=True)
-            self._manager.wait_until_finished()
+            manager.save(step, args=ocp.args.StandardSave(stored), force=True)
+            manager.wait_until_finished()
         except OSError:
             raise
         except Exception as exc:  # orbax / tensorstore wrap I/O failures in their own types
@@ -175,24 +197,38 @@ class Checkpoints:
                 raise OSError(28, "No space left on device", self.directory) from exc
             raise CheckpointError(f"saving checkpoint {step} in {self.directory} failed: {_first_line(exc)}") from exc
         digest, leaves = content_digest(stored)
+        self._read_back(step, digest)
         files = _file_table(self._step_dir(step))
-        record = {"format": 1, "step": step, "sha256": digest, "leaves": leaves, "files": files, "meta": self.meta}
+        record = {
+            "format": 1, "step": step, "sha256": digest, "leaves": leaves, "files": files, "meta": self.meta,
+            "run_id": self.run_id(create=True),
+        }
         path = os.path.join(self._step_dir(step), RECORD_FILE)
         from jaxrl.run import rundir
 
         rundir.write_text(path, json.dumps(record, indent=1) + "\n")
         return self._step_dir(step)
 
+    def _read_back(self, step: int, digest: str) -> None:
+        """Read the step just written and compare its digest: only a checkpoint that reads
+        back gets the record that makes it good."""
+        try:
+            back = content_digest(_read_item(self._item_dir(step), None))[0]
+        except Exception as exc:
+            raise CheckpointError(f"checkpoint {step} in {self.directory} was written but cannot be read back: "
+                                  f"{_first_line(exc)}") from None
+        if back != digest:
+            raise CheckpointError(f"checkpoint {step} in {self.directory} reads back different arrays than were saved")
+
     def discard_after(self, step: int) -> list[int]:
         """Delete every checkpoint newer than ``step`` (damaged ones a resume skipped, which
         it is about to redo); returns their steps."""
-        if self._manager is None:
-            raise CheckpointError(f"{self.directory} is opened read-only; cannot delete")
+        manager = self._writing("delete")
         newer = [s for s in self.steps() if s > step]
         if newer:
-            self._manager.reload()
+            manager.reload()
             for s in newer:
-                self._manager.delete(s)
+                manager.delete(s)
         return newer
 
     # ----------------------------------------------------------------------------- reading
@@ -222,10 +258,14 @@ class Checkpoints:
                 record = json.loads(f.read(1 << 24))
         except FileNotFoundError:
             raise CheckpointCorrupt(step, self.directory, f"no {RECORD_FILE} (an unfinished save)") from None
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, RecursionError) as exc:  # RecursionError: absurdly deep JSON
             raise CheckpointCorrupt(step, self.directory, f"unreadable {RECORD_FILE}: {_first_line(exc)}") from None
-        if not isinstance(record, dict) or not isinstance(record.get("sha256"), str):
-            raise CheckpointCorrupt(step, self.directory, f"{RECORD_FILE} holds no sha256")
+        problem = _record_problem(record, step)
+        if problem:
+            raise CheckpointCorrupt(step, self.directory, f"{RECORD_FILE} {problem}")
+        own = self.run_id()
+        if own is not None and record.get("run_id", own) != own:
+            raise CheckpointCorrupt(step, self.directory, "it was written by another run (copied or linked in)")
         return record
 
     def restore(self, template: Any, step: int | None = None) -> Any:
@@ -253,14 +293,36 @@ class Checkpoints:
             except CheckpointCorrupt as exc:
                 damaged.append(exc)
                 continue
-            if damaged:
-                self._warn(_fallback_line(damaged, self.directory, candidate))
+            self.report_fallback(damaged, candidate)
             return restored
         if damaged:
             raise CheckpointError(
                 f"no intact checkpoint in {self.directory}: " + "; ".join(f"{e.step}: {e.reason}" for e in damaged)
             )
         raise CheckpointError(f"no checkpoint in {self.directory}")
+
+    def report_fallback(self, damaged: list, used: int) -> None:
+        """Say, in one line through ``warn``, that ``used`` was restored past the
+        :class:`CheckpointCorrupt` steps ``damaged`` (nothing when there are none)."""
+        if damaged:
+            self._warn(_fallback_line(damaged, self.directory, used))
+
+    def run_id(self, create: bool = False) -> str | None:
+        """The identity of the run these checkpoints belong to (:data:`RUN_ID_FILE`; a writer
+        creates it with ``create``), or None for a directory written before it existed."""
+        path = os.path.join(self.directory, RUN_ID_FILE)
+        try:
+            with open(path, "rb") as f:
+                return f.read(64).decode("ascii", "replace").strip() or None
+        except FileNotFoundError:
+            if not create:
+                return None
+        import uuid
+
+        from jaxrl.run import rundir
+
+        rundir.write_text(path, uuid.uuid4().hex + "\n")
+        return self.run_id()
 
     def verified_step(self) -> int | None:
         """The newest step whose arrays match their recorded digest (restored from the
@@ -277,6 +339,8 @@ class Checkpoints:
         return None
 
     def _item_dir(self, step: int) -> epath.Path:
+        from etils import epath
+
         return epath.Path(self._step_dir(step)) / ITEM
 
     def _check_files(self, step: int, record: dict) -> None:
@@ -287,12 +351,17 @@ class Checkpoints:
         if not isinstance(files, dict) or not files:
             raise CheckpointCorrupt(step, self.directory, f"{RECORD_FILE} lists no files")
         root = self._step_dir(step)
+        if os.path.islink(root):
+            raise CheckpointCorrupt(step, self.directory, "the step directory is a symbolic link (not written by this run)")
         for name, (size, digest) in sorted(files.items()):
             path = os.path.join(root, name)
             try:
-                actual = os.path.getsize(path)
+                st = os.lstat(path)
             except OSError:
                 raise CheckpointCorrupt(step, self.directory, f"file {name} is missing") from None
+            if not stat.S_ISREG(st.st_mode):  # a link or a device would be read instead of the data
+                raise CheckpointCorrupt(step, self.directory, f"file {name} is not a regular file")
+            actual = st.st_size
             if actual != size:
                 raise CheckpointCorrupt(step, self.directory, f"file {name} has {actual} bytes, {size} were written")
             if _file_sha256(path) != digest:
@@ -314,6 +383,7 @@ class Checkpoints:
 
     def _check_metadata(self, step: int, abstract: Any) -> None:
         """Compare the saved tree's metadata with ``abstract`` before reading any array."""
+        ocp = _orbax()
         try:
             saved = ocp.StandardCheckpointHandler().metadata(self._item_dir(step))
         except Exception as exc:  # a missing or garbled metadata file
@@ -345,9 +415,46 @@ class Checkpoints:
 
 def _read_item(path: epath.Path, abstract: Any) -> Any:
     """The arrays of one orbax item directory, read with a plain (read-only) checkpointer."""
+    ocp = _orbax()
     args = ocp.args.StandardRestore(abstract) if abstract is not None else ocp.args.StandardRestore()
     with ocp.Checkpointer(ocp.StandardCheckpointHandler()) as checkpointer:
         return checkpointer.restore(path, args=args)
+
+
+_SHA256_HEX = frozenset("0123456789abcdef")
+
+
+def _record_problem(record: Any, step: int) -> str | None:
+    """What is wrong with a checkpoint record's shape (None when nothing): the fields read
+    later are checked here, so a crafted record is one line, never a traceback, and names no
+    file outside its step directory."""
+    if not isinstance(record, dict):
+        return "is not a JSON object"
+    digest = record.get("sha256")
+    if not isinstance(digest, str) or len(digest) != 64 or not set(digest) <= _SHA256_HEX:
+        return "holds no sha256"
+    if "step" in record and (type(record["step"]) is not int or record["step"] != step):
+        return f"names step {short_value(record['step'])}, not {step} (copied from elsewhere?)"
+    if record.get("meta") is not None and not isinstance(record["meta"], dict):
+        return "has a meta field that is not a mapping"
+    files = record.get("files")
+    if not isinstance(files, dict) or not files:
+        return "lists no files"
+    for name, entry in files.items():
+        parts = name.replace("\\", "/").split("/")
+        if not name or os.path.isabs(name) or any(p in ("", ".", "..") for p in parts):
+            return f"names a file outside its step directory: {short_value(name)}"
+        if not (
+            isinstance(entry, list) and len(entry) == 2 and type(entry[0]) is int and entry[0] >= 0
+            and isinstance(entry[1], str) and len(entry[1]) == 64
+        ):
+            return f"has a malformed entry for file {short_value(name)}"
+    return None
+
+
+def short_value(value: Any, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _file_sha256(path: str) -> str:

@@ -31,6 +31,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import difflib
+import math
 import re
 import types
 import typing
@@ -357,6 +358,9 @@ def _check_env(env: EnvConfig) -> None:
             parse_distribution(text)
         except ValueError as exc:
             raise ConfigError(f"env.randomize.{name}: {exc}") from None
+    if env.params.get("held_out") not in (None, 0, False, "0", "false"):
+        raise ConfigError("env.params.held_out: training on the held-out split would leave no unseen prompts to "
+                          "evaluate on; evaluation uses it already (env.eval_params)")
     c = env.curriculum
     if c is not None:
         if c.start > c.stop:
@@ -378,6 +382,8 @@ def _check_train(train: TrainConfig) -> None:
         raise ConfigError(str(exc)) from None
     if train.stop_at is not None and not train.stop_at.metric.strip():
         raise ConfigError("train.stop_at.metric: must name a metric, e.g. exact_match")
+    if train.stop_at is not None and not math.isfinite(train.stop_at.threshold):
+        raise ConfigError(f"train.stop_at.threshold: must be a finite number, got {train.stop_at.threshold}")
     if train.checkpoint_every < 0:
         raise ConfigError(f"train.checkpoint_every: must be >= 0 (0 = final only), got {train.checkpoint_every}")
 
@@ -391,8 +397,29 @@ def _check_devices(devices, mesh: MeshConfig = MeshConfig()) -> None:
         raise ConfigError(f"mesh.model: {mesh.model} does not divide devices={devices}; use a divisor of it")
 
 
+#: Optimiser values (by their last key) that must be finite: an infinite ``adam_eps`` or
+#: ``lr`` trains parameters that never move, or turn NaN, without any error.
+OPTIMISER_KEYS = frozenset({"lr", "lr_end_frac", "adam_eps", "eps", "max_grad_norm", "weight_decay", "b1", "b2"})
+
+
+def _check_finite(tree, prefix: str) -> None:
+    """No NaN anywhere in an algorithm's section, nor an infinite optimiser value."""
+    if isinstance(tree, dict):
+        for name, value in tree.items():
+            _check_finite(value, f"{prefix}.{name}")
+        return
+    if isinstance(tree, list):
+        for i, value in enumerate(tree):
+            _check_finite(value, f"{prefix}.{i}")
+        return
+    if isinstance(tree, float) and (math.isnan(tree) or (math.isinf(tree) and prefix.rsplit(".", 1)[-1] in OPTIMISER_KEYS)):
+        raise ConfigError(f"{prefix}: must be a finite number, got {tree}")
+
+
 def _validate_algo(cfg: RunConfig) -> None:
-    """The algorithm config's own ``validate()`` (pure: builds nothing)."""
+    """The algorithm config's own ``validate()`` (pure: builds nothing), after
+    :func:`_check_finite`."""
+    _check_finite(to_dict(cfg.algo_config), cfg.algo)
     try:
         cfg.algo_config.validate()
     except (ValueError, TypeError) as exc:

@@ -135,25 +135,62 @@ def run_config(run_dir: str) -> RunConfig:
     return config_lib.load_config(path)
 
 
-def load_run(run_dir: str, episodes: int | None = None):
-    """``(cfg, built, states [S, ...], step)`` of the newest verified checkpoint in ``run_dir``.
+def load_run(run_dir: str, episodes: int | None = None, step: int | None = None):
+    """``(cfg, built, states [S, ...], step)`` of checkpoint ``step`` of ``run_dir`` (default:
+    the newest that verifies).
 
-    ``episodes`` replaces the algorithm's evaluation episode count (a new config object). The
-    checkpoints are opened read-only: nothing in the run directory is created, cleaned up
-    or deleted, so this is safe while the run is still training.
+    The config is the one recorded with that checkpoint (what trained it), not the run's
+    current ``config.yaml``, which may have been edited since; checkpoints of runs written
+    before configs were recorded use ``config.yaml``. ``episodes`` replaces the algorithm's
+    evaluation episode count (a new config object). The checkpoints are opened read-only:
+    nothing in the run directory is created, cleaned up or deleted, so this is safe while
+    the run is still training.
     """
+    from jaxrl.run import checkpoint as ckpt_lib
     from jaxrl.run import guards
 
-    cfg = with_episodes(run_config(run_dir), episodes)
-    built = build(cfg)
-    guards.check_memory(cfg, built)
-    keys = seed_keys(cfg.train.seed, cfg.train.seeds)
-    template = jax.eval_shape(jax.vmap(built.program.init), keys)
+    fallback = run_config(run_dir)  # also: is this a run directory at all
     with Checkpoints(os.path.join(run_dir, CHECKPOINT_DIR), read_only=True) as ckpts:
-        if not ckpts.steps():
+        steps = ckpts.steps()
+        if not steps:
             raise ConfigError(f"{run_dir!r} has no checkpoint yet")
-        restored = ckpts.restore_verified(template)
-    return cfg, built, restored.state, restored.step
+        if step is not None and int(step) not in steps:
+            raise ConfigError(f"--step {step}: {run_dir!r} has no checkpoint {step}; it has {', '.join(map(str, steps))}")
+        damaged, builds = [], {}
+        for candidate in [int(step)] if step is not None else reversed(steps):
+            try:
+                cfg = with_episodes(_recorded_config(ckpts, candidate, fallback), episodes)
+                key = config_lib.dump_config(cfg)
+                if key not in builds:
+                    builds[key] = build(cfg)
+                    guards.check_memory(cfg, builds[key])
+                built = builds[key]
+                template = jax.eval_shape(jax.vmap(built.program.init), seed_keys(cfg.train.seed, cfg.train.seeds))
+                restored = ckpts.restore_verified(template, candidate)
+            except ckpt_lib.CheckpointCorrupt as exc:
+                if step is not None:
+                    raise
+                damaged.append(exc)
+                continue
+            ckpts.report_fallback(damaged, candidate)
+            return cfg, built, restored.state, restored.step
+    raise ckpt_lib.CheckpointError(
+        f"no intact checkpoint in {ckpts.directory}: " + "; ".join(f"{e.step}: {e.reason}" for e in damaged)
+    )
+
+
+def _recorded_config(ckpts: Checkpoints, step: int, fallback: RunConfig) -> RunConfig:
+    """The run config stored in checkpoint ``step``'s record (``fallback`` when it has none)."""
+    meta = ckpts.record(step).get("meta") or {}
+    raw = meta.get("config")
+    if raw is None:
+        return fallback
+    try:
+        return config_lib.config_from_dict(raw)
+    except ConfigError as exc:
+        from jaxrl.run.checkpoint import CheckpointCorrupt
+
+        raise CheckpointCorrupt(step, ckpts.directory, f"its recorded config is not valid: {exc}") from None
 
 
 def main_eval(args) -> int:
@@ -167,7 +204,7 @@ def main_eval(args) -> int:
     n, r = getattr(args, "prompts", None), getattr(args, "rollouts", None)
     if n is not None or r is not None:
         return main_sampled(args, out_path, n, r)
-    cfg, built, states, step = load_run(args.run_dir, args.episodes)
+    cfg, built, states, step = load_run(args.run_dir, args.episodes, getattr(args, "step", None))
     summary = evaluate_run(built, states, seed=args.seed)
     summary["checkpoint_update"] = step
     write_summary(summary, out_path)
@@ -188,7 +225,7 @@ def main_sampled(args, out_path: str, n: int | None, r: int | None) -> int:
         raise ConfigError(f"-n/--prompts and -r/--rollouts: must be >= 1, got -n {n} -r {r}")
     if args.episodes is not None:
         raise ConfigError("--episodes does not apply with -n/-r (the prompts are -n)")
-    cfg, built, states, step = load_run(args.run_dir)
+    cfg, built, states, step = load_run(args.run_dir, step=getattr(args, "step", None))
     if built.program.rollouts is None:
         raise ConfigError(f"-n/-r: {cfg.algo} on {cfg.env.id} has no held-out prompts to sample (token-task runs only)")
     first = jax.tree_util.tree_map(lambda x: x[0], states)
@@ -273,7 +310,7 @@ def main_render(args) -> int:
 
     check_render_args(args)
     guards.check_seed(args.seed, "--seed")
-    cfg, built, states, _ = load_run(args.run_dir)
+    cfg, built, states, _ = load_run(args.run_dir, step=getattr(args, "step", None))
     if built.program.policy is None and built.program.samples is not None:
         print("jaxrl: this run's episodes are token sequences; transcripts instead of frames:")
         for line in sample_lines(built, states, seed=args.seed):

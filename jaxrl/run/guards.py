@@ -127,6 +127,25 @@ def check_memory(cfg, built, available: tuple[int, str] | None = None) -> None:
     )
 
 
+def check_stop_metric(stop, chunk, state, n, mesh=None) -> None:
+    """Refuse a ``train.stop_at.metric`` that the update records will never hold, before the
+    first chunk runs (``jax.eval_shape`` of the chunk: its trace is the one the first call
+    reuses, nothing runs). Records hold every metric of the update, ``<metric>/min`` and
+    ``/max`` over seeds, and the index keys."""
+    if stop is None:
+        return
+    from jaxrl.parallel import sharding
+    from jaxrl.run.loggers import INDEX_KEYS
+
+    with sharding.use_mesh(mesh):
+        metrics = jax.eval_shape(chunk, state, n)[1]
+    names = set(metrics) | {f"{m}/{s}" for m in metrics for s in ("min", "max")}
+    if stop.metric not in names and stop.metric not in INDEX_KEYS:
+        raise ConfigError(
+            f"train.stop_at.metric: no metric {short(stop.metric)} in the update records; they have: {', '.join(sorted(metrics))}"
+        )
+
+
 # ------------------------------------------------------------------------------------------
 # Ctrl-C
 # ------------------------------------------------------------------------------------------
@@ -163,7 +182,8 @@ def alive(state: Any) -> bool:
 
 
 class InterruptFlag:
-    """Context manager: SIGINT sets :attr:`requested` (a second one raises at once).
+    """Context manager: SIGINT or SIGTERM (a scheduler's or ``kill``'s stop) sets
+    :attr:`requested`, so the run saves at the chunk boundary; a second one raises at once.
 
     Only installed in the main thread of a single-process run (a signal handler cannot be
     set elsewhere, and processes of a multi-process run must stop together).
@@ -172,19 +192,21 @@ class InterruptFlag:
     def __init__(self, out=None):
         self.requested = False
         self._out = out  # None: the sys.stderr of the moment
-        self._installed, self._previous = False, None
+        self._installed, self._previous = False, {}
 
     def _handle(self, signum, frame) -> None:
         if self.requested:
             raise KeyboardInterrupt
         self.requested = True
         out = sys.stderr if self._out is None else self._out
-        print("jaxrl: interrupt: stopping after the current chunk (Ctrl-C again to stop at once)", file=out)
+        what = "interrupt" if signum == signal.SIGINT else f"{signal.Signals(signum).name} received"
+        print(f"jaxrl: {what}: stopping after the current chunk (Ctrl-C again to stop at once)", file=out)
 
     def __enter__(self) -> "InterruptFlag":
         try:
             if jax.process_count() == 1:
-                self._previous = signal.signal(signal.SIGINT, self._handle)
+                for signum in (signal.SIGINT, signal.SIGTERM):
+                    self._previous[signum] = signal.signal(signum, self._handle)
                 self._installed = True
         except ValueError:  # not the main thread
             pass
@@ -192,6 +214,8 @@ class InterruptFlag:
 
     def __exit__(self, *exc) -> None:
         if self._installed:
-            previous = self._previous if self._previous is not None else signal.default_int_handler
-            signal.signal(signal.SIGINT, previous)
-            self._installed = False
+            for signum, previous in self._previous.items():
+                if previous is None:
+                    previous = signal.default_int_handler if signum == signal.SIGINT else signal.SIG_DFL
+                signal.signal(signum, previous)
+            self._previous, self._installed = {}, False

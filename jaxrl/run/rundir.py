@@ -9,7 +9,10 @@
   (``O_EXCL | O_NOFOLLOW``) and renames it over the target, so a reader never sees half a
   file and a crash never leaves one; a target that is a symbolic link is refused instead of
   written through (a rename would replace the link itself, but a link in a run directory
-  is someone's mistake or an attack, so it is named).
+  is someone's mistake or an attack, so it is named); so is a file with other hard links.
+* **Permissions follow the umask** (0666 & ~umask, as ``open`` gives any new file): a run
+  is shared by whoever may read the directory; tighten the umask or the directory for more.
+* **No glob characters** in the run directory's path (:func:`check_path`).
 * **Fresh runs never overwrite**: :func:`check_fresh` refuses an ``--out`` that is a file
   or already holds a file a run would write.
 """
@@ -25,6 +28,34 @@ import tempfile
 from jaxrl.run.yamlio import display_path, short
 
 LOCK_FILE = ".lock"
+#: Characters orbax treats as a glob pattern when it reads a checkpoint back (a step path
+#: with one is never found again): refused in a run directory's path up front.
+GLOB_CHARS = "[]*?\\"
+
+
+def check_path(run_dir: str) -> None:
+    """Refuse a run directory whose absolute path holds a glob character (see
+    :data:`GLOB_CHARS`): its checkpoints could be written but never read back."""
+    bad = sorted({c for c in os.path.abspath(run_dir) if c in GLOB_CHARS})
+    if bad:
+        raise RunDirError(
+            f"run directory {display_path(run_dir)} has {' '.join(repr(c) for c in bad)} in its path, which the "
+            "checkpoint reader (orbax) takes as a pattern; choose another --out"
+        )
+
+
+def refuse_shared(fd: int, path: str) -> None:
+    """Refuse (closing ``fd``) a file with more than one hard link: writing or truncating it
+    would change the other name's file too."""
+    if os.fstat(fd).st_nlink > 1:
+        os.close(fd)
+        raise RunDirError(f"{display_path(path)} has other hard links; refusing to write through it (remove it first)")
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 class RunDirError(RuntimeError):
@@ -50,13 +81,15 @@ class RunLock:
     def acquire(self) -> "RunLock":
         import fcntl
 
+        check_path(self.run_dir)
         os.makedirs(self.run_dir, exist_ok=True)
         try:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
         except OSError as exc:
             if exc.errno == errno.ELOOP:
                 raise RunDirError(f"{display_path(self.path)} is a symbolic link; refusing to lock through it") from None
             raise
+        refuse_shared(fd, self.path)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -99,6 +132,7 @@ def write_bytes(path: str, data: bytes) -> None:
     directory, name = os.path.split(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=directory)  # O_EXCL, no link followed
     try:
+        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; run files follow the umask like any file
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
@@ -130,11 +164,13 @@ def write_text(path: str, text: str) -> None:
 def open_append(path: str) -> int:
     """A raw append-only descriptor on ``path`` (created if missing), never through a link."""
     try:
-        return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             refuse_link(path)
         raise
+    refuse_shared(fd, path)
+    return fd
 
 
 def write_all(fd: int, data: bytes) -> None:

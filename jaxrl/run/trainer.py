@@ -261,10 +261,10 @@ def _resolve_resume(cfg: RunConfig | None, resume: str) -> RunConfig:
     path = os.path.join(resume, CONFIG_FILE)
     if not os.path.lexists(path):
         raise ConfigError(f"--resume {resume!r}: no {CONFIG_FILE} there (not a run directory)")
-    saved = config_lib.load_config(path)
-    if cfg is not None and cfg != saved:
+    saved, given = config_lib.load_config(path), cfg and config_lib.config_to_dict(cfg)
+    if given and rundir.config_diff(config_lib.config_to_dict(saved), given, ignore=OPERATIONAL_KEYS):
         raise ConfigError(f"--resume {resume!r}: the given config differs from the run's {CONFIG_FILE}")
-    return saved
+    return saved if cfg is None else cfg  # differs at most in OPERATIONAL_KEYS (train.progress...)
 
 
 def _recent_return(records: list[dict], key: str | None = None) -> float | None:
@@ -476,12 +476,10 @@ def _save_on_interrupt(ckpts: Checkpoints, stop: guards.Interrupted, run_dir: st
 
 
 def stop_reached(stop: config_lib.StopAt, record: dict) -> bool:
-    """``record[stop.metric]`` (the seed mean of a per-seed list) ``>= stop.threshold``;
-    a metric the records do not have is a :class:`ConfigError` naming the ones they do."""
-    if stop.metric not in record:
-        known = ", ".join(k for k in record if k not in loggers.INDEX_KEYS)
-        raise ConfigError(f"train.stop_at.metric: no metric {stop.metric!r} in the update records; they have: {known}")
-    value = alerts_lib.seed_mean(record[stop.metric])
+    """``record[stop.metric]`` (the seed mean of a per-seed list) ``>= stop.threshold``; the
+    name was checked before the first chunk (:func:`guards.check_stop_metric`), and a record
+    without it (no episode ended in that update) has not reached it."""
+    value = alerts_lib.seed_mean(record[stop.metric]) if stop.metric in record else None
     return value is not None and value >= stop.threshold
 
 
@@ -518,6 +516,7 @@ def _loop(
     chunks_since_save = 0
     trace_mesh = layout.mesh if layout is not None and layout.mode == "envs" else None
     last = (done, state)  # the state after `done` updates, all logged: what a Ctrl-C checkpoints
+    guards.check_stop_metric(cfg.train.stop_at, chunk, state, n_dev[k], trace_mesh)
     try:
         with guards.InterruptFlag() as ctrl_c:
             while done < d.num_updates:
@@ -563,10 +562,10 @@ def config_from_args(args) -> RunConfig | None:
     overrides = list(args.set or [])
     if getattr(args, "seeds", None) is not None:
         overrides.append(f"train.seeds={args.seeds}")
-    if args.config is None:
-        if overrides:
-            raise ConfigError("--set/--seeds need a CONFIG (a resumed run keeps its own config)")
-        return None
+    if args.config is None:  # with --resume, the keys that only change reporting may be set
+        if overrides and not (args.resume and all(o.partition("=")[0].strip() in OPERATIONAL_KEYS for o in overrides)):
+            raise ConfigError(f"--set/--seeds need a CONFIG; with --resume only {', '.join(OPERATIONAL_KEYS)} may be set")
+        return config_lib.load_config(os.path.join(args.resume, CONFIG_FILE), overrides) if overrides else None
     return config_lib.load_config(args.config, overrides)
 
 
