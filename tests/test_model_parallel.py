@@ -120,6 +120,15 @@ def test_lora_and_optimizer_leaves_follow_their_projection():
         sharding.param_specs(state, MESH, "pp")
 
 
+def test_model_specs_align_with_the_last_axes():
+    """Specs of one seed's leaf apply to the ``[S, ...]`` leaf: seeds over data in front."""
+    assert sharding._merge(P("data"), P(None, None, "model"), 4) == P("data", None, None, "model")
+    assert sharding._merge(P(), P("model", None), 3) == P(None, "model", None)
+    assert sharding._merge(P(None, "data"), P(), 3) == P(None, "data")
+    with pytest.raises(ValueError, match="split over both 'data' and 'model'"):
+        sharding._merge(P("data"), P("model"), 1)
+
+
 @pytest.mark.parametrize("strategy", ["tp", "fsdp"])
 def test_estimate_uses_the_rules_of_the_layout(strategy):
     """Per-device weights of a Qwen2.5-0.5B-shaped tree split by ``param_specs`` (arithmetic on
