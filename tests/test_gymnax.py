@@ -57,7 +57,10 @@ def test_excluded_envs_still_break_the_contract_as_stated(env_id):
     """The reason each is excluded still holds (a fixed upstream bug fails this test)."""
     assert "observation space" in jg.EXCLUDED[env_id]
     env = jg.GymnaxEnv(env_id)
-    report = check_env(env, env.default_params, only=["observation_space"], **SMALL)
+    # check-env's default rollout and compile (UmbrellaChain's slip is float rounding, which
+    # XLA's unoptimised arithmetic happens to round to exactly 0)
+    size = {"num_envs": 16, "num_steps": 500, "compiler_options": None} if env_id in ROLLOUT_REASONS else {}
+    report = check_env(env, env.default_params, only=["observation_space"], **{**SMALL, **size})
     assert report.failed_names() == ["observation_space"], str(report)
 
 
