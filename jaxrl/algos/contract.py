@@ -150,11 +150,16 @@ class ModelParams(NamedTuple):
         ``batch_axes`` placement.
       num_heads, num_kv_heads: the attention heads tensor parallelism splits (it refuses a
         model axis that does not divide both); ``0``: no attention to check.
+      estimate: ``estimate(data, model, strategy) -> MemoryEstimate`` (per device of that
+        mesh: weights, gradients, optimiser, KV cache, activations; it has ``total`` and
+        ``table()``), checked up front by the run machinery; ``None``: the train state's
+        size is the only estimate.
     """
 
     leaves: Callable[[Any], Any]
     num_heads: int = 0
     num_kv_heads: int = 0
+    estimate: Callable[[int, int, str], Any] | None = None
 
 
 class Program(NamedTuple):

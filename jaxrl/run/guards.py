@@ -115,6 +115,18 @@ def check_memory(cfg, built, available: tuple[int, str] | None = None) -> None:
     fit in the memory available."""
     state, evaluation = estimate_bytes(cfg, built)
     have, where = available or available_memory(cfg.devices)
+    declared = built.program.model_params
+    if declared is not None and declared.estimate is not None:  # a model's own estimate, per device
+        n_dev = len(jax.devices()) if cfg.devices == "all" else int(cfg.devices)
+        model = cfg.mesh.model
+        est = declared.estimate(max(1, n_dev // model), model, cfg.mesh.strategy)
+        per_device = have // max(1, n_dev) if where != "host memory" else have
+        if est.total * cfg.train.seeds > per_device:
+            raise ResourceError(
+                f"not enough memory: one update needs {_gib(est.total * cfg.train.seeds)} per device "
+                f"({est.parts()}; {est.setup}), more than the {_gib(per_device)} of {where} per device; "
+                f"lower {cfg.algo}.num_prompts, use {cfg.algo}.micro_batches, LoRA, bfloat16 or mesh.model"
+            )
     if state + evaluation <= have:
         return
     seeds = cfg.train.seeds

@@ -18,7 +18,8 @@ import jax
 import jax.numpy as jnp
 
 from jaxrl.algos.contract import (
-    Alert, AlgoEntry, BatchSize, Curve, EnvSetup, EvalReport, Plan, Policy, Program, no_carry, replicated_axes,
+    Alert, AlgoEntry, BatchSize, Curve, EnvSetup, EvalReport, ModelParams, Plan, Policy, Program, leaves_under, no_carry,
+    replicated_axes,
 )
 from jaxrl.algos.grpo import config, evaluate, losses, policy, rollout, update
 from jaxrl.algos.grpo.config import GRPOConfig, GRPOHyper, hyperparams
@@ -66,6 +67,36 @@ def _hf_policy(env: Environment, cfg: GRPOConfig) -> policy.Policy:
         lora = lm.LoRAConfig(m.lora.rank, m.lora.alpha, tuple(m.lora.targets))
     spec = LMSpec(model, lora, env.pad_id, env.prompt_len, env.dialogue_len, m.head_chunk)
     return lm_policy(spec, weights)
+
+
+def model_params(cfg: GRPOConfig, seq_len: int = 0) -> ModelParams | None:
+    """The leaves a ``model`` mesh axis splits: a loaded model's weights (trained, frozen and
+    reference) and the optimiser moments that mirror them; ``None`` for the small networks."""
+    if cfg.model.policy != "hf":
+        return None
+    import json
+    import os
+
+    from jaxrl.models import lm
+
+    file = os.path.join(cfg.model.path, "config.json")
+    with open(file, encoding="utf-8") as f:
+        c = lm.LMConfig.from_hf(json.load(f), source=file)
+    leaves = functools.partial(leaves_under, names=("params", "ref_params", "frozen", "opt_state"))
+    return ModelParams(leaves, c.num_heads, c.num_kv_heads, functools.partial(_memory, c, cfg, seq_len))
+
+
+def _memory(lm_config, cfg: GRPOConfig, seq_len: int, data: int, model: int, strategy: str):
+    """Per-device memory of one update of a loaded model (:func:`jaxrl.models.lm.memory.estimate_memory`)."""
+    from jaxrl.models.lm.memory import estimate_memory
+
+    m = cfg.model
+    return estimate_memory(
+        lm_config, batch=cfg.sampling.oversample * cfg.num_prompts * cfg.group_size, seq_len=seq_len,
+        param_dtype_bytes=2 if m.dtype == "bfloat16" else 4, full_finetune=m.lora.rank == 0, lora_rank=m.lora.rank,
+        lora_targets=tuple(m.lora.targets), data=data, model=model, strategy=strategy, grad_accum=cfg.micro_batches,
+        vocab_chunk=m.head_chunk,
+    )
 
 
 def build_policy(env: Environment, env_params, cfg: GRPOConfig) -> policy.Policy:
@@ -185,6 +216,7 @@ def build(envs: EnvSetup, cfg: GRPOConfig) -> Program:
         curve=Curve("return_mean", "sampled reward" if token else "sampled return"),
         alerts=alerts(envs, cfg, info),
         rollouts=functools.partial(evaluate.sampled_rollouts, setup) if token else None,
+        model_params=model_params(cfg, envs.env.dialogue_len if token else 0),
     )
 
 
