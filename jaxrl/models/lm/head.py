@@ -14,13 +14,16 @@ import functools
 import jax
 import jax.numpy as jnp
 
+from jaxrl.models.lm.model import precision
+
 Array = jax.Array
 
 
 def _chunk_stats(weight: Array, temperature: Array, h: Array, t: Array, *, tied: bool) -> tuple[Array, Array]:
     """log p(t) and entropy float32 ``[B, C]`` of one chunk ``h [B, C, D]``, targets ``t [B, C]``."""
     spec = "bcd,vd->bcv" if tied else "bcd,dv->bcv"
-    logits = jnp.einsum(spec, h, weight, preferred_element_type=jnp.float32) / temperature
+    logits = jnp.einsum(spec, h, weight, preferred_element_type=jnp.float32, precision=precision(h.dtype))
+    logits = logits / temperature
     lse = jax.nn.logsumexp(logits, axis=-1)
     target = jnp.take_along_axis(logits, t[..., None], axis=-1)[..., 0]
     p = jnp.exp(logits - lse[..., None])

@@ -99,8 +99,9 @@ def init_lora(key: Array, model, lcfg: LoRAConfig, dtype=jnp.float32) -> LoRAPar
 def lora_delta(x: Array, ab: dict, scale: float) -> Array:
     """``scale * (x @ a) @ b`` for one layer's ``a [in, r]``, ``b [r, out]``, in the adapter's
     dtype, returned in ``x``'s dtype."""
-    h = x.astype(ab["a"].dtype) @ ab["a"]
-    return (scale * (h @ ab["b"])).astype(x.dtype)
+    prec = jax.lax.Precision.HIGHEST if ab["a"].dtype == jnp.float32 else None   # no TF32 for float32
+    h = jnp.matmul(x.astype(ab["a"].dtype), ab["a"], precision=prec)
+    return (scale * jnp.matmul(h, ab["b"], precision=prec)).astype(x.dtype)
 
 
 def _check(lora: LoRAParams, lcfg: LoRAConfig) -> None:
