@@ -20,10 +20,9 @@ A run config file looks like::
 no duplicate keys, bounded sizes), applies ``--set a.b=value`` overrides to a copy, and
 converts it by walking dataclass fields and their type hints. Every problem raises
 :class:`ConfigError` with a one-line message naming the key ("did you mean" for unknown
-keys). Nothing is built here: :func:`jaxrl.run.build.build` builds the env and the program
-once. Derived values come from :func:`derive`; config objects are frozen and the user's
-mapping is never mutated. :func:`save_config` writes the resolved config as YAML that
-:func:`load_config` reads back to an equal object.
+keys). Nothing is built here (:func:`jaxrl.run.build.build` does). Derived values come from
+:func:`derive`; configs are frozen, the user's mapping is never mutated, and
+:func:`save_config` writes YAML that :func:`load_config` reads back to an equal object.
 """
 
 from __future__ import annotations
