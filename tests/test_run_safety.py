@@ -433,6 +433,16 @@ def test_a_full_disk_is_one_line(fake_table, tmp_path, capsys, monkeypatch):
     def tensorstore_full(self, *args, **kwargs):  # orbax reports it as its own error type
         raise ValueError("DATA_LOSS: Error writing local file: No space left on device [tensorstore]")
 
+    def tensorstore_full(self, *args, **kwargs):  # orbax logs the failure (with a traceback), then raises
+        import logging
+
+        try:
+            raise ValueError("DATA_LOSS: Error writing local file: No space left on device [tensorstore]")
+        except ValueError:
+            logging.getLogger("absl").exception("[thread 1] write failed")
+            logging.getLogger("orbax.checkpoint").error("commit failed")
+            raise
+
     monkeypatch.setattr(ocp.CheckpointManager, "save", tensorstore_full)
     assert cli.main(["train", config, "--out", str(tmp_path / "b")]) == 3
     assert _one_line(capsys.readouterr().err).startswith("jaxrl: I/O error: No space left on device: ")

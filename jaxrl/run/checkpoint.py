@@ -187,8 +187,9 @@ class Checkpoints:
             manager.reload()
             manager.delete(step)
         try:
-            manager.save(step, args=ocp.args.StandardSave(stored), force=True)
-            manager.wait_until_finished()
+            with _quiet_orbax():  # a failed save is one line (below), not orbax's logged tracebacks
+                manager.save(step, args=ocp.args.StandardSave(stored), force=True)
+                manager.wait_until_finished()
         except OSError:
             raise
         except Exception as exc:  # orbax / tensorstore wrap I/O failures in their own types
@@ -455,6 +456,28 @@ def _record_problem(record: Any, step: int) -> str | None:
 def short_value(value: Any, limit: int = 80) -> str:
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+class _quiet_orbax:
+    """Context manager: orbax's and absl's loggers print nothing below CRITICAL inside it.
+    Orbax logs every failed write (with its traceback) from each of its worker threads
+    before raising; the caller reports the raised error in one line instead."""
+
+    NAMES = ("absl", "orbax", "orbax.checkpoint", "etils")
+
+    def __enter__(self):
+        import logging
+
+        self._levels = {name: logging.getLogger(name).level for name in self.NAMES}
+        for name in self.NAMES:
+            logging.getLogger(name).setLevel(logging.CRITICAL)
+        return self
+
+    def __exit__(self, *exc):
+        import logging
+
+        for name, level in self._levels.items():
+            logging.getLogger(name).setLevel(level)
 
 
 def _file_sha256(path: str) -> str:
