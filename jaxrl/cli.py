@@ -213,6 +213,16 @@ def _add_render(sub) -> None:
     p.set_defaults(func=_lazy("jaxrl.run.evaluate", "main_render"))
 
 
+def _add_export_hf(sub) -> None:
+    p = sub.add_parser("export-hf", help="write a run's trained language model as a Hugging Face directory")
+    p.add_argument("run_dir", metavar="RUN_DIR")
+    p.add_argument("--out", required=True, metavar="DIR", help="the directory to write (transformers' from_pretrained reads it)")
+    p.add_argument("--adapters-only", action="store_true", help="LoRA runs: PEFT's adapter files instead of merged weights")
+    p.add_argument("--seed", type=int, default=0, help="which seed of the run")
+    p.add_argument("--step", type=count, metavar="N", help="export checkpoint N (updates done) instead of the newest")
+    p.set_defaults(func=_lazy("jaxrl.run.export", "main_export_hf"))
+
+
 def _add_config(sub) -> None:
     p = sub.add_parser("config", help="print every config key of a run of ALGO: type, default, meaning")
     p.add_argument("algo", metavar="ALGO", help="a registered algorithm, e.g. ppo or grpo")
@@ -240,6 +250,7 @@ COMMANDS: list[Callable] = [
     _add_train,
     _add_eval,
     _add_render,
+    _add_export_hf,
     _add_config,
 ]
 

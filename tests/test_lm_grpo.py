@@ -162,3 +162,46 @@ def test_the_lm_recipe_builds_through_the_config_machinery():
         trainer.build(config_lib.load_config(os.path.join(ROOT, "configs", "grpo_lm_reverse.yaml"), ["env.tokenizer.path=/nonexistent"]))
     with pytest.raises(config_lib.ConfigError, match="vocabulary"):  # the task still in its own ids
         trainer.build(config_lib.load_config(os.path.join(ROOT, "configs", "grpo_lm_reverse.yaml"), ["env.tokenizer=null"]))
+
+
+class _Kill(BaseException):
+    """A crash nothing in the trainer handles (kill -9)."""
+
+
+def test_jaxrl_train_with_lora_resumes_bit_for_bit_after_a_kill(tmp_path):
+    """The LM recipe through the run machinery (jaxrl train): killed at its second checkpoint
+    and resumed, it ends bit for bit where the uninterrupted run ends."""
+    from jaxrl.run import trainer
+
+    overrides = ["grpo.num_updates=3", "train.updates_per_chunk=1", "train.checkpoint_every=1", "train.progress=false",
+                 "grpo.num_prompts=2"]
+    cfg = config_lib.load_config(os.path.join(ROOT, "configs", "grpo_lm_reverse.yaml"), overrides)
+    straight = trainer.run(cfg, run_dir=str(tmp_path / "straight"), evaluate=False)
+    real_save, calls = Checkpoints.save, []
+
+    def crashing_save(self, step, state):
+        calls.append(step)
+        if len(calls) == 2:
+            raise _Kill
+        return real_save(self, step, state)
+
+    with pytest.MonkeyPatch.context() as mp, pytest.raises(_Kill):
+        mp.setattr(Checkpoints, "save", crashing_save)
+        trainer.run(cfg, run_dir=str(tmp_path / "resumed"), evaluate=False)
+    resumed = trainer.run(resume=str(tmp_path / "resumed"), evaluate=False)
+    assert resumed.updates == straight.updates == 3
+    for x, y in zip(jax.tree_util.tree_leaves(straight.state), jax.tree_util.tree_leaves(resumed.state)):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+    # the trained model out as a Hugging Face directory: merged LoRA equals base + adapters
+    from jaxrl.models import lm
+    from jaxrl.run.export import export_hf
+
+    out = export_hf(str(tmp_path / "resumed"), str(tmp_path / "hf"))
+    model, merged = lm.load_lm(out)
+    state = jax.tree_util.tree_map(lambda x: x[0], resumed.state)
+    ids = jnp.asarray([[397, 397, 398, 20, 21, 28, 399], [398, 15, 16, 17, 18, 28, 399]], jnp.int32)
+    mask = ids != 397
+    want = model.apply(state.frozen, ids, mask, lora=state.params)
+    np.testing.assert_allclose(np.asarray(model.apply(merged, ids, mask))[np.asarray(mask)], np.asarray(want)[np.asarray(mask)], atol=1e-4)
+    peft = export_hf(str(tmp_path / "resumed"), str(tmp_path / "peft"), adapters_only=True)
+    assert sorted(os.listdir(peft)) == ["adapter_config.json", "adapter_model.safetensors"]

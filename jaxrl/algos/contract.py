@@ -154,12 +154,16 @@ class ModelParams(NamedTuple):
         mesh: weights, gradients, optimiser, KV cache, activations; it has ``total`` and
         ``table()``), checked up front by the run machinery; ``None``: the train state's
         size is the only estimate.
+      export: ``export(state, out_dir, adapters_only) -> out_dir`` writes one seed's trained
+        model as a Hugging Face directory (adapters merged; ``adapters_only``: PEFT's adapter
+        files alone), or ``None``.
     """
 
     leaves: Callable[[Any], Any]
     num_heads: int = 0
     num_kv_heads: int = 0
     estimate: Callable[[int, int, str], Any] | None = None
+    export: Callable[[Any, str, bool], str] | None = None
 
 
 class Program(NamedTuple):

@@ -107,3 +107,30 @@ def load_policy(run_dir: str, seed: int = 0, deterministic: bool = True) -> Expo
         raise ConfigError(f"seed: the run trained seeds 0..{cfg.train.seeds - 1}, got {seed}")
     state = jax.tree_util.tree_map(lambda x: x[int(seed)], states)
     return ExportedPolicy(policy, policy.params(state), bool(deterministic), step)
+
+
+def export_hf(run_dir: str, out_dir: str, seed: int = 0, step: int | None = None, adapters_only: bool = False) -> str:
+    """Write seed ``seed``'s trained language model of the run in ``run_dir`` (checkpoint
+    ``step``, default the newest that verifies) as a Hugging Face directory ``out_dir`` that
+    transformers loads (``adapters_only``: PEFT's adapter files). Raises :class:`ConfigError`
+    for a run whose algorithm has no model to export."""
+    from jaxrl.run.evaluate import load_run
+
+    cfg, built, states, _ = load_run(run_dir, step=step)
+    declared = built.program.model_params
+    if declared is None or declared.export is None:
+        raise ConfigError(f"{run_dir!r}: {cfg.algo} on {cfg.env.id} trained no language model to export")
+    if not 0 <= int(seed) < cfg.train.seeds:
+        raise ConfigError(f"seed: the run trained seeds 0..{cfg.train.seeds - 1}, got {seed}")
+    state = jax.device_get(jax.tree_util.tree_map(lambda x: x[int(seed)], states))
+    try:
+        return declared.export(state, out_dir, bool(adapters_only))
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"export: {' '.join(str(exc).split())}") from None
+
+
+def main_export_hf(args) -> int:
+    """``jaxrl export-hf RUN_DIR --out DIR [--adapters-only] [--seed S] [--step N]``."""
+    out = export_hf(args.run_dir, args.out, args.seed, args.step, args.adapters_only)
+    print(f"jaxrl: wrote {out}")
+    return 0

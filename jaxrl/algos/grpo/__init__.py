@@ -13,6 +13,7 @@ discrete actions an MLP, so GRPO also trains CartPole. :data:`ENTRY` registers
 from __future__ import annotations
 
 import functools
+import os
 
 import jax
 import jax.numpy as jnp
@@ -75,7 +76,6 @@ def model_params(cfg: GRPOConfig, seq_len: int = 0) -> ModelParams | None:
     if cfg.model.policy != "hf":
         return None
     import json
-    import os
 
     from jaxrl.models import lm
 
@@ -83,7 +83,28 @@ def model_params(cfg: GRPOConfig, seq_len: int = 0) -> ModelParams | None:
     with open(file, encoding="utf-8") as f:
         c = lm.LMConfig.from_hf(json.load(f), source=file)
     leaves = functools.partial(leaves_under, names=("params", "ref_params", "frozen", "opt_state"))
-    return ModelParams(leaves, c.num_heads, c.num_kv_heads, functools.partial(_memory, c, cfg, seq_len))
+    return ModelParams(leaves, c.num_heads, c.num_kv_heads, functools.partial(_memory, c, cfg, seq_len),
+                       functools.partial(export_hf, cfg))
+
+
+def export_hf(cfg: GRPOConfig, state: GRPOState, out_dir: str, adapters_only: bool = False) -> str:
+    """One seed's trained model (``state``, unbatched) as a Hugging Face directory: the base
+    with LoRA merged, or the full fine-tuned weights, in the checkpoint's dtype, with the
+    source's config, generation config and tokenizer files; ``adapters_only``: PEFT's
+    ``adapter_config.json`` and ``adapter_model.safetensors`` (LoRA runs only)."""
+    from jaxrl.models import lm
+
+    m = cfg.model
+    model, base = lm.load_lm(m.path, dtype=jnp.bfloat16 if m.dtype == "bfloat16" else jnp.float32)
+    if m.lora.rank == 0:
+        if adapters_only:
+            raise ValueError("adapters only: this run fine-tuned every weight (grpo.model.lora.rank 0); export the whole model")
+        weights = jax.tree_util.tree_map(lambda w, b: jnp.asarray(w, b.dtype), state.params, base)
+        return lm.save_hf(out_dir, model, weights, source=m.path)
+    lcfg = lm.LoRAConfig(m.lora.rank, m.lora.alpha, tuple(m.lora.targets))
+    if adapters_only:
+        return lm.save_peft(out_dir, model, state.params, lcfg, os.path.abspath(m.path))
+    return lm.save_hf(out_dir, model, state.frozen, lora=state.params, lora_config=lcfg, source=m.path)
 
 
 def _memory(lm_config, cfg: GRPOConfig, seq_len: int, data: int, model: int, strategy: str):
