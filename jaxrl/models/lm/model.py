@@ -137,6 +137,9 @@ class LM:
         c = self.config
         return jnp.asarray(c.sliding_layers or (False,) * c.num_layers, bool)
 
+    def _layer_mask(self, sliding: Array, full: Array, windowed: Array) -> Array:
+        return full if self.config.sliding_window is None else jnp.where(sliding, windowed, full)
+
     def _embed(self, params: dict, ids: Array) -> Array:
         return jnp.take(params["embed_tokens"], ids, axis=0).astype(self.dtype)
 
@@ -158,7 +161,7 @@ class LM:
             lp, ll, sliding = xs
             h = rms_norm(x, lp["input_layernorm"], c.rms_norm_eps)
             q, k, v = self._qkv(lp, ll, h, cos, sin)
-            attended = _attend(q, k, v, jnp.where(sliding, windowed, full))
+            attended = _attend(q, k, v, self._layer_mask(sliding, full, windowed))
             return self._finish(lp, ll, x, attended), ((k, v) if keep_kv else None)
 
         x, kv = jax.lax.scan(body, self._embed(params, input_ids), (params["layers"], lora, self._sliding()))
@@ -233,7 +236,7 @@ class LM:
             vc = jax.lax.dynamic_update_slice(vc, v[None].astype(vc.dtype), (layer, 0, write_at, 0, 0))
             k_all = jax.lax.dynamic_index_in_dim(kc, layer, keepdims=False)
             v_all = jax.lax.dynamic_index_in_dim(vc, layer, keepdims=False)
-            attended = _attend(q, k_all, v_all, jnp.where(sliding, windowed, full))
+            attended = _attend(q, k_all, v_all, self._layer_mask(sliding, full, windowed))
             return (self._finish(lp, ll, x, attended), kc, vc), None
 
         xs = (params["layers"], lora, self._sliding(), jnp.arange(c.num_layers))
