@@ -235,6 +235,7 @@ def test_tokenizer_matches_transformers():
     assert tok.chat_template.startswith("{%-")
     for case in cases["chat"]:
         assert tok.encode(case["text"]) == case["ids"]
+    assert [b.hex() for b in tok.token_bytes()] == cases["token_bytes_hex"]
 
 
 # -- LoRA and the chunked head (one small model, the shapes of the parity tests) ----------------

@@ -220,6 +220,40 @@ class Tokenizer:
     def vocab_size(self) -> int:
         return self.tokenizer.get_vocab_size(with_added_tokens=True)
 
+    def token_bytes(self) -> list[bytes]:
+        """The bytes each id stands for (index = id): what a completion decodes to on device,
+        token by token (a token may hold part of a UTF-8 character). Added/special tokens give
+        their text; byte-level BPE tokens are mapped back through GPT-2's byte alphabet;
+        SentencePiece pieces turn ``<0xNN>`` into the byte and ``▁`` into a space."""
+        added = {i: t.content for i, t in self.tokenizer.get_added_tokens_decoder().items()}
+        state = json.loads(self.tokenizer.to_str())
+        byte_level = "ByteLevel" in json.dumps(state.get("decoder"))
+        table = _byte_decoder()
+        out = []
+        for i in range(self.vocab_size):
+            piece = self.tokenizer.id_to_token(i)
+            if i in added or piece is None:
+                out.append((added.get(i) or "").encode("utf-8"))
+            elif byte_level:
+                out.append(bytes(table[ch] for ch in piece))
+            elif re.fullmatch(r"<0x[0-9A-Fa-f]{2}>", piece):
+                out.append(bytes([int(piece[3:5], 16)]))
+            else:
+                out.append(piece.replace("\u2581", " ").encode("utf-8"))
+        return out
+
+
+def _byte_decoder() -> dict[str, int]:
+    """GPT-2's byte-level alphabet, reversed: the printable character standing for each byte."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    chars, extra = list(printable), 0
+    for b in range(256):
+        if b not in printable:
+            printable.append(b)
+            chars.append(256 + extra)
+            extra += 1
+    return {chr(c): b for b, c in zip(printable, chars)}
+
 
 def load_tokenizer(path: str) -> Tokenizer:
     """The tokenizer of a checkpoint directory (``tokenizer.json`` + ``tokenizer_config.json``;
