@@ -19,6 +19,7 @@ import pytest
 
 from jaxrl.models.lm import (LMConfig, LoRAConfig, generate, init_lora, load_lm, load_tokenizer, merge_lora,
                              sample_token, token_logprobs)
+from jaxrl.models.lm.generate import _generate
 from jaxrl.models.lm.load import load_params
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures", "lm")
@@ -66,6 +67,11 @@ def test_greedy_generate_matches_transformers(loaded):
     assert out.shape[1] >= gen.shape[1]
     np.testing.assert_array_equal(out[:, :gen.shape[1]], gen)
     assert (out[:, gen.shape[1]:] == model.pad_id).all()
+    # another prompt of the same shape reuses the compiled program (no retrace)
+    traces = _generate._cache_size()
+    generate(model, params, ref["gen_input_ids"][::-1], ref["gen_attention_mask"][::-1],
+             max_new_tokens=int(ref["max_new_tokens"]))
+    assert _generate._cache_size() == traces
 
 
 def _cached_logits(model, params, ids, mask):

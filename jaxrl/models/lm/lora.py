@@ -46,7 +46,8 @@ class LoRAConfig:
 class LoRAParams(dict):
     """The adapter weights ``{target: {"a": [L, in, r], "b": [L, r, out]}}``, a dict that also
     carries the static update scale ``alpha / rank`` (pytree aux data: never traced, never
-    trained, preserved by ``jax.tree.map``, gradients and optax updates)."""
+    trained, preserved by ``jax.tree.map``, gradients and optax updates). Restore a
+    checkpoint into a target made by :func:`init_lora`; a plain dict has no scale."""
 
     def __init__(self, weights: dict, scale: float):
         super().__init__(weights)

@@ -93,6 +93,12 @@ def _window_mask(mask: Array, q_pos: Array, k_pos: Array, window: int | None) ->
     return mask & (q_pos[:, :, None] - k_pos[:, None, :] < window)
 
 
+def _check_lora(lora) -> None:
+    if lora is not None and not isinstance(lora, LoRAParams):
+        raise TypeError(f"lora must be the LoRAParams that init_lora returns (it carries alpha / rank), "
+                        f"got {type(lora).__name__}")
+
+
 @dataclasses.dataclass(frozen=True)
 class LM:
     """A loaded decoder: its :class:`LMConfig`, compute/param ``dtype``, the id written after a
@@ -148,6 +154,7 @@ class LM:
     def _forward(self, params: dict, input_ids: Array, attention_mask: Array | None, lora, keep_kv: bool):
         """Hidden states ``[B, L, D]`` (final-normed) and, if ``keep_kv``, keys/values
         ``[n_layers, B, L, Hkv, hd]``."""
+        _check_lora(lora)
         c = self.config
         b, length = input_ids.shape
         mask = jnp.ones((b, length), bool) if attention_mask is None else attention_mask.astype(bool)
@@ -215,6 +222,7 @@ class LM:
         the caller keeps them inside the cache). ``token_mask`` bool ``[B, R]`` (None = all
         real): a False token is padding, invisible to every later query and consuming no
         position. Returns logits float32 ``[B, R, V]`` and the updated cache."""
+        _check_lora(lora)
         c = self.config
         b, r = tokens.shape
         tmask = jnp.ones((b, r), bool) if token_mask is None else token_mask.astype(bool)
