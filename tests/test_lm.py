@@ -275,7 +275,7 @@ def test_lora_zero_b_is_base_merged_equals_unmerged_and_gradients_reach_b(qwen3)
     assert float(jnp.abs(grads["q_proj"]["b"]).max()) > 0           # b = 0 still gets a gradient
     # give b values: the adapters change the output, and merging them gives the same logits
     rng = np.random.default_rng(1)
-    lora = jax.tree.map(lambda x: x + 0.05 * rng.standard_normal(x.shape, np.float32), lora)
+    lora = jax.tree.map(lambda x: np.asarray(x) + 0.05 * rng.standard_normal(x.shape, np.float32), lora)
     assert lora.scale == 2.0                        # the static scale survives tree maps
     unmerged = np.asarray(logits_and_grads(lora)[1])
     merged = np.asarray(apply(merge_lora(model, params, lora, lcfg), ids, mask))

@@ -22,7 +22,7 @@ def qwen2_with_lora():
     lcfg = LoRAConfig(rank=4, alpha=8.0)
     lora = init_lora(jax.random.PRNGKey(0), model, lcfg)
     rng = np.random.default_rng(0)
-    lora = jax.tree.map(lambda x: x + 0.05 * rng.standard_normal(x.shape, np.float32), lora)
+    lora = jax.tree.map(lambda x: np.asarray(x) + 0.05 * rng.standard_normal(x.shape, np.float32), lora)
     with np.load(os.path.join(FIXTURES, "reference", "qwen2.npz")) as z:
         batch = z["input_ids"], z["attention_mask"]
     expected = np.asarray(jax.jit(model.apply)(params, *batch, lora))

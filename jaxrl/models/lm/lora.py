@@ -114,11 +114,17 @@ def merge_lora(model, params: dict, lora: LoRAParams, lcfg: LoRAConfig) -> dict:
     """Base parameters with the adapters folded in: ``kernel + (alpha / rank) * a @ b`` per layer
     (computed in float32, cast back to the kernel's dtype)."""
     _check(lora, lcfg)
+    return _merge(params, lora, lcfg.scale)
+
+
+@functools.partial(jax.jit, static_argnames=("scale",))
+def _merge(params: dict, lora: LoRAParams, scale: float) -> dict:
     layers = dict(params["layers"])
     for name, ab in lora.items():
         proj = dict(layers[name])
         kernel = proj["kernel"]
-        delta = jnp.einsum("lir,lro->lio", ab["a"].astype(jnp.float32), ab["b"].astype(jnp.float32))
-        proj["kernel"] = (kernel.astype(jnp.float32) + lcfg.scale * delta).astype(kernel.dtype)
+        delta = jnp.einsum("lir,lro->lio", ab["a"].astype(jnp.float32), ab["b"].astype(jnp.float32),
+                           precision=jax.lax.Precision.HIGHEST)
+        proj["kernel"] = (kernel.astype(jnp.float32) + scale * delta).astype(kernel.dtype)
         layers[name] = proj
     return {**params, "layers": layers}
