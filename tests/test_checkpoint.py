@@ -89,7 +89,7 @@ def test_interrupted_save_keeps_last_good(states, tmp_path, monkeypatch):
     with pytest.raises(Exception, match="simulated crash"):
         ckpts.save(2, s2)
     monkeypatch.undo()
-    leftovers = [p for p in os.listdir(directory) if p not in ("1", ".run_id")]
+    leftovers = [p for p in os.listdir(directory) if p not in ("1",)]
     assert leftovers and all("tmp" in p for p in leftovers), os.listdir(directory)  # step 2 stayed a tmp dir
 
     # A fresh process sees only the good checkpoint, restores it exactly, and can save again.
@@ -99,4 +99,4 @@ def test_interrupted_save_keeps_last_good(states, tmp_path, monkeypatch):
         again.save(2, s2)
         assert again.steps() == [1, 2]
         assert leaves_equal(again.restore(s1), s2)
-    assert sorted(os.listdir(directory)) == [".run_id", "1", "2"]  # the leftover was cleaned up (.run_id: the run's identity)
+    assert sorted(os.listdir(directory)) == ["1", "2"]  # the leftover was cleaned up

@@ -704,3 +704,14 @@ def test_resume_accepts_the_reporting_keys_docs_runs_md_lists(straight, tmp_path
     assert "jaxrl: done: 7 updates" in capsys.readouterr().out
     assert cli.main(["train", "--resume", run_dir, "--set", "fake.lr=0.5"]) == 2
     assert "with --resume only train.progress" in _one_line(capsys.readouterr().err)
+
+
+def test_the_run_id_lives_in_the_lock_and_survives_a_resume(straight, tmp_path):
+    straight_dir, _ = straight
+    ident = rundir.run_id(str(straight_dir))
+    assert ident and len(ident) == 32
+    assert ckpt_lib.Checkpoints(os.path.join(straight_dir, "checkpoints"), read_only=True).record(7)["run_id"] == ident
+    run_dir = copy_run(straight_dir, tmp_path)  # a copied run is the same run
+    with rundir.RunLock(run_dir):
+        pass
+    assert rundir.run_id(run_dir) == ident

@@ -64,9 +64,6 @@ class CheckpointCorrupt(CheckpointError):
 
 #: Written into each step directory after orbax commits it: digest, leaf count, meta.
 RECORD_FILE = "jaxrl_checkpoint.json"
-#: Beside the step directories: a random id of the run, copied into every record, so that a
-#: step copied or linked in from another run is refused instead of read as this run's.
-RUN_ID_FILE = ".run_id"
 ITEM = "default"  # orbax's item directory of a single-item manager
 
 
@@ -136,14 +133,16 @@ class Checkpoints:
       meta: JSON-able data stored in every checkpoint's record (e.g. the resolved config).
       read_only: a reader: never creates, cleans up or deletes anything; cannot save.
       warn: called with one line when restore falls back past a damaged checkpoint.
+      run_id: the run's identity (:func:`jaxrl.run.rundir.run_id`): a writer stores it in each
+        record, a reader refuses a record that names another (a step copied in from elsewhere).
     """
 
     def __init__(
         self, directory: str | os.PathLike, keep: int = 3, meta: dict | None = None, read_only: bool = False,
-        warn: Callable[[str], None] = _warn,
+        warn: Callable[[str], None] = _warn, run_id: str | None = None,
     ):
         self.directory = os.path.abspath(os.fspath(directory))
-        self.meta, self.read_only, self._warn = meta, read_only, warn
+        self.meta, self.read_only, self._warn, self.run_id = meta, read_only, warn, run_id
         self._keep, self._manager = int(keep), None  # orbax's manager: made at the first write
 
     def _writing(self, what: str):
@@ -200,10 +199,9 @@ class Checkpoints:
         digest, leaves = content_digest(stored)
         self._read_back(step, digest)
         files = _file_table(self._step_dir(step))
-        record = {
-            "format": 1, "step": step, "sha256": digest, "leaves": leaves, "files": files, "meta": self.meta,
-            "run_id": self.run_id(create=True),
-        }
+        record = {"format": 1, "step": step, "sha256": digest, "leaves": leaves, "files": files, "meta": self.meta}
+        if self.run_id is not None:
+            record["run_id"] = self.run_id
         path = os.path.join(self._step_dir(step), RECORD_FILE)
         from jaxrl.run import rundir
 
@@ -264,7 +262,7 @@ class Checkpoints:
         problem = _record_problem(record, step)
         if problem:
             raise CheckpointCorrupt(step, self.directory, f"{RECORD_FILE} {problem}")
-        own = self.run_id()
+        own = self.run_id
         if own is not None and record.get("run_id", own) != own:
             raise CheckpointCorrupt(step, self.directory, "it was written by another run (copied or linked in)")
         return record
@@ -307,23 +305,6 @@ class Checkpoints:
         :class:`CheckpointCorrupt` steps ``damaged`` (nothing when there are none)."""
         if damaged:
             self._warn(_fallback_line(damaged, self.directory, used))
-
-    def run_id(self, create: bool = False) -> str | None:
-        """The identity of the run these checkpoints belong to (:data:`RUN_ID_FILE`; a writer
-        creates it with ``create``), or None for a directory written before it existed."""
-        path = os.path.join(self.directory, RUN_ID_FILE)
-        try:
-            with open(path, "rb") as f:
-                return f.read(64).decode("ascii", "replace").strip() or None
-        except FileNotFoundError:
-            if not create:
-                return None
-        import uuid
-
-        from jaxrl.run import rundir
-
-        rundir.write_text(path, uuid.uuid4().hex + "\n")
-        return self.run_id()
 
     def verified_step(self) -> int | None:
         """The newest step whose arrays match their recorded digest (restored from the

@@ -150,7 +150,9 @@ def load_run(run_dir: str, episodes: int | None = None, step: int | None = None)
     from jaxrl.run import guards
 
     fallback = run_config(run_dir)  # also: is this a run directory at all
-    with Checkpoints(os.path.join(run_dir, CHECKPOINT_DIR), read_only=True) as ckpts:
+    from jaxrl.run import rundir
+
+    with Checkpoints(os.path.join(run_dir, CHECKPOINT_DIR), read_only=True, run_id=rundir.run_id(run_dir)) as ckpts:
         steps = ckpts.steps()
         if not steps:
             raise ConfigError(f"{run_dir!r} has no checkpoint yet")

@@ -22,8 +22,10 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import socket
 import tempfile
+import uuid
 
 from jaxrl.run.yamlio import display_path, short
 
@@ -64,10 +66,29 @@ class RunDirError(RuntimeError):
 
 def _holder(fd: int) -> str:
     try:
-        text = os.pread(fd, 200, 0).decode("utf-8", "replace").strip()
+        text = os.pread(fd, 200, 0).decode("utf-8", "replace").strip().splitlines()
     except OSError:
-        text = ""
-    return text or "another process"
+        text = []
+    return text[0] if text else "another process"
+
+
+_RUN_ID_RE = re.compile(r"^run ([0-9a-f]{32})$", re.M)
+
+
+def run_id(run_dir: str) -> str | None:
+    """The run's identity, kept in its ``.lock`` file (second line ``run <32 hex>``; made by
+    the first writer, kept by every later one, copied with the directory), or None for a
+    directory without one. Checkpoint records carry it, so a step copied in from another
+    run is refused (:class:`jaxrl.run.checkpoint.Checkpoints`)."""
+    try:
+        fd = os.open(os.path.join(run_dir, LOCK_FILE), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        match = _RUN_ID_RE.search(os.pread(fd, 200, 0).decode("utf-8", "replace"))
+    finally:
+        os.close(fd)
+    return match.group(1) if match else None
 
 
 class RunLock:
@@ -99,8 +120,10 @@ class RunLock:
                 f"run directory {display_path(self.run_dir)} is being written by {holder}; "
                 "wait for that run to finish or choose another --out"
             ) from None
+        match = _RUN_ID_RE.search(os.pread(fd, 200, 0).decode("utf-8", "replace"))
+        ident = match.group(1) if match else uuid.uuid4().hex  # the run's identity: kept across writers
         os.ftruncate(fd, 0)
-        os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
+        os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}\nrun {ident}\n".encode(), 0)
         self._fd = fd
         return self
 

@@ -336,6 +336,7 @@ def _run_locked(cfg, built, keys, layout, run_dir, resume, evaluate, out, accept
     ckpts = Checkpoints(
         os.path.join(run_dir, CHECKPOINT_DIR), keep=cfg.train.keep_checkpoints,
         meta={"config": config_lib.config_to_dict(cfg)}, read_only=not primary,
+        run_id=rundir.run_id(run_dir) if primary else None,  # a step copied in from another run is refused
     )
     metrics_path = os.path.join(run_dir, METRICS_FILE)
     done, wall_offset, records = 0, 0.0, []
