@@ -116,28 +116,31 @@ class LM:
 
     # -- the pieces of a block ---------------------------------------------------------------
 
+    @staticmethod
+    def _proj(x: Array, lp: dict, ll: LoRAParams | None, name: str) -> Array:
+        """Projection ``name`` of one layer, with its adapter when ``ll`` has one."""
+        if ll is None:
+            return _linear(x, lp[name], None, 1.0)
+        return _linear(x, lp[name], ll.get(name), ll.scale)
+
     def _qkv(self, lp: dict, ll: LoRAParams | None, h: Array, cos: Array, sin: Array):
         c = self.config
         b, r, _ = h.shape
-        scale = ll.scale if ll is not None else 1.0
-        get = (lambda n: ll.get(n)) if ll is not None else (lambda n: None)
-        q = _linear(h, lp["q_proj"], get("q_proj"), scale).reshape(b, r, c.num_heads, c.head_dim)
-        k = _linear(h, lp["k_proj"], get("k_proj"), scale).reshape(b, r, c.num_kv_heads, c.head_dim)
-        v = _linear(h, lp["v_proj"], get("v_proj"), scale).reshape(b, r, c.num_kv_heads, c.head_dim)
+        q = self._proj(h, lp, ll, "q_proj").reshape(b, r, c.num_heads, c.head_dim)
+        k = self._proj(h, lp, ll, "k_proj").reshape(b, r, c.num_kv_heads, c.head_dim)
+        v = self._proj(h, lp, ll, "v_proj").reshape(b, r, c.num_kv_heads, c.head_dim)
         if c.qk_norm:
             q = rms_norm(q, lp["q_norm"], c.rms_norm_eps)
             k = rms_norm(k, lp["k_norm"], c.rms_norm_eps)
         return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
 
     def _finish(self, lp: dict, ll: LoRAParams | None, x: Array, attended: Array) -> Array:
+        """Output projection and residual, then the SwiGLU MLP and residual."""
         c = self.config
-        scale = ll.scale if ll is not None else 1.0
-        get = (lambda n: ll.get(n)) if ll is not None else (lambda n: None)
-        x = x + _linear(attended, lp["o_proj"], get("o_proj"), scale)
+        x = x + self._proj(attended, lp, ll, "o_proj")
         h = rms_norm(x, lp["post_attention_layernorm"], c.rms_norm_eps)
-        gate = _linear(h, lp["gate_proj"], get("gate_proj"), scale)
-        up = _linear(h, lp["up_proj"], get("up_proj"), scale)
-        return x + _linear(jax.nn.silu(gate) * up, lp["down_proj"], get("down_proj"), scale)
+        gate, up = self._proj(h, lp, ll, "gate_proj"), self._proj(h, lp, ll, "up_proj")
+        return x + self._proj(jax.nn.silu(gate) * up, lp, ll, "down_proj")
 
     def _sliding(self) -> Array:
         c = self.config
