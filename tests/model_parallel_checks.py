@@ -189,6 +189,9 @@ def checks() -> dict:
     t0 = time.perf_counter()
     report.update(trainer_checks())
     report["trainer_seconds"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    report.update(grpo_lm_checks())
+    report["grpo_lm_seconds"] = time.perf_counter() - t0
     report.update(refusals(mesh, params))
     return report
 
@@ -212,6 +215,50 @@ def trainer_checks() -> dict:
     flat = {jax.tree_util.keystr(p): str(s.spec) for p, s in jax.tree_util.tree_flatten_with_path(layout.state)[0]}
     out["trainer_specs"] = flat
     return out
+
+
+def grpo_lm_checks() -> dict:
+    """GRPO with LoRA on the tiny Qwen2 fixture through jaxrl.run.trainer.run: two updates on
+    ``devices: 4, mesh: {model: 2}`` (data 2 x model 2, tp) against one device."""
+    import tempfile
+
+    from jaxrl.run import config as config_lib, tokenized, trainer
+
+    # A random model rarely writes a digit: read every id that is no symbol of the task as "1"
+    # (instead of "="), so answers earn partial credit, groups differ and the update has a
+    # gradient to compare (with none, Adam would only amplify rounding noise).
+    tokenized.tokenize_task = functools.partial(tokenized.tokenize_task, unknown="1")
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "configs", "grpo_lm_reverse.yaml")
+    # beta 0: an update whose groups all tie has an exactly zero gradient (with the KL term it
+    # would be rounding noise, which Adam's normalisation turns into lr-sized steps either way).
+    base = ["grpo.num_updates=3", "train.updates_per_chunk=3", "train.progress=false", "grpo.num_prompts=4",
+            "grpo.loss.beta=0"]
+    states, specs, records = {}, {}, {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, extra in (("one", ["devices=1"]), ("dm", ["devices=4", "mesh.model=2", "mesh.strategy=tp"])):
+            cfg = config_lib.load_config(path, base + extra)
+            result = trainer.run(cfg, run_dir=os.path.join(tmp, name), evaluate=False, out=open(os.devnull, "w"))
+            states[name] = result.state
+            with open(os.path.join(tmp, name, "metrics.jsonl")) as f:
+                records[name] = [json.loads(line) for line in f]
+            specs[name] = {jax.tree_util.keystr(p): spec_of(x) for p, x in jax.tree_util.tree_flatten_with_path(result.state)[0]}
+    a, b = jax.device_get(states["one"]), jax.device_get(states["dm"])
+    split = sorted(k for k, v in specs["dm"].items() if "model" in v)
+    worst = max(((jax.tree_util.keystr(p), max_abs(x, y)) for (p, x), y in zip(
+        jax.tree_util.tree_flatten_with_path(a)[0], jax.tree_util.tree_leaves(b))), key=lambda t: t[1])
+    moved = max_abs(jax.device_get(states["one"].params), trainer_init_params(cfg))
+    keys = ("loss", "grad_norm", "kl", "reward", "entropy")
+    metrics = {name: [{k: r.get(k) for k in keys} for r in rows] for name, rows in records.items()}
+    return {"grpo_lm_metrics": metrics, "grpo_lm_max_diff": max_abs(a, b), "grpo_lm_worst_leaf": worst[0], "grpo_lm_split": split,
+            "grpo_lm_leaves": len(specs["dm"]), "grpo_lm_params_moved": moved}
+
+
+def trainer_init_params(cfg):
+    """Seed 0's initial trainable parameters of ``cfg`` (what the update moved away from)."""
+    from jaxrl.run import build, trainer
+
+    built = build.build(cfg)
+    return jax.device_get(jax.vmap(built.program.init)(trainer.seed_keys(cfg.train.seed, 1)).params)
 
 
 def refusals(mesh, params) -> dict:

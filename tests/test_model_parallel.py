@@ -88,6 +88,19 @@ def test_trainer_applies_the_mesh_key_to_declared_leaves(report):
     assert specs[".agent.obs_stats.mean"] == specs[".key"] == "P()"  # not declared: as before
 
 
+def test_grpo_lora_on_a_loaded_model_shards_like_one_device(report):
+    """jaxrl train's GRPO on the tiny Qwen2 fixture (LoRA), data=2 x model=2 (tp) vs one device."""
+    runs = report["grpo_lm_metrics"]
+    for one, dm in zip(runs["one"], runs["dm"]):
+        for k in one:
+            assert abs(one[k] - dm[k]) <= 1e-4 * max(1.0, abs(one[k])), (k, one[k], dm[k])
+    assert report["grpo_lm_params_moved"] > 1e-4  # the updates really changed the adapters
+    assert report["grpo_lm_max_diff"] < 1e-4, (report["grpo_lm_max_diff"], report["grpo_lm_worst_leaf"])
+    split = report["grpo_lm_split"]
+    assert any(".frozen" in k and "q_proj" in k for k in split), split  # the frozen base is split over model
+    assert any(".params" in k and "q_proj" in k for k in split), split  # and the adapters
+
+
 def test_refusals_are_one_line(report):
     assert report["heads_error"] == (
         "mesh.model=4: tensor parallelism splits attention heads over the model axis, but the model's "
