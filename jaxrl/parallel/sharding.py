@@ -5,11 +5,10 @@ The same jitted chunk runs on one CPU, all GPUs of a node, or every device of ma
 *global* batch and ``jax.jit`` with ``NamedSharding`` s partitions it (GSPMD). The env
 batch is split along the mesh axis :data:`DATA`; params, optimiser state, keys and counters
 are replicated; gradients and metrics are global means, equal to the single-device run up
-to float32 summation order. A second axis :data:`MODEL` (``make_mesh(devices, model=N)``,
-run key ``mesh``) splits the parameters a program declares, and their optimiser state, by
-the rules of :func:`param_specs` (tensor parallel or FSDP). Random numbers do not depend on the layout (partitionable
-threefry draws each shard's slice in place). Collectives an algorithm controls itself:
-:mod:`jaxrl.algos.common.batching`. Layout table and costs: ``docs/scale_out.md``.
+to float32 summation order. A second axis :data:`MODEL` (run key ``mesh``) splits the
+parameters a program declares, and their optimiser state (:func:`param_specs`: tensor
+parallel or FSDP). Random numbers do not depend on the layout. Layout table and costs:
+``docs/scale_out.md``; collectives an algorithm controls itself: :mod:`jaxrl.algos.common.batching`.
 
 Which leaves carry the env batch is a pytree of axis indices over the train state (``-1`` =
 replicated) that the algorithm declares (:attr:`jaxrl.algos.contract.Program.batch_axes`).
@@ -23,7 +22,6 @@ Typical use (the trainer does this)::
     chunk = jit_chunk(chunk_fn, layout)                # state -> (state, metrics)
     with use_mesh(mesh):                               # pins batches born inside update
         state, metrics = chunk(state)
-
 Checkpoints go through :func:`fetch` (host arrays, any layout) and :func:`put`.
 """
 
