@@ -152,7 +152,8 @@ def analysis(compiled) -> dict:
         return {"unavailable": str(exc)}
     if m is None:
         return {"unavailable": "None"}
-    out = {k: int(getattr(m, f"{k}_size_in_bytes", 0) or 0) for k in ("argument", "output", "temp", "alias", "generated_code")}
+    kinds = ("argument", "output", "temp", "alias", "generated_code")
+    out = {k: int(getattr(m, f"{k}_size_in_bytes", 0) or 0) for k in kinds}
     out["peak_estimate"] = out["argument"] + out["output"] + out["temp"] - out["alias"]
     return out
 
@@ -212,11 +213,13 @@ def run_update(model, weights, args) -> dict:
     seq_len = args.prompt_len + args.new_tokens
     e = estimate(model.config, seqs, seq_len, seqs * min(args.head_chunk, args.new_tokens))
     return {
-        "batch": f"{args.prompts} prompts x {args.samples} samples, prompt {args.prompt_len} + {args.new_tokens} new tokens",
+        "batch": (f"{args.prompts} prompts x {args.samples} samples, "
+                  f"prompt {args.prompt_len} + {args.new_tokens} new tokens"),
         "compile_s": compile_s, "step_s": times, "finite": all(v == v for v in metrics.values()),
         "reward": metrics["reward"], "kl": metrics.get("kl"), "loss": metrics["loss"],
         "max_rss_after_init": rss_state, "max_rss_after_compile": rss_compiled, "max_rss_after_steps": max_rss(),
-        "xla": analysis(compiled), "xla_state_donated": xla_donated, "device_stats": device_stats(jax.devices()[0]), "estimate": est_dict(e),
+        "xla": analysis(compiled), "xla_state_donated": xla_donated,
+        "device_stats": device_stats(jax.devices()[0]), "estimate": est_dict(e),
         "estimate_table": e.table(),
     }
 
@@ -265,7 +268,8 @@ def loss_memory(config, dtype, seqs: int, prompt_len: int, completion: int, head
     measured = xla.get("peak_estimate")
     w_act = e.weights + e.activations
     return {
-        "dtype": jnp.dtype(dtype).name, "seqs": seqs, "prompt_len": prompt_len, "completion": completion, "head_chunk": head_chunk,
+        "dtype": jnp.dtype(dtype).name, "seqs": seqs, "prompt_len": prompt_len, "completion": completion,
+        "head_chunk": head_chunk,
         "logits_whole_f32_bytes": seqs * completion * config.vocab_size * 4,
         "compile_s": compile_s, "xla": xla, "estimate": est_dict(e),
         "estimate_weights_plus_activations": w_act,
@@ -294,11 +298,15 @@ def write_markdown(rec: dict, path: str) -> None:
         x, e = u["xla"], u["estimate"]
         lines += [
             f"## One LoRA GRPO update ({u['batch']})", "",
-            f"Compile {u['compile_s']:.1f} s; steps {', '.join(f'{t:.2f}' for t in u['step_s'])} s; finite: {u['finite']}.", "",
+            f"Compile {u['compile_s']:.1f} s; steps {', '.join(f'{t:.2f}' for t in u['step_s'])} s; "
+            f"finite: {u['finite']}.", "",
             "| figure | GiB |", "|---|---|",
-            f"| process peak RSS (whole process: Python, jax, XLA compiler, the model) | {gib(u['max_rss_after_steps'])} |",
-            f"| process peak RSS minus before building the model | {gib(u['max_rss_after_steps'] - rec['rss_baseline'])} |",
-            f"| XLA: arguments + outputs + temporaries - aliased (the update program) | {gib(x.get('peak_estimate', 0))} |",
+            "| process peak RSS (whole process: Python, jax, XLA compiler, the model) | "
+            f"{gib(u['max_rss_after_steps'])} |",
+            "| process peak RSS minus before building the model | "
+            f"{gib(u['max_rss_after_steps'] - rec['rss_baseline'])} |",
+            "| XLA: arguments + outputs + temporaries - aliased (the update program) | "
+            f"{gib(x.get('peak_estimate', 0))} |",
             f"| XLA: of which temporaries | {gib(x.get('temp', 0))} |",
             f"| XLA, state donated (as `jaxrl train` jits it): args + outputs + temps - aliased | "
             f"{gib(u['xla_state_donated'].get('peak_estimate', 0))} |",
@@ -316,7 +324,8 @@ def write_markdown(rec: dict, path: str) -> None:
             f"| {r['dtype']} | {r['seqs']} x {r['completion']} (prompt {r['prompt_len']}) | {r['head_chunk']} | "
             f"{gib(r['logits_whole_f32_bytes'])} | {gib(x.get('peak_estimate', 0))} | {gib(x.get('temp', 0))} | "
             f"{gib(r['estimate_weights_plus_activations'])} | "
-            f"{r['ratio_measured_over_weights_plus_activations']:.3f} | {r['ratio_measured_over_weights_activations_grads']:.3f} |")
+            f"{r['ratio_measured_over_weights_plus_activations']:.3f} | "
+            f"{r['ratio_measured_over_weights_activations_grads']:.3f} |")
     lines += ["", "Target (issue 23): the chunked head keeps the loss's peak within 1.2x of the weights + "
               "activations estimate at vocabulary 151,936.", ""] + [f"- {n}" for n in rec.get("notes", [])]
     with open(path, "w") as f:
@@ -369,7 +378,8 @@ def main(argv=None) -> None:
     build_s = time.perf_counter() - t0
     n_params = sum(x.size for x in jax.tree_util.tree_leaves(weights))
     rec = {"devices": devices, "rss_baseline": rss_baseline, "rss_after_params": max_rss(),
-           "model": {"config": QWEN25_05B, "params": int(n_params), "param_bytes": int(n_params * 2), "build_s": build_s}}
+           "model": {"config": QWEN25_05B, "params": int(n_params), "param_bytes": int(n_params * 2),
+                     "build_s": build_s}}
     if not args.skip_update:
         rec["update"] = run_update(model, weights, args)
         print(rec["update"]["estimate_table"], "\nupdate xla:", rec["update"]["xla"],
