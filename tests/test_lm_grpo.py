@@ -76,33 +76,82 @@ def test_tokenizer_config_errors_name_the_directory(tmp_path):
 
 
 # ------------------------------------------------------------------------------- the policy
+# Compiled programs are shared through module fixtures: each GRPO program of a loaded model
+# costs seconds of XLA compile on the CI machine.
 
 
-@pytest.mark.parametrize("env_id,params", [("text/Reverse-v0", {"num_digits": 3}), ("text/ToolAddition-v0", {"tool": 1})])
-def test_rollout_logp_equals_the_loss_pass(env_id, params):
-    """The cached rollout (prefill, decode, replies prefilled) and the loss's single forward
-    pass see the same dialogue: same masks, same positions, same log-probs."""
-    task, p = _task(env_id, **params)
-    setup = _setup(task, p, _cfg())
-    state = grpo.update.init(setup, jax.random.PRNGKey(0))
-    pp = grpo.update.acting_params(state)
-    keys = jnp.repeat(jax.random.split(jax.random.PRNGKey(1), 2), 3, axis=0)
-    ro = jax.jit(functools.partial(grpo.rollout.group_rollout, setup.policy, task, p, num_steps=setup.num_steps))(
-        pp, keys, jax.random.PRNGKey(2), temperature=jnp.float32(1.0))
-    logp, _ = setup.policy.token_logp(pp, ro.obs, ro.actions, jnp.float32(1.0))
-    mask = np.asarray(ro.mask)
-    assert mask.sum() > 0
-    np.testing.assert_allclose(np.asarray(logp)[mask], np.asarray(ro.logp)[mask], atol=2e-4)
-    if task.max_reply_tokens:
-        assert int(np.max(np.asarray(ro.turns))) >= 1
+def _signed(batch):
+    """``batch`` with advantages +1 / -1 (a random model's rewards may all tie: no gradient)."""
+    return batch.replace(advantages=jnp.where(jnp.arange(batch.advantages.shape[0]) % 2 == 0, 1.0, -1.0))
 
 
-def test_lora_update_trains_adapters_only_and_kl_reference_is_the_base():
+@pytest.fixture(scope="module")
+def lora():
+    """LoRA (rank 4), dapo with a KL term, on 2-digit reversal: setup, state, jitted collect and learn."""
     task, p = _task("text/Reverse-v0", num_digits=2)
     setup = _setup(task, p, _cfg())
     state = grpo.update.init(setup, jax.random.PRNGKey(0))
+    collect = jax.jit(functools.partial(grpo.update.collect, setup))
+    learn = jax.jit(functools.partial(grpo.update.learn, setup))
+    ro, batch, metrics = collect(state, jax.random.PRNGKey(3))
+    return dict(task=task, params=p, setup=setup, state=state, collect=collect, learn=learn, collected=(ro, _signed(batch), metrics))
+
+
+@pytest.fixture(scope="module")
+def dialogues():
+    """Three groups of multi-turn alphabet-sort dialogues of the loaded model (the env replies
+    with more names after every turn), with the loss pass's log-probs."""
+    task, p = _task("text/AlphabetSortTurns-v0")
+    setup = _setup(task, p, _cfg())
+    state = grpo.update.init(setup, jax.random.PRNGKey(0))
+    pp = grpo.update.acting_params(state)
+    keys = jnp.repeat(jax.random.split(jax.random.PRNGKey(1), 3), 2, axis=0)
+    ro = jax.jit(functools.partial(grpo.rollout.group_rollout, setup.policy, task, p, num_steps=setup.num_steps))(
+        pp, keys, jax.random.PRNGKey(2), temperature=jnp.float32(1.0))
+    logp, _ = jax.jit(setup.policy.token_logp)(pp, ro.obs, ro.actions, jnp.float32(1.0))
+    return dict(task=task, state=state, ro=ro, logp=logp)
+
+
+def _assert_rollout_logp_is_the_loss_pass(ro, logp):
+    mask = np.asarray(ro.mask)
+    assert mask.sum() > 0
+    np.testing.assert_allclose(np.asarray(logp)[mask], np.asarray(ro.logp)[mask], atol=2e-4)
+
+
+def test_rollout_logp_equals_the_loss_pass_single_turn(lora):
+    """The cached rollout (prefill once, decode) and the loss's single forward pass see the
+    same dialogue: same masks, same positions, same log-probs."""
+    ro, _, _ = lora["collected"]
+    logp, _ = jax.jit(lora["setup"].policy.token_logp)(grpo.update.acting_params(lora["state"]), ro.obs, ro.actions, jnp.float32(1.0))
+    _assert_rollout_logp_is_the_loss_pass(ro, logp)
+
+
+def test_rollout_logp_equals_the_loss_pass_with_env_replies(dialogues):
+    """The same with environment replies prefilled into the cache between turns."""
+    _assert_rollout_logp_is_the_loss_pass(dialogues["ro"], dialogues["logp"])
+    assert int(np.max(np.asarray(dialogues["ro"].turns))) == dialogues["task"].max_turns > 1
+
+
+def test_every_loss_variant_on_a_loaded_models_dialogue_batch(dialogues):
+    """The six losses on the log-probs of a loaded model's dialogues: finite, with a
+    gradient, none of it from env reply slots or a turn's unused slots."""
+    ro, logp, hyper = dialogues["ro"], dialogues["logp"], dialogues["state"].hyper
+    adv = jnp.where(jnp.arange(ro.mask.shape[0]) % 2 == 0, 1.0, -1.0)
+    mask = np.asarray(ro.mask)
+    for loss_type in ("grpo", "dr_grpo", "dapo", "rloo", "cispo", "gspo"):
+        def loss(lp, loss_type=loss_type):
+            return grpo.losses.policy_loss(lp, ro.logp, None, adv, ro.mask, hyper, loss_type)[0]
+
+        value, grad = jax.value_and_grad(loss)(logp)
+        grad = np.asarray(grad)
+        assert np.isfinite(float(value)) and np.all(np.isfinite(grad)), loss_type
+        assert np.abs(grad[mask]).sum() > 0 and np.all(grad[~mask] == 0), loss_type
+
+
+def test_lora_update_trains_adapters_only_and_kl_reference_is_the_base(lora):
+    state = lora["state"]
     assert state.ref_params is None and state.frozen is not None  # no copy of the model
-    new, metrics = jax.jit(functools.partial(grpo.update.update, setup))(state)
+    new, metrics = lora["learn"](state, lora["collected"])
     assert all(np.isfinite(float(v)) for v in metrics.values()), metrics
     moved = [float(jnp.max(jnp.abs(a - b))) for a, b in zip(jax.tree_util.tree_leaves(new.params), jax.tree_util.tree_leaves(state.params))]
     assert max(moved) > 0
@@ -112,42 +161,38 @@ def test_lora_update_trains_adapters_only_and_kl_reference_is_the_base():
     assert abs(float(metrics["kl"])) < 1e-6
 
 
-def test_full_finetune_update_moves_the_weights():
-    task, p = _task("text/Reverse-v0", num_digits=2)
-    setup = _setup(task, p, _cfg(loss="grpo", beta=0.0, rank=0))
+def test_full_finetune_update_moves_the_weights(lora):
+    setup = _setup(lora["task"], lora["params"], _cfg(loss="grpo", beta=0.0, rank=0))
     state = grpo.update.init(setup, jax.random.PRNGKey(0))
     assert state.frozen is None and state.params["embed_tokens"].dtype == jnp.float32
-    ro, batch, metrics = grpo.update.collect(setup, state, jax.random.PRNGKey(3))
-    signs = jnp.where(jnp.arange(batch.advantages.shape[0]) % 2 == 0, 1.0, -1.0)  # a random model's rewards may all tie
-    new, metrics = jax.jit(functools.partial(grpo.update.learn, setup))(state, (ro, batch.replace(advantages=signs), metrics))
+    new, metrics = jax.jit(functools.partial(grpo.update.learn, setup))(state, lora["collected"])  # same dialogues
     assert np.isfinite(float(metrics["loss"])) and float(metrics["grad_norm"]) > 0
     assert float(jnp.max(jnp.abs(new.params["layers"]["q_proj"]["kernel"] - state.params["layers"]["q_proj"]["kernel"]))) > 0
 
 
-def test_micro_batches_accumulate_the_same_gradient():
-    task, p = _task("text/Reverse-v0", num_digits=2)
+def test_micro_batches_accumulate_the_same_gradient(lora):
+    """Two micro-batches of 4 sequences give the gradient of the whole minibatch of 8
+    (per-sequence loss and KL: equal slices average exactly)."""
+    _, batch, _ = lora["collected"]
     grads = []
     for micro in (1, 2):
-        setup = _setup(task, p, _cfg(loss="grpo", beta=0.0, micro=micro))
-        state = grpo.update.init(setup, jax.random.PRNGKey(0))
-        _, batch, _ = grpo.update.collect(setup, state, jax.random.PRNGKey(3))
-        (_, _), g = grpo.update._micro_grads(setup, state.hyper, state.frozen, state.params, batch)
-        grads.append(g)
+        setup = _setup(lora["task"], lora["params"], _cfg(loss="grpo", micro=micro))
+        fn = jax.jit(lambda b, setup=setup: grpo.update._micro_grads(setup, lora["state"].hyper, lora["state"].frozen, lora["state"].params, b))
+        grads.append(fn(batch)[1])
+    assert max(float(jnp.max(jnp.abs(g))) for g in jax.tree_util.tree_leaves(grads[0])) > 0
     for a, b in zip(jax.tree_util.tree_leaves(grads[0]), jax.tree_util.tree_leaves(grads[1])):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-6)
 
 
-def test_resume_from_checkpoint_is_bit_exact(tmp_path):
-    task, p = _task("text/Reverse-v0", num_digits=2)
-    setup = _setup(task, p, _cfg())
-    step = jax.jit(functools.partial(grpo.update.update, setup))
-    state = grpo.update.init(setup, jax.random.PRNGKey(0))
-    first, _ = step(state)
+def test_resume_from_checkpoint_is_bit_exact(lora, tmp_path):
+    def step(state):
+        return lora["learn"](state, lora["collect"](state, state.key))[0]
+
+    first = step(lora["state"])
     with Checkpoints(str(tmp_path)) as ckpts:
         ckpts.save(1, first)
         restored = ckpts.restore(first, 1)
-    a, _ = step(first)
-    b, _ = step(restored)
+    a, b = step(first), step(restored)
     for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)):
         np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
 

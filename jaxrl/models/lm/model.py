@@ -174,6 +174,8 @@ class LM:
             attended = _attend(q, k, v, self._layer_mask(sliding, full, windowed))
             return self._finish(lp, ll, x, attended), ((k, v) if keep_kv else None)
 
+        if not keep_kv:  # the loss pass: backward keeps each layer's input only and recomputes its inside
+            body = jax.checkpoint(body, prevent_cse=False)
         x, kv = jax.lax.scan(body, self._embed(params, input_ids), (params["layers"], lora, self._sliding()))
         return rms_norm(x, params["norm"], c.rms_norm_eps), kv, mask
 

@@ -1,0 +1,22 @@
+"""Session-wide test settings.
+
+XLA's persistent compilation cache, in a fresh temporary directory per test session: tests
+that build the same program again (a run and its resume, the same recipe through the CLI and
+through ``trainer.run``) load it instead of compiling it again. Nothing is shared between
+sessions, so no test ever sees a program compiled by another version of the code.
+"""
+
+import shutil
+import tempfile
+
+import jax
+
+_CACHE = tempfile.mkdtemp(prefix="jaxrl-tests-xla-cache-")
+jax.config.update("jax_compilation_cache_dir", _CACHE)
+jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    shutil.rmtree(_CACHE, ignore_errors=True)
+
