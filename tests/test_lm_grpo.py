@@ -126,6 +126,19 @@ def test_rollout_logp_equals_the_loss_pass_single_turn(lora):
     _assert_rollout_logp_is_the_loss_pass(ro, logp)
 
 
+def test_a_groups_prompt_is_prefilled_once_and_shared(lora):
+    """``start_grouped`` (one prefill per group, the cache repeated to its members) equals
+    ``start`` on every member; the GRPO rollout uses it."""
+    policy, pp = lora["setup"].policy, grpo.update.acting_params(lora["state"])
+    prompt = lora["collected"][0].obs[:, : lora["task"].prompt_len]  # [P * G, Lp], groups of G equal prompts
+    g = lora["setup"].cfg.group_size
+    shared, logits_g = jax.jit(policy.start_grouped, static_argnums=2)(pp, prompt[::g], g)
+    each, logits = jax.jit(policy.start)(pp, prompt)
+    np.testing.assert_allclose(np.asarray(logits_g), np.asarray(logits), atol=1e-5)
+    np.testing.assert_array_equal(np.asarray(shared.valid), np.asarray(each.valid))
+    np.testing.assert_allclose(np.asarray(shared.k), np.asarray(each.k), atol=1e-5)
+
+
 def test_rollout_logp_equals_the_loss_pass_with_env_replies(dialogues):
     """The same with environment replies prefilled into the cache between turns."""
     _assert_rollout_logp_is_the_loss_pass(dialogues["ro"], dialogues["logp"])

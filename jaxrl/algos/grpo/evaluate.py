@@ -117,7 +117,7 @@ def _sampled(setup: Setup, n: int, r: int, params, key: Array) -> tuple[Rollout,
     temperature = jnp.float32(setup.cfg.sampling.temperature)
     sampled = group_rollout(
         setup.policy, setup.env, setup.eval_params, params, jnp.repeat(prompts, r, axis=0), k_roll, setup.num_steps,
-        temperature,
+        temperature, group=r,
     )
     greedy = group_rollout(
         setup.policy, setup.env, setup.eval_params, params, prompts, k_greedy, setup.num_steps, jnp.float32(1.0),

@@ -3,7 +3,7 @@
 The same :class:`~jaxrl.algos.grpo.policy.Policy` functions as the small transformer's, so the
 rollout, dialogues, tools and every loss run unchanged:
 
-* ``start`` prefills the prompt once (left-padded: the task's pad id is "no token", never
+* ``start`` prefills the prompt once per group of samples (left-padded: the task's pad id is "no token", never
   attended and taking no position, as transformers' ``generate`` treats a padded batch);
 * ``extend`` / ``step`` write turn tokens and environment replies into the key/value cache at
   their dialogue slots; pad ids (a turn's unused slots, a reply's padding) stay invisible;
@@ -56,6 +56,14 @@ def _start(spec: LMSpec, params, obs):
     prompt = obs[:, : spec.prompt_len].astype(jnp.int32)
     logits, cache = spec.model.prefill(base, prompt, prompt != spec.pad_id, spec.dialogue_len, lora=adapters)
     return cache, logits[:, -1]
+
+
+def _start_grouped(spec: LMSpec, params, obs, group: int):
+    cache, logits = _start(spec, params, obs)
+    repeat = functools.partial(jnp.repeat, repeats=group)
+    cache = cache.replace(k=repeat(cache.k, axis=1), v=repeat(cache.v, axis=1), valid=repeat(cache.valid, axis=0),
+                          count=repeat(cache.count, axis=0))
+    return cache, repeat(logits, axis=0)
 
 
 def _extend(spec: LMSpec, params, cache, tokens, pos):
@@ -112,4 +120,5 @@ def lm_policy(spec: LMSpec, weights) -> Policy:
         functools.partial(_extend, spec),
         functools.partial(_token_logp, spec),
         None if spec.lora is None else functools.partial(_frozen, weights),
+        functools.partial(_start_grouped, spec),
     )

@@ -41,6 +41,9 @@ class Policy(NamedTuple):
       model's base under LoRA); the trainable ``params`` are then its adapters and every
       function above receives ``{"base": frozen, "lora": params}`` (``lora: None`` = the base
       alone, the KL reference).
+    * ``start_grouped(params, obs [P, ...], g) -> (carry, logits [P * g, A])``: ``start`` of
+      ``P`` prompts each shared by ``g`` consecutive members, computed once per prompt
+      (``None``: the rollout calls ``start`` on every member).
     """
 
     init: Callable
@@ -50,6 +53,7 @@ class Policy(NamedTuple):
     extend: Callable | None = None
     token_logp: Callable | None = None
     frozen: Callable | None = None
+    start_grouped: Callable | None = None
 
 
 def _lm_init(model: TransformerLM, key, obs):

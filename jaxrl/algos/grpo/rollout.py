@@ -100,16 +100,18 @@ def group_rollout(
     num_steps: int,
     temperature: Array,
     greedy: bool = False,
+    group: int = 1,
 ) -> Rollout:
     """Roll ``N = len(reset_keys)`` episodes for ``num_steps`` lockstep steps.
 
     Members sharing a reset key start identically; ``key`` seeds the (different) action
     and env keys of every member. Finished members stay frozen (state, obs) and masked.
     A token task runs :func:`dialogue_rollout` (its length is the dialogue's, ``num_steps``
-    is not used).
+    is not used); ``group``: consecutive runs of that many reset keys are equal (a GRPO
+    group), so a policy that can share a prompt's prefill computes it once per group.
     """
     if isinstance(env, TokenTask):
-        return dialogue_rollout(policy, env, env_params, params, reset_keys, key, temperature, greedy)
+        return dialogue_rollout(policy, env, env_params, params, reset_keys, key, temperature, greedy, group)
     n = reset_keys.shape[0]
     env_state, ts = jax.vmap(env.reset, in_axes=(0, None))(reset_keys, env_params)
     policy_carry, logits = policy.start(params, ts.obs)
@@ -211,6 +213,7 @@ def dialogue_rollout(
     key: Array,
     temperature: Array,
     greedy: bool = False,
+    group: int = 1,
 ) -> Rollout:
     """``N = len(reset_keys)`` dialogues of ``task`` in lockstep (module docstring).
 
@@ -220,7 +223,10 @@ def dialogue_rollout(
     """
     n = reset_keys.shape[0]
     env_state, prompt, info = jax.vmap(task.start, in_axes=(0, None))(reset_keys, env_params)
-    cache, logits = policy.start(params, prompt)
+    if group > 1 and policy.start_grouped is not None:  # one prefill per group of equal prompts
+        cache, logits = policy.start_grouped(params, prompt[::group], group)
+    else:
+        cache, logits = policy.start(params, prompt)
     zeros = jnp.zeros((n,), jnp.int32)
     carry = _Dialogue(
         env_state, cache, logits.astype(jnp.float32), jnp.ones((n,), jnp.bool_), jnp.zeros((n,), jnp.float32),

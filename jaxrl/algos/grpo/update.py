@@ -190,7 +190,8 @@ def collect(setup: Setup, state: GRPOState, key: Array) -> tuple[Rollout, Batch,
     """Group rollout, shaping, selection and advantages: the batch of one update."""
     reset_keys, k_roll = rollout_keys(setup, key)
     env_params = _env_params_at(setup, state.level)
-    ro = group_rollout(setup.policy, setup.env, env_params, acting_params(state), reset_keys, k_roll, setup.num_steps, state.hyper.temperature)
+    ro = group_rollout(setup.policy, setup.env, env_params, acting_params(state), reset_keys, k_roll, setup.num_steps,
+                       state.hyper.temperature, group=setup.cfg.group_size)
     return shape_batch(setup, state, ro)
 
 
