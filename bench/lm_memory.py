@@ -52,6 +52,18 @@ PAD, EOS = 151643, 151645
 LORA_RANK, LORA_ALPHA, BETA = 8, 16.0, 0.04
 
 
+def git_rev() -> str:
+    """The checkout's commit, with ``+dirty`` when jaxrl/ differs from it."""
+    import subprocess
+
+    try:
+        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+        dirty = subprocess.run(["git", "diff", "--quiet", "HEAD", "--", "jaxrl"], cwd=ROOT).returncode != 0
+    except OSError:
+        return "unknown"
+    return rev + ("+dirty" if dirty else "")
+
+
 def max_rss() -> int:
     """Peak resident set of this process so far, bytes (Linux reports KiB)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
@@ -289,7 +301,7 @@ def write_markdown(rec: dict, path: str) -> None:
         f"Measured {m['utc']} on {m['machine']['cpu_model']} ({m['machine']['cpus_usable']} cores usable, "
         f"load average {m['load_before']:.1f} before / {m['load_after']:.1f} after, shared machine); "
         f"devices {rec['devices']}.", "",
-        f"Command: `{m['command']}`", "",
+        f"Command: `{m['command']}` (jaxrl at commit {m.get('git', '?')})", "",
         f"Model: {rec['model']['params']:,} parameters ({gib(rec['model']['param_bytes'])} GiB in bfloat16), "
         f"built in {rec['model']['build_s']:.1f} s; process peak RSS before building: "
         f"{gib(rec['rss_baseline'])} GiB, after: {gib(rec['rss_after_params'])} GiB.", "",
@@ -396,7 +408,7 @@ def main(argv=None) -> None:
               f"est w+a {gib(r['estimate_weights_plus_activations'])} GiB, "
               f"ratio {r['ratio_measured_over_weights_plus_activations']:.3f}", flush=True)
     rec["notes"] = NOTES
-    rec["meta"] = common.metadata({"load_before": load_before, "load_after": os.getloadavg()[0]},
+    rec["meta"] = common.metadata({"load_before": load_before, "load_after": os.getloadavg()[0], "git": git_rev()},
                                   libraries=("jax", "jaxlib", "numpy", "flax", "optax"))
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out + ".json", "w") as f:
@@ -415,19 +427,24 @@ NOTES = [
     "bfloat16 on XLA:CPU: a scan over stacked bf16 weights gets a float32 copy of them in its temporaries (the "
     "convert is hoisted out of the layer loop; a 24 x 896 x 4864 bf16 stack, 200 MiB, compiles to 417 MiB of "
     "temporaries forward and 1,040 MiB with its gradient, against 18 / 490 MiB in float32). So on this CPU the "
-    "bf16 rows measure XLA:CPU's upcasting (about 2 GiB of float32 weight copies for this model), not the "
-    "chunked head; the float32 rows and a GPU run (--device gpu) are the test of the estimate.",
-    "float32, the update's batch (4 x 32 tokens): within 1.1x of weights + activations. float32, 8 x 320 tokens: "
-    "1.54x: the estimate's per-layer activations fall short of what the loss keeps for its backward pass "
-    "(no rematerialisation). The gap is 4.4 GiB; one more MLP-width float32 tensor kept per layer is 1.1 GiB "
-    "over 24 layers here and one more float32 [heads, seq, seq] tensor 1.0 GiB, so about four such tensors are "
-    "uncounted (an inference from the sizes, not read from XLA's buffer assignment).",
+    "bf16 rows carry about 2 GiB of float32 weight copies that a GPU would not make: the small bf16 row's 2.55x "
+    "is that, not the head; the float32 rows and a GPU run (--device gpu) are the test of the estimate.",
+    "The loss pass rematerialises each layer (jaxrl.models.lm.model, since commit 889f693): backward keeps each "
+    "layer's input and recomputes its inside. XLA's peak is then at or below the estimate: 0.90x (float32, 4 x "
+    "32 tokens) and 0.36x (float32, 8 x 320 tokens). The estimate's activations (memory.py, per_layer) still "
+    "count every layer's inner tensors (q/k/v, MLP width, attention probabilities) as kept, so it now "
+    "overstates long batches (8.1 GiB estimated against 2.9 GiB compiled at 8 x 320 tokens, float32). Before "
+    "that commit the same compile was 12.5 GiB, 1.54x the estimate (a run of this script at 18:07 UTC).",
     "The chunked head does what it should: at 8 x 256 completion tokens, chunks of 64 positions instead of one "
-    "chunk of 256 save 1.7 GiB (float32) / 2.2 GiB (bf16), the size of the whole float32 logits (1.16 GiB) "
-    "plus part of their gradient.",
+    "chunk of 256 lower the loss's peak by 1.5 GiB (float32) / 1.7 GiB (bf16), about the whole float32 logits "
+    "(1.16 GiB) plus part of their gradient.",
     "The update jitted without donation returns a fresh copy of the frozen base weights (GRPOState.frozen is "
     "an output: 1.04 GB of XLA outputs); donating the state, as `jaxrl train` does, aliases them "
-    "(3.37 GiB instead of 4.31 GiB).",
+    "(3.16 GiB instead of 4.10 GiB).",
+    "The update on CPU: 4.10 GiB compiled (3.16 GiB with the state donated) against an estimate of 1.18 GiB; "
+    "the donated gap, 1.98 GiB, is the size of a float32 copy of the 494 M weights (1.84 GiB) that XLA:CPU makes "
+    "of bf16 weights (above) plus small change. Peak RSS, 6.0 GiB, adds the process, the compiler and the "
+    "allocator's slack.",
     "Building the random weights (float32 normal, cast to bf16 leaf by leaf) already takes the process's peak "
     "RSS to 2.6 GiB before the update; the update's run takes it to the peak recorded.",
 ]
