@@ -57,7 +57,8 @@ def git_rev() -> str:
     import subprocess
 
     try:
-        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                             text=True).stdout.strip()
         dirty = subprocess.run(["git", "diff", "--quiet", "HEAD", "--", "jaxrl"], cwd=ROOT).returncode != 0
     except OSError:
         return "unknown"
