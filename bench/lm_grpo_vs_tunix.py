@@ -428,7 +428,7 @@ def write_markdown(record: dict, path: str) -> None:
         f"Measured {m['utc']} on {m['machine']['cpu_model']} ({m['machine']['cpus_usable']} cores usable, "
         f"shared with other jobs: load average {m['load_before']:.1f} before, {m['load_after']:.1f} after). "
         "Figures under this load are noisy; compare the ratio within a row (both sides ran back to back).", "",
-        f"Command: `{m['command']}`", "",
+        f"Command: `{m['command']}` (jaxrl at commit {m.get('git', '?')})", "",
         f"Checkpoint: `bench/assets/qwen2_tiny_v1000` ({record['setup']['checkpoint']}). "
         f"Batch: {record['setup']['batch']}.", "",
         "| config | jaxrl step (median) | Tunix step (median) | Tunix / jaxrl | jaxrl first step | Tunix first step "
@@ -477,9 +477,13 @@ NOTES = [
     "after step): RolloutConfig.seed is left at its default, as its examples do. The work per step is unchanged.",
     "jaxrl's generation figure: `group_rollout` jitted alone (prefill, 32 cached decode steps, the verifier); "
     "Tunix's: `rl_cluster.generate` on the 8 prompts x 4 (tokenisation, sampler, detokenisation).",
-    "Earlier runs of this script the same afternoon, under load 5-8, gave Tunix / jaxrl wall ratios of 0.70-2.61 "
-    "(median step) and CPU-second ratios of 1.2-1.7; the run recorded here (load 3-3.6) gives 1.25-2.28 wall, "
-    "1.26-1.57 CPU. The issue's 5x target is not met on this machine.",
+    "Four runs of this script the same afternoon (Tunix / jaxrl, median step): load 5-8, 0.70-2.61 wall; load "
+    "5-7.5, 0.93-1.60 wall and 1.2-1.7 CPU seconds; load 3-3.6 (before the grouped prefill, 7cb1f87), "
+    "1.25-2.28 wall and 1.26-1.57 CPU; the run recorded here (load 3.0-3.8), 1.11-2.24 wall and 1.11-2.22 CPU. "
+    "The issue's 5x target is not met on this machine.",
+    "KL beta 0.04 costs jaxrl 65-110 ms more per step than beta 0 here (Tunix: 0-80 ms); the reference "
+    "forward alone over the 32 x 47 tokens measured 10-25 ms in isolation, so the rest of that cost wants a "
+    "profile.",
     "Where jaxrl's step goes (separate jitted pieces, load ~3): the group rollout 70-110 ms of a 120-230 ms step. "
     "In it, `jax.random.categorical` on [32, 1000] logits costs about 2.1 ms per token step on XLA:CPU (the "
     "Gumbel noise fused into argmax's variadic reduce), against about 0.5 ms for the same draw written as max "
@@ -494,6 +498,10 @@ def main(args) -> None:
     if not os.path.exists(os.path.join(CKPT, "model.safetensors")):
         make_checkpoint()
     load_before = os.getloadavg()[0]
+    git_rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                             text=True).stdout.strip()
+    if subprocess.run(["git", "diff", "--quiet", "HEAD", "--", "jaxrl"], cwd=ROOT).returncode != 0:
+        git_rev += "+dirty"
     configs = {}
     for name, rank, beta in CONFIGS:
         if args.only and name not in args.only:
@@ -514,7 +522,7 @@ def main(args) -> None:
         if "tunix" in row:
             msg += f", Tunix {row['tunix']['steady_median_s']*1e3:.0f} ms, ratio {row['speedup_tunix_over_jaxrl']:.2f}x"
         print(msg, flush=True)
-    meta = common.metadata({"load_before": load_before, "load_after": os.getloadavg()[0]},
+    meta = common.metadata({"load_before": load_before, "load_after": os.getloadavg()[0], "git": git_rev},
                            libraries=("jax", "jaxlib", "numpy", "flax", "optax", "safetensors", "tokenizers"))
     setup = {
         "checkpoint": "Qwen2, 2 layers, hidden 64, 4/2 heads (head_dim 16), MLP 128, vocab 1,000, tied embeddings, "
