@@ -42,3 +42,17 @@ def test_categorical_frequencies_follow_the_probabilities():
     draws = prng.categorical(jax.random.key(0), jnp.broadcast_to(jnp.log(probs), (20000, 3)))
     freq = np.bincount(np.asarray(draws), minlength=3) / 20000
     np.testing.assert_allclose(freq, probs, atol=0.015)
+
+
+def test_gumbel_max_draws_what_jax_random_categorical_draws():
+    """The sampler of GRPO rollouts and LM generation: the same index as
+    jax.random.categorical (and first_argmax as jnp.argmax), ties included, at any width."""
+    from jaxrl.core.prng import first_argmax, gumbel_max
+
+    for width in (2, 41, 1000):
+        key = jax.random.PRNGKey(width)
+        logits = (jax.random.normal(key, (16, width)) * 3).at[0, :3].set(50.0).at[1].set(0.0)
+        for i in range(3):
+            k = jax.random.fold_in(key, i)
+            np.testing.assert_array_equal(np.asarray(gumbel_max(k, logits)), np.asarray(jax.random.categorical(k, logits)))
+        np.testing.assert_array_equal(np.asarray(first_argmax(logits)), np.asarray(jnp.argmax(logits, axis=-1)))

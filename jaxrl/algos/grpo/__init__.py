@@ -115,8 +115,9 @@ def _memory(lm_config, cfg: GRPOConfig, seq_len: int, data: int, model: int, str
     return estimate_memory(
         lm_config, batch=cfg.sampling.oversample * cfg.num_prompts * cfg.group_size, seq_len=seq_len,
         param_dtype_bytes=2 if m.dtype == "bfloat16" else 4, full_finetune=m.lora.rank == 0, lora_rank=m.lora.rank,
-        lora_targets=tuple(m.lora.targets), data=data, model=model, strategy=strategy, grad_accum=cfg.micro_batches,
-        vocab_chunk=m.head_chunk,
+        lora_targets=tuple(m.lora.targets), data=data, model=model, strategy=strategy,
+        grad_accum=cfg.num_minibatches * cfg.micro_batches,
+        vocab_chunk=cfg.num_prompts * cfg.group_size // (cfg.num_minibatches * cfg.micro_batches) * m.head_chunk,
     )
 
 

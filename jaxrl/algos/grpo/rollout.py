@@ -19,6 +19,7 @@ from flax import struct
 
 from jaxrl.algos.grpo.policy import Policy
 from jaxrl.core.env import Environment, tree_select
+from jaxrl.core.prng import first_argmax, gumbel_max
 from jaxrl.core.tokens import TokenTask
 
 Array = jax.Array
@@ -60,9 +61,9 @@ def _rollout_step(policy: Policy, env: Environment, greedy: bool, params, env_pa
     key, k_act, k_env = jax.random.split(c.key, 3)
     scaled = c.logits / temperature
     if greedy:
-        action = jnp.argmax(scaled, axis=-1).astype(jnp.int32)
+        action = first_argmax(scaled)
     else:
-        action = jax.random.categorical(k_act, scaled).astype(jnp.int32)
+        action = gumbel_max(k_act, scaled)
     log_probs = jax.nn.log_softmax(scaled)
     logp = jnp.take_along_axis(log_probs, action[:, None], axis=1)[:, 0]
     entropy = -jnp.sum(jnp.exp(log_probs) * log_probs, axis=-1)
@@ -153,9 +154,9 @@ def _sample(logits: Array, temperature: Array, greedy: bool, key: Array) -> tupl
     """``(token int32 [N], logp [N], entropy [N])`` of ``logits [N, V] / temperature``."""
     scaled = logits / temperature
     if greedy:
-        token = jnp.argmax(scaled, axis=-1).astype(jnp.int32)
+        token = first_argmax(scaled)
     else:
-        token = jax.random.categorical(key, scaled).astype(jnp.int32)
+        token = gumbel_max(key, scaled)
     log_probs = jax.nn.log_softmax(scaled)
     logp = jnp.take_along_axis(log_probs, token[:, None], axis=1)[:, 0]
     return token, logp, -jnp.sum(jnp.exp(log_probs) * log_probs, axis=-1)

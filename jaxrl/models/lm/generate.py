@@ -11,6 +11,8 @@ import functools
 import jax
 import jax.numpy as jnp
 
+from jaxrl.core.prng import first_argmax, gumbel_max
+
 Array = jax.Array
 
 
@@ -21,7 +23,7 @@ def sample_token(logits: Array, key: Array | None, temperature: float = 1.0, top
     ``top_k`` most likely tokens (0 = all) and to the smallest set whose probability reaches
     ``top_p``."""
     if key is None or temperature == 0:
-        return jnp.argmax(logits, axis=-1).astype(jnp.int32)
+        return first_argmax(logits)
     logits = logits / temperature
     if top_k > 0:
         kth = jax.lax.top_k(logits, top_k)[0][:, -1:]
@@ -32,7 +34,7 @@ def sample_token(logits: Array, key: Array | None, temperature: float = 1.0, top
         before = jnp.cumsum(probs, axis=-1) - probs          # mass strictly above each token
         kept = jnp.where(before < top_p, ordered, jnp.inf)   # the first token is always kept
         logits = jnp.where(logits < jnp.min(kept, axis=-1, keepdims=True), -jnp.inf, logits)
-    return jax.random.categorical(key, logits, axis=-1).astype(jnp.int32)
+    return gumbel_max(key, logits)
 
 
 @functools.partial(jax.jit, static_argnames=("model", "max_new_tokens", "temperature", "top_k", "top_p",

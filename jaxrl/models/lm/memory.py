@@ -171,9 +171,10 @@ def estimate_memory(
     kv = 2 * L * seqs * seq_len * hkv * hd * act
     micro = -(-seqs // grad_accum)
     tokens = micro * seq_len
-    # per layer kept for backward: 4 hidden-width tensors (residual in, two norm outputs,
-    # attention output), q/k/v and the attention context, 3 MLP-width ones (gate, up, act),
-    # and the float32 attention probabilities [micro, heads, seq, seq]
+    # The loss pass rematerialises each layer (jax.checkpoint in the layer scan): backward keeps
+    # every layer's input, and the inside of one layer at a time: 4 hidden-width tensors
+    # (residual in, two norm outputs, attention output), q/k/v and the attention context, 3
+    # MLP-width ones (gate, up, act), and the float32 attention probabilities [micro, heads, seq, seq]
     per_layer = tokens * (4 * D + (2 * hq + 2 * hkv) * hd + 3 * F) * act + micro * hq * seq_len * seq_len * F32
     vocab = cfg.vocab_size // tp if cfg.vocab_size % tp == 0 else cfg.vocab_size
     logits = 2 * min(vocab_chunk, tokens) * vocab * F32  # a chunk of logits and its gradient
@@ -182,7 +183,7 @@ def estimate_memory(
         grads=trained * F32,
         optimizer=2 * trained * F32,
         kv_cache=kv,
-        activations=L * per_layer + tokens * D * F32 + logits,
+        activations=L * tokens * D * act + per_layer + tokens * D * F32 + logits,
         params=count(base),
         trainable=count(base) if full_finetune else count(adapters),
         setup=(f"mesh data={data} x model={model} ({strategy}), batch {batch} x {seq_len} tokens, "
