@@ -71,7 +71,7 @@ def test_tokenized_task_refuses_a_symbol_that_is_not_one_token():
 
 def test_tokenizer_config_errors_name_the_directory(tmp_path):
     env, _ = jaxrl.make("text/Reverse-v0")
-    with pytest.raises(ValueError, match="no tokenizer.json"):
+    with pytest.raises(ValueError, match="tokenizer.json: file not found"):
         tokenizer_task(env, str(tmp_path))
 
 
@@ -216,7 +216,7 @@ def test_the_lm_recipe_builds_through_the_config_machinery():
     cfg = config_lib.load_config(os.path.join(ROOT, "configs", "grpo_lm_reverse.yaml"))
     built = trainer.build(cfg)
     assert built.envs.env.name == "text/Reverse-v0@tokenizer"
-    with pytest.raises(config_lib.ConfigError, match="env.tokenizer: .*no tokenizer.json"):
+    with pytest.raises(config_lib.ConfigError, match="env.tokenizer: .*tokenizer.json: file not found"):
         trainer.build(config_lib.load_config(os.path.join(ROOT, "configs", "grpo_lm_reverse.yaml"), ["env.tokenizer.path=/nonexistent"]))
     with pytest.raises(config_lib.ConfigError, match="vocabulary"):  # the task still in its own ids
         trainer.build(config_lib.load_config(os.path.join(ROOT, "configs", "grpo_lm_reverse.yaml"), ["env.tokenizer=null"]))
