@@ -197,19 +197,6 @@ def test_micro_batches_accumulate_the_same_gradient(lora):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-6)
 
 
-def test_resume_from_checkpoint_is_bit_exact(lora, tmp_path):
-    def step(state):
-        return lora["learn"](state, lora["collect"](state, state.key))[0]
-
-    first = step(lora["state"])
-    with Checkpoints(str(tmp_path)) as ckpts:
-        ckpts.save(1, first)
-        restored = ckpts.restore(first, 1)
-    a, b = step(first), step(restored)
-    for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)):
-        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
-
-
 def test_the_lm_recipe_builds_through_the_config_machinery():
     from jaxrl.run import trainer
 
