@@ -50,6 +50,9 @@ CLAIMS = {
     "jaxrl train configs/<name>.yaml": (None, None),  # the physics table's pattern, rows below
     # names the recipe and claims no figure (its 16-seed result is in docs/recurrent.md)
     "jaxrl train configs/ppo_rnn_cartpole_pomdp.yaml": (None, None),
+    # names the LoRA GRPO recipe on the tiny random fixture checkpoint and claims no figure (its
+    # run through jaxrl train, kill and resume: tests/test_lm_grpo.py)
+    "jaxrl train configs/grpo_lm_reverse.yaml": (None, None),
 }
 PHYSICS = {  # the README's physics table: config -> eval target it reports
     "ppo_brax_inverted_pendulum": 950.0,
