@@ -212,7 +212,7 @@ class Checkpoints:
         """Read the step just written and compare its digest: only a checkpoint that reads
         back gets the record that makes it good."""
         try:
-            back = content_digest(_read_item(self._item_dir(step), None))[0]
+            back = content_digest(_read_item(self._item_dir(step), None, local=True))[0]
         except Exception as exc:
             raise CheckpointError(f"checkpoint {step} in {self.directory} was written but cannot be read back: "
                                   f"{_first_line(exc)}") from None
@@ -395,11 +395,17 @@ class Checkpoints:
         self.close()
 
 
-def _read_item(path: epath.Path, abstract: Any) -> Any:
-    """The arrays of one orbax item directory, read with a plain (read-only) checkpointer."""
+def _read_item(path: epath.Path, abstract: Any, local: bool = False) -> Any:
+    """The arrays of one orbax item directory, read with a plain (read-only) checkpointer.
+    ``local``: this process alone reads (no barrier with the others: the read-back after a
+    save, which only process 0 of a multi-process run makes)."""
     ocp = _orbax()
     args = ocp.args.StandardRestore(abstract) if abstract is not None else ocp.args.StandardRestore()
-    with ocp.Checkpointer(ocp.StandardCheckpointHandler()) as checkpointer:
+    options = {}
+    if local and jax.process_count() > 1:
+        pid = jax.process_index()
+        options["multiprocessing_options"] = ocp.options.MultiprocessingOptions(primary_host=pid, active_processes={pid})
+    with ocp.Checkpointer(ocp.StandardCheckpointHandler(), **options) as checkpointer:
         return checkpointer.restore(path, args=args)
 
 
