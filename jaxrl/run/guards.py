@@ -117,7 +117,9 @@ def check_memory(cfg, built, available: tuple[int, str] | None = None) -> None:
     have, where = available or available_memory(cfg.devices)
     declared = built.program.model_params
     if declared is not None and declared.estimate is not None:  # a model's own estimate, per device
-        n_dev = len(jax.devices()) if cfg.devices == "all" else int(cfg.devices)
+        from jaxrl.parallel.sharding import resolve_devices
+
+        n_dev = len(resolve_devices(cfg.devices))
         model = cfg.mesh.model
         est = declared.estimate(max(1, n_dev // model), model, cfg.mesh.strategy)
         per_device = have // max(1, n_dev) if where != "host memory" else have

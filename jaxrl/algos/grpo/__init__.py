@@ -50,6 +50,19 @@ def rollout_length(env: Environment, env_params, cfg: GRPOConfig) -> int:
     return int(limit)
 
 
+def _lm_dtype(cfg: GRPOConfig):
+    """The compute dtype of ``grpo.model.dtype``."""
+    return jnp.bfloat16 if cfg.model.dtype == "bfloat16" else jnp.float32
+
+
+def _lora_config(cfg: GRPOConfig):
+    """``grpo.model.lora`` as a :class:`jaxrl.models.lm.LoRAConfig` (``None``: full fine-tuning)."""
+    from jaxrl.models import lm
+
+    lora = cfg.model.lora
+    return lm.LoRAConfig(lora.rank, lora.alpha, tuple(lora.targets)) if lora.rank > 0 else None
+
+
 def _hf_policy(env: Environment, cfg: GRPOConfig) -> policy.Policy:
     """A loaded checkpoint (``model.policy: hf``) over a token task in its tokenizer's ids."""
     from jaxrl.algos.grpo.lm_policy import LMSpec, lm_policy
@@ -58,15 +71,12 @@ def _hf_policy(env: Environment, cfg: GRPOConfig) -> policy.Policy:
     m = cfg.model
     if not isinstance(env, TokenTask):
         raise ValueError(f"model.policy: 'hf' needs a token task, {env.name} is not one")
-    model, weights = lm.load_lm(m.path, dtype=jnp.bfloat16 if m.dtype == "bfloat16" else jnp.float32)
+    model, weights = lm.load_lm(m.path, dtype=_lm_dtype(cfg))
     if env.vocab_size != model.config.vocab_size:
         raise ValueError(
             f"model.path: the checkpoint's vocabulary has {model.config.vocab_size} ids, the task {env.name} {env.vocab_size}; "
             "give the task the checkpoint's tokenizer (env.tokenizer)")
-    lora = None
-    if m.lora.rank > 0:
-        lora = lm.LoRAConfig(m.lora.rank, m.lora.alpha, tuple(m.lora.targets))
-    spec = LMSpec(model, lora, env.pad_id, env.prompt_len, env.dialogue_len, m.head_chunk)
+    spec = LMSpec(model, _lora_config(cfg), env.pad_id, env.prompt_len, env.dialogue_len, m.head_chunk)
     return lm_policy(spec, weights)
 
 
@@ -95,13 +105,13 @@ def export_hf(cfg: GRPOConfig, state: GRPOState, out_dir: str, adapters_only: bo
     from jaxrl.models import lm
 
     m = cfg.model
-    model, base = lm.load_lm(m.path, dtype=jnp.bfloat16 if m.dtype == "bfloat16" else jnp.float32)
-    if m.lora.rank == 0:
+    model, base = lm.load_lm(m.path, dtype=_lm_dtype(cfg))
+    lcfg = _lora_config(cfg)
+    if lcfg is None:
         if adapters_only:
             raise ValueError("adapters only: this run fine-tuned every weight (grpo.model.lora.rank 0); export the whole model")
         weights = jax.tree_util.tree_map(lambda w, b: jnp.asarray(w, b.dtype), state.params, base)
         return lm.save_hf(out_dir, model, weights, source=m.path)
-    lcfg = lm.LoRAConfig(m.lora.rank, m.lora.alpha, tuple(m.lora.targets))
     if adapters_only:
         return lm.save_peft(out_dir, model, state.params, lcfg, os.path.abspath(m.path))
     return lm.save_hf(out_dir, model, state.frozen, lora=state.params, lora_config=lcfg, source=m.path)
