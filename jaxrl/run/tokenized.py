@@ -11,30 +11,13 @@ from __future__ import annotations
 
 import json
 import os
+
 from jaxrl.adapters.tokenized import TokenizedTask, tokenize_task
 from jaxrl.core.tokens import TokenTask
+from jaxrl.text import chat
+from jaxrl.text.chat import render_chat_affixes
 
-_MARK = "\u2063JAXRL_PROMPT\u2063"  # placeholder user content, split out of the rendered template
-
-
-def render_chat_affixes(template: str, special: dict, system_prompt: str = "") -> tuple[str, str]:
-    """``(prefix, suffix)`` text of the chat ``template`` around one user message, with the
-    assistant's turn opened (``add_generation_prompt``), in a sandboxed Jinja environment."""
-    import jinja2
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
-
-    def raise_exception(message):
-        raise jinja2.exceptions.TemplateError(message)
-
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
-    env.filters["tojson"] = lambda x, **_: json.dumps(x, ensure_ascii=False)
-    env.globals["raise_exception"] = raise_exception
-    messages = ([{"role": "system", "content": system_prompt}] if system_prompt else []) + [{"role": "user", "content": _MARK}]
-    text = env.from_string(template).render(messages=messages, add_generation_prompt=True, **special)
-    if text.count(_MARK) != 1:
-        raise ValueError("the chat template does not place the user message exactly once")
-    prefix, suffix = text.split(_MARK)
-    return prefix, suffix
+__all__ = ["render_chat_affixes", "tokenizer_task"]  # render_chat_affixes lives in jaxrl.text.chat
 
 
 def tokenizer_task(inner: TokenTask, path: str, chat_template: bool = True, system_prompt: str = "") -> TokenizedTask:
@@ -56,13 +39,11 @@ def tokenizer_task(inner: TokenTask, path: str, chat_template: bool = True, syst
             vocab = int(json.load(f).get("vocab_size", vocab))
     prefix = suffix = ""
     if chat_template:
-        template = tok.chat_template
-        if isinstance(template, list):  # several named templates: the default one
-            template = next((t.get("template") for t in template if t.get("name") == "default"), None)
-        if not isinstance(template, str):
-            raise ValueError(f"{path}: the tokenizer has no chat_template (set env.tokenizer.chat_template: false)")
-        specials = {k: tok.special_tokens.get(k) or "" for k in ("bos_token", "eos_token", "pad_token", "unk_token")}
-        prefix, suffix = render_chat_affixes(template, specials, system_prompt)
+        try:
+            template = chat.chat_template(tok, path)
+        except ValueError as exc:
+            raise ValueError(f"{exc} (set env.tokenizer.chat_template: false)") from None
+        prefix, suffix = render_chat_affixes(template, chat.special_strings(tok), system_prompt)
     elif system_prompt:
         raise ValueError("system_prompt needs chat_template: true")
     return tokenize_task(

@@ -1,0 +1,262 @@
+"""Text rows in, fixed-shape token arrays out: prompts, answers and reference completions.
+
+* :func:`read_rows`: the records of a JSONL file (one JSON object a line) or a Parquet file
+  (needs ``pyarrow``: ``pip install 'jaxrl[parquet]'``). Every column is kept.
+* :func:`encode_rows`: rows -> :class:`Encoded` numpy arrays, tokenized once on the host:
+  prompts rendered with the chat template (an optional system message first), int32
+  ``[N, prompt_len]`` LEFT-padded with the pad id; answers as UTF-8 bytes int32
+  ``[N, answer_bytes]`` (0 after) and their lengths; optional reference completions, int32
+  ``[N, completion_len]``: the text's tokens, then eos, then the pad id.
+* A bad row (not an object, a missing or non-string field, a prompt longer than
+  ``prompt_len`` tokens, an answer longer than ``answer_bytes`` bytes, a completion that
+  does not fit ``completion_len`` tokens with its eos) is dropped and counted by reason in a
+  :class:`RowReport`, never truncated; no good row at all is a ``ValueError`` naming the
+  file and the counts.
+* Held-out split: a second file, or the hash rule :func:`is_held_out` (a prompt is held out
+  iff the BLAKE2b hash of its UTF-8 text is ``0 mod k``), a function of the prompt text
+  alone, so one prompt is never in both splits.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from jaxrl.text import chat
+
+
+# ---------------------------------------------------------------------------------------
+# Reading
+# ---------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class BadLine:
+    """A JSONL line that is no JSON object (kept in place so row numbers stay the file's)."""
+
+    reason: str
+
+
+def read_rows(path: str) -> list[Any]:
+    """The records of ``path`` (``.jsonl``/``.json`` lines, or ``.parquet``), in file order.
+
+    A JSONL line that is not valid JSON becomes a :class:`BadLine` (counted by
+    :func:`encode_rows`); blank lines are skipped. Missing file: ``FileNotFoundError``.
+    """
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"{path}: file not found")
+    if path.endswith(".parquet"):
+        try:
+            import pyarrow.parquet as pq
+        except ImportError:
+            raise ImportError(f"{path}: reading Parquet needs pyarrow: pip install 'jaxrl[parquet]'") from None
+        return pq.read_table(path).to_pylist()
+    rows: list[Any] = []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if not line.strip():
+                continue
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                rows.append(BadLine("invalid JSON"))
+    return rows
+
+
+def is_held_out(prompt: str, every: int) -> bool:
+    """The hash rule: ``prompt`` (its UTF-8 text) belongs to the held-out split iff its
+    8-byte BLAKE2b digest, as a little-endian integer, is ``0 mod every``."""
+    digest = hashlib.blake2b(prompt.encode("utf-8"), digest_size=8).digest()
+    return int.from_bytes(digest, "little") % every == 0
+
+
+def split_rows(rows: Sequence[Any], every: int, prompt_column: str = "prompt") -> tuple[list, list]:
+    """``(train, held_out)`` rows of ``rows`` by :func:`is_held_out` of their prompt text
+    (rows with no string prompt stay in train, where :func:`encode_rows` counts them)."""
+    if every < 2:
+        raise ValueError(f"held_out_every: the hash rule needs k >= 2, got {every}")
+    train, held = [], []
+    for row in rows:
+        text = row.get(prompt_column) if isinstance(row, dict) else None
+        (held if isinstance(text, str) and is_held_out(text, every) else train).append(row)
+    return train, held
+
+
+# ---------------------------------------------------------------------------------------
+# Encoding
+# ---------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Columns:
+    """The field names of a row."""
+
+    prompt: str = "prompt"
+    answer: str = "answer"
+    completion: str = "completion"
+
+
+@dataclasses.dataclass(frozen=True)
+class RowReport:
+    """What :func:`encode_rows` kept and dropped from one source."""
+
+    source: str  # the file (or generator) the rows came from
+    total: int  # rows read
+    kept: int  # rows encoded
+    bad: tuple[tuple[str, int, int], ...] = ()  # (reason, count, first row number, 1-based) per reason
+
+    @property
+    def counts(self) -> dict[str, int]:
+        """``{reason: rows dropped for it}``."""
+        return {reason: n for reason, n, _ in self.bad}
+
+    def summary(self) -> str:
+        """One line: ``source: N rows, K kept, B bad (reason: n, first row r; ...)``."""
+        line = f"{self.source}: {self.total} rows, {self.kept} kept"
+        if self.bad:
+            dropped = self.total - self.kept
+            line += f", {dropped} bad (" + "; ".join(f"{r}: {n}, first row {i}" for r, n, i in self.bad) + ")"
+        return line
+
+
+@dataclasses.dataclass(frozen=True)
+class Encoded:
+    """One split's arrays (numpy, N good rows) and what was dropped."""
+
+    prompts: np.ndarray  # int32 [N, prompt_len], left-padded with pad_id
+    answers: np.ndarray  # int32 [N, answer_bytes], UTF-8 bytes of the answer, 0 after
+    answer_lens: np.ndarray  # int32 [N], answer bytes
+    completions: np.ndarray | None  # int32 [N, completion_len]: tokens, eos, pad_id after (or None)
+    texts: tuple[str, ...]  # the prompts' user text (before the chat template)
+    extras: dict  # column -> list of values of the other columns (None where a row lacks it)
+    report: RowReport
+
+    def __len__(self) -> int:
+        return int(self.prompts.shape[0])
+
+
+class _Bad(Exception):
+    """A row is dropped for ``reason``."""
+
+
+def _text(row: Any, column: str) -> str:
+    if isinstance(row, BadLine):
+        raise _Bad(row.reason)
+    if not isinstance(row, dict):
+        raise _Bad("not a JSON object")
+    if column not in row or row[column] is None:
+        raise _Bad(f"missing {column!r}")
+    if not isinstance(row[column], str):
+        raise _Bad(f"{column!r} not a string")
+    return row[column]
+
+
+def _left_pad(ids: Sequence[int], width: int, pad_id: int) -> np.ndarray:
+    out = np.full((width,), pad_id, np.int32)
+    if ids:
+        out[width - len(ids):] = ids
+    return out
+
+
+def encode_rows(
+    rows: Sequence[Any],
+    tokenizer: Any,
+    *,
+    prompt_len: int,
+    answer_bytes: int,
+    completion_len: int | None = None,
+    chat_template: bool = True,
+    system_prompt: str = "",
+    columns: Columns = Columns(),
+    solver: Callable[[dict], str] | None = None,
+    source: str = "<rows>",
+    allow_empty: bool = False,
+) -> Encoded:
+    """``rows`` as fixed-shape arrays (module docstring), in the ids of ``tokenizer`` (a
+    :class:`jaxrl.models.lm.Tokenizer`, whose ``pad_token`` / ``eos_token`` are used).
+
+    ``completion_len``: also encode reference completions, from ``solver(row)`` or else the
+    ``columns.completion`` field; ``None``: none. ``source`` names the rows in the report and
+    in errors. Raises ``ValueError`` when no row is good (unless ``allow_empty``).
+    """
+    pad_id, eos_id = special_ids(tokenizer, source)
+    template = chat.chat_template(tokenizer, source) if chat_template else None
+    specials = chat.special_strings(tokenizer)
+    prompts, answers, lens, completions, texts, kept = [], [], [], [], [], []
+    bad: dict[str, list[int]] = {}
+    for number, row in enumerate(rows, start=1):
+        try:
+            text = _text(row, columns.prompt)
+            answer = _text(row, columns.answer).encode("utf-8")
+            completion = None if completion_len is None else (solver(row) if solver else _text(row, columns.completion))
+            rendered = chat.render_prompt(template, specials, text, system_prompt) if template is not None else text
+            ids = tokenizer.encode(rendered)
+            if len(ids) > prompt_len:
+                raise _Bad(f"prompt longer than {prompt_len} tokens")
+            if pad_id in ids:
+                raise _Bad("prompt contains the pad token")
+            if len(answer) > answer_bytes:
+                raise _Bad(f"answer longer than {answer_bytes} bytes")
+            if completion is not None:
+                cids = tokenizer.encode(completion) + [eos_id]
+                if len(cids) > completion_len:
+                    raise _Bad(f"completion longer than {completion_len - 1} tokens (+ eos)")
+                completions.append(np.asarray(cids + [pad_id] * (completion_len - len(cids)), np.int32))
+        except _Bad as exc:
+            bad.setdefault(str(exc), []).append(number)
+            continue
+        prompts.append(_left_pad(ids, prompt_len, pad_id))
+        answers.append(np.frombuffer(answer.ljust(answer_bytes, b"\0"), np.uint8).astype(np.int32))
+        lens.append(len(answer))
+        texts.append(text)
+        kept.append(row)
+    report = RowReport(source, len(rows), len(kept), tuple((r, len(ns), ns[0]) for r, ns in bad.items()))
+    if not kept and not allow_empty:
+        raise ValueError(f"{source}: no usable row ({report.summary()})")
+    named = {columns.prompt, columns.answer, columns.completion}
+    extra_names = sorted({k for row in kept for k in row} - named)
+    return Encoded(
+        np.asarray(prompts, np.int32).reshape(len(kept), prompt_len),
+        np.asarray(answers, np.int32).reshape(len(kept), answer_bytes),
+        np.asarray(lens, np.int32),
+        None if completion_len is None else np.asarray(completions, np.int32).reshape(len(kept), completion_len),
+        tuple(texts),
+        {k: [row.get(k) for row in kept] for k in extra_names},
+        report,
+    )
+
+
+def special_ids(tokenizer: Any, source: str = "the tokenizer") -> tuple[int, int]:
+    """``(pad_id, eos_id)`` of a loaded tokenizer, checked: both named in its config, in its
+    vocabulary, and different (the end of a turn must be visible to the model)."""
+    eos, pad = tokenizer.special_tokens.get("eos_token"), tokenizer.special_tokens.get("pad_token")
+    if eos is None or tokenizer.token_id(eos) is None:
+        raise ValueError(f"{source}: tokenizer_config.json names no eos_token in the vocabulary (the end of a turn)")
+    if pad is None or tokenizer.token_id(pad) is None:
+        raise ValueError(f"{source}: tokenizer_config.json names no pad_token in the vocabulary (prompts are left-padded with it)")
+    if pad == eos:
+        raise ValueError(f"{source}: pad_token and eos_token are both {pad!r}; the end of a turn must be visible to the model")
+    return int(tokenizer.token_id(pad)), int(tokenizer.token_id(eos))
+
+
+def model_vocab_size(path: str, tokenizer: Any) -> int:
+    """The model's vocabulary at tokenizer directory ``path``: ``config.json``'s
+    ``vocab_size`` when the directory has one (it may exceed the tokenizer's), else the
+    tokenizer's own size."""
+    config = os.path.join(os.fspath(path), "config.json")
+    if os.path.isfile(config):
+        with open(config, encoding="utf-8") as f:
+            return int(json.load(f).get("vocab_size", tokenizer.vocab_size))
+    return int(tokenizer.vocab_size)
+
+
+__all__ = [
+    "BadLine", "Columns", "Encoded", "RowReport", "encode_rows", "is_held_out", "model_vocab_size", "read_rows",
+    "special_ids", "split_rows",
+]

@@ -1,0 +1,398 @@
+"""``TextTask``: a token env over text rows, rewarded by a byte verifier (a rubric) at the end.
+
+The rows (prompt, answer, optional reference completion) are tokenized once on the host by
+:mod:`jaxrl.text.data` and stored in the task as static tables (``bytes``, so the task stays
+hashable and the tables become constants of the program, like
+:class:`jaxrl.adapters.tokenized.TokenizedTask`'s):
+
+* ``reset`` draws a row uniformly from the training table, or from the held-out table when
+  ``params.held_out``; ``obs`` = the left-padded prompt then the completion so far
+  (``int32[prompt_len + max_completion_len]``, the pad id in unwritten slots);
+* ``step`` writes one token (ids clipped into ``[0, vocab_size)``); the episode terminates
+  at the tokenizer's eos and is truncated after ``max_completion_len`` tokens. The reward is
+  0 before the end and the rubric's score of the completion (decoded to bytes on device)
+  on the last step; ``info`` carries the rubric's metrics on the last step, 0 before;
+* ``respond`` (the dialogue rollout's path) scores a whole turn with one rubric call.
+
+:func:`text_task` builds one from rows; :func:`procedural_task` and :func:`file_task` are the
+two sources (a seeded generator of rows, or a JSONL/Parquet file). Guide: docs/text_tasks.md.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+from typing import Any, Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import struct
+
+from jaxrl.core import spaces
+from jaxrl.core.env import check_action_shape, first_timestep, transition
+from jaxrl.core.tokens import TokenTask, Turn, reward_on_last_token
+from jaxrl.text import data
+from jaxrl.text.bytes import ByteTable
+from jaxrl.verifiers import Task, Verifier
+
+Array = jax.Array
+
+
+@struct.dataclass
+class TextTaskParams:
+    held_out: bool = False  # draw prompts from the held-out table (evaluation)
+
+
+@struct.dataclass
+class TextState:
+    task: Task  # prompt int32 [Lp], answer int32 [answer_bytes] (UTF-8 bytes), answer_len int32 []
+    completion: Array  # int32 [max_completion_len], tokens written so far, pad id after
+    time: Array  # int32 [], tokens written
+    done: Array  # bool []
+
+
+@dataclasses.dataclass(frozen=True)
+class TextSplit:
+    """One split's rows as raw bytes (see :class:`jaxrl.text.data.Encoded` for the shapes)."""
+
+    count: int
+    prompts: bytes  # int32 [count, prompt_len]
+    answers: bytes  # int32 [count, answer_bytes]
+    answer_lens: bytes  # int32 [count]
+    completions: bytes  # int32 [count, completion_len], b"" when the rows have none
+
+    @classmethod
+    def of(cls, enc: data.Encoded) -> "TextSplit":
+        c = b"" if enc.completions is None else enc.completions.astype(np.int32).tobytes()
+        return cls(len(enc), enc.prompts.tobytes(), enc.answers.tobytes(), enc.answer_lens.tobytes(), c)
+
+
+@dataclasses.dataclass(frozen=True)
+class TextTask(TokenTask):
+    """A token env over tokenized text rows (module docstring); build with :func:`text_task`."""
+
+    task_name: str
+    vocab: int  # the model's vocabulary (actions), >= the tokenizer's ids
+    prompt_length: int
+    completion_length: int
+    answer_width: int  # answer bytes per row
+    pad: int
+    byte_table: ByteTable = dataclasses.field(repr=False)  # id -> bytes; its eos_id ends a completion
+    train: TextSplit = dataclasses.field(repr=False)
+    held: TextSplit = dataclasses.field(repr=False)  # the training split again when there are no held-out rows
+    reward_spec: str = "{}"  # the rubric dict as JSON (jaxrl.text.verifiers.rubric)
+    max_bytes: int = 0  # bytes of a completion the rubric reads (0: max_completion_len x the longest token)
+    tokenizer_path: str = ""
+    report: tuple = dataclasses.field(default=(), compare=False, hash=False, repr=False)  # (train, held-out) RowReport
+    texts: tuple = dataclasses.field(default=((), ()), compare=False, hash=False, repr=False)  # prompt texts per split
+    detokenize: Callable[[list[int]], str] = dataclasses.field(default=str, compare=False, hash=False, repr=False)
+
+    invalid_action_rule = "token ids are clipped into [0, vocab_size)"
+    eval_scores = (("correct", "correct answers"),)
+
+    # -- the token-task shape ---------------------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        return self.task_name
+
+    @property
+    def vocab_size(self) -> int:
+        return self.vocab
+
+    @property
+    def prompt_len(self) -> int:
+        return self.prompt_length
+
+    @property
+    def max_completion_len(self) -> int:
+        return self.completion_length
+
+    @property
+    def pad_id(self) -> int:
+        return self.pad
+
+    @property
+    def end_of_turn(self) -> int:
+        return self.byte_table.eos_id
+
+    @property
+    def default_params(self) -> TextTaskParams:
+        return TextTaskParams()
+
+    def held_out_params(self, params):
+        return params.replace(held_out=True)
+
+    @functools.cached_property
+    def verifier(self) -> Verifier:
+        """The rubric of ``reward_spec`` over this task's byte table."""
+        from jaxrl.text.verifiers import rubric
+
+        return rubric(json.loads(self.reward_spec), self.byte_table, self.max_bytes or None)
+
+    # -- the tables -------------------------------------------------------------------------
+
+    def _split(self, split: str) -> TextSplit:
+        if split not in ("train", "held_out"):
+            raise ValueError(f"split must be 'train' or 'held_out', got {split!r}")
+        return self.train if split == "train" else self.held
+
+    def arrays(self, split: str = "train") -> dict[str, np.ndarray]:
+        """numpy views of a split's tables: ``prompts``, ``answers``, ``answer_lens``."""
+        s = self._split(split)
+        return {
+            "prompts": np.frombuffer(s.prompts, np.int32).reshape(s.count, self.prompt_length),
+            "answers": np.frombuffer(s.answers, np.int32).reshape(s.count, self.answer_width),
+            "answer_lens": np.frombuffer(s.answer_lens, np.int32),
+        }
+
+    def demonstrations(self, split: str = "train") -> tuple[np.ndarray, np.ndarray]:
+        """int32 ``[N, prompt_len]`` prompts (left-padded with ``pad_id``) and int32
+        ``[N, max_completion_len]`` reference completions (then eos, ``pad_id`` after)."""
+        s = self._split(split)
+        if not s.completions:
+            raise ValueError(f"{self.name}: its rows have no reference completions (a 'completion' column or a solver)")
+        completions = np.frombuffer(s.completions, np.int32).reshape(s.count, self.completion_length)
+        return self.arrays(split)["prompts"].copy(), completions.copy()
+
+    def prompt_texts(self, split: str = "train") -> tuple[str, ...]:
+        """The user text of every row of a split (before the chat template), host-side."""
+        return self.texts[0] if split == "train" or self.held is self.train else self.texts[1]
+
+    def summary(self) -> str:
+        """The rows kept and dropped, a line per split (printed when a run is built)."""
+        train, held = self.report
+        second = held.summary() if self.held is not self.train else "no held-out rows: evaluation draws from the training rows"
+        return f"{self.name}: {train.summary()}\n{self.name}: {second}"
+
+    def _draw(self, key: Array, s: TextSplit) -> Task:
+        i = jax.random.randint(key, (), 0, s.count)
+        prompts = np.frombuffer(s.prompts, np.int32).reshape(s.count, self.prompt_length)
+        answers = np.frombuffer(s.answers, np.int32).reshape(s.count, self.answer_width)
+        return Task(jnp.asarray(prompts)[i], jnp.asarray(answers)[i], jnp.asarray(np.frombuffer(s.answer_lens, np.int32))[i])
+
+    # -- the environment --------------------------------------------------------------------
+
+    def _obs(self, state: TextState) -> Array:
+        return jnp.concatenate([state.task.prompt, state.completion]).astype(jnp.int32)
+
+    def _zero_info(self, task: Task) -> dict:
+        completion = jax.ShapeDtypeStruct((self.completion_length,), jnp.int32)
+        _, metrics = jax.eval_shape(lambda t, c: self.verifier(t, c), task, completion)
+        return {k: jnp.zeros((), jnp.float32) for k in metrics}
+
+    def reset(self, key, params):
+        train, held = self._draw(key, self.train), self._draw(key, self.held)
+        task = jax.tree_util.tree_map(lambda h, t: jnp.where(params.held_out, h, t), held, train)
+        completion = jnp.full((self.completion_length,), self.pad, jnp.int32)
+        state = TextState(task, completion, jnp.zeros((), jnp.int32), jnp.zeros((), jnp.bool_))
+        return state, first_timestep(self._obs(state), self._zero_info(task))
+
+    def step(self, key, state, action, params):
+        del key, params  # deterministic given the token
+        check_action_shape(self.name, action, ())
+        token = jnp.clip(jnp.asarray(action, jnp.int32), 0, self.vocab - 1)
+        pos = jnp.clip(state.time, 0, self.completion_length - 1)
+        completion = jnp.where(state.done, state.completion, state.completion.at[pos].set(token))
+        time = jnp.where(state.done, state.time, state.time + 1)
+        terminated = jnp.any(completion == self.end_of_turn)
+        truncated = (time >= self.completion_length) & ~terminated
+        done = terminated | truncated
+        reward, metrics = self.verifier(state.task, completion)
+        new = TextState(state.task, completion, time, done)
+        info = {k: jnp.where(done, v, 0.0).astype(jnp.float32) for k, v in metrics.items()}
+        return new, transition(self._obs(new), jnp.where(done, reward, 0.0).astype(jnp.float32), terminated, truncated, info)
+
+    def respond(self, key, state, turn, params):
+        """The whole turn scored by one rubric call: the same reward (on the turn's last token),
+        flags and info as stepping through it token by token, without a rubric per token."""
+        del key, params
+        turn = jnp.clip(turn.astype(jnp.int32), 0, self.vocab - 1)
+        eos = self.end_of_turn
+        is_end = turn == eos
+        ended = jnp.any(is_end)
+        written = jnp.where(ended, jnp.argmax(is_end) + 1, turn.shape[0]).astype(jnp.int32)
+        completion = jnp.where(jnp.arange(turn.shape[0]) < written, turn, self.pad)
+        reward, metrics = self.verifier(state.task, completion)
+        info = {k: v.astype(jnp.float32) for k, v in metrics.items()}
+        new = TextState(state.task, completion, written, jnp.ones((), jnp.bool_))
+        reply = jnp.full((self.max_reply_tokens,), self.pad, jnp.int32)
+        return new, Turn(reply, reward_on_last_token(turn, eos, reward), ended, ~ended, info)
+
+    def observation_space(self, params):
+        return spaces.Box(0, self.vocab - 1, (self.prompt_length + self.completion_length,), jnp.int32)
+
+    def action_space(self, params):
+        return spaces.Discrete(self.vocab)
+
+    def decode(self, tokens) -> str:
+        """``tokenizer.decode`` of the ids that are not the pad id (special tokens kept)."""
+        return self.detokenize([int(t) for t in np.asarray(tokens).reshape(-1) if int(t) != self.pad])
+
+
+# ---------------------------------------------------------------------------------------
+# Building
+# ---------------------------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=8)
+def _tokenizer(path: str):
+    from jaxrl.models.lm import load_tokenizer
+
+    return load_tokenizer(path)
+
+
+def _positive(options: dict, *names: str) -> None:
+    for name in names:
+        value = options[name]
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"{name}: expected an integer >= 1, got {value!r}")
+
+
+def text_task(
+    name: str,
+    train_rows: Sequence[Any],
+    held_rows: Sequence[Any],
+    *,
+    tokenizer_path: str,
+    prompt_len: int,
+    completion_len: int,
+    answer_bytes: int,
+    reward: dict,
+    chat_template: bool = True,
+    system_prompt: str = "",
+    columns: data.Columns = data.Columns(),
+    completions: bool = True,
+    completion_bytes: int = 0,
+    sources: tuple[str, str] = ("train", "held out"),
+) -> TextTask:
+    """A :class:`TextTask` from rows (:func:`jaxrl.text.data.encode_rows` for the row format).
+
+    ``held_rows`` empty: evaluation draws from the training rows (``summary`` says so).
+    ``completions``: encode the rows' reference completions (for ``demonstrations``).
+    ``completion_bytes``: bytes of a completion the rubric reads (0: all it can hold).
+    ``ValueError`` names the option at fault (``prompt_len: ...``, ``reward: ...``).
+    """
+    options = {"prompt_len": prompt_len, "completion_len": completion_len, "answer_bytes": answer_bytes}
+    _positive(options, *options)
+    if system_prompt and not chat_template:
+        raise ValueError("system_prompt: needs chat_template: true")
+    try:
+        tok = _tokenizer(str(tokenizer_path))
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"tokenizer_path: {exc}") from None
+    pad_id, eos_id = data.special_ids(tok, str(tokenizer_path))
+    vocab = data.model_vocab_size(tokenizer_path, tok)
+    table = ByteTable.from_tokenizer(tok, vocab, eos_id)
+    if not isinstance(reward, dict):
+        raise ValueError(f"reward: expected a mapping (the rubric), got {reward!r}")
+    try:
+        from jaxrl.text.verifiers import rubric
+
+        rubric(dict(reward), table, completion_bytes or None)
+    except (TypeError, ValueError, KeyError) as exc:
+        raise ValueError(f"reward: {exc}") from None
+    encode = functools.partial(
+        data.encode_rows, tokenizer=tok, prompt_len=prompt_len, answer_bytes=answer_bytes,
+        completion_len=completion_len if completions else None, chat_template=chat_template,
+        system_prompt=system_prompt, columns=columns,
+    )
+    train = encode(train_rows, source=sources[0])
+    held = encode(held_rows, source=sources[1], allow_empty=True)
+    train_split = TextSplit.of(train)
+    held_split = TextSplit.of(held) if len(held) else train_split
+    return TextTask(
+        name, int(vocab), int(prompt_len), int(completion_len), int(answer_bytes), pad_id, table,
+        train_split, held_split, json.dumps(reward, sort_keys=True), int(completion_bytes), str(tokenizer_path),
+        (train.report, held.report), (train.texts, held.texts), functools.partial(tok.decode, skip_special_tokens=False),
+    )
+
+
+#: Options every text task takes (``env.text`` keys), and the procedural / file ones.
+COMMON_OPTIONS = (
+    "tokenizer_path", "chat_template", "system_prompt", "prompt_len", "completion_len", "answer_bytes", "reward",
+    "held_out_every", "completion_bytes",
+)
+PROCEDURAL_OPTIONS = COMMON_OPTIONS + ("num_train", "num_held_out", "seed")
+FILE_OPTIONS = COMMON_OPTIONS + ("train", "held_out", "prompt_column", "answer_column", "completion_column")
+
+
+def _check_options(name: str, options: dict, known: tuple[str, ...]) -> None:
+    unknown = sorted(set(options) - set(known))
+    if unknown:
+        raise TypeError(f"{unknown[0]}: not an option of {name} (its options: {', '.join(known)})")
+
+
+def _common(options: dict) -> dict:
+    keys = ("tokenizer_path", "chat_template", "system_prompt", "prompt_len", "completion_len", "answer_bytes",
+            "reward", "completion_bytes")
+    return {k: options[k] for k in keys if k in options}
+
+
+def procedural_task(name: str, generate: Callable[[int, int], list[dict]], options: dict) -> TextTask:
+    """A :class:`TextTask` over rows from ``generate(seed, count)`` (distinct prompts, a
+    prefix of a longer call's rows), split by the hash rule into ``num_train`` training and
+    ``num_held_out`` held-out rows. ``options``: :data:`PROCEDURAL_OPTIONS` (the text options
+    plus ``num_train`` (4096), ``num_held_out`` (512), ``seed`` (0), ``held_out_every`` (10))."""
+    _check_options(name, options, PROCEDURAL_OPTIONS)
+    o = {"num_train": 4096, "num_held_out": 512, "seed": 0, "held_out_every": 10, **options}
+    _positive(o, "num_train", "num_held_out", "held_out_every")
+    key = json.dumps({k: o[k] for k in sorted(o)}, sort_keys=True, default=str)
+    return _procedural(name, generate, key)
+
+
+@functools.lru_cache(maxsize=16)
+def _procedural(name: str, generate: Callable, key: str) -> TextTask:
+    o = json.loads(key)
+    k, want_train, want_held = o["held_out_every"], o["num_train"], o["num_held_out"]
+    if k < 2:
+        raise ValueError(f"held_out_every: the hash rule needs k >= 2, got {k}")
+    count = int(1.2 * max(want_train * k / (k - 1), want_held * k)) + 64
+    rows = generate(o["seed"], count)
+    train, held = data.split_rows(rows, k)
+    if len(train) < want_train or len(held) < want_held:
+        raise ValueError(f"num_train: {name} made {len(train)} training and {len(held)} held-out prompts, fewer than asked")
+    return text_task(name, train[:want_train], held[:want_held], **_common(o),
+                     sources=(f"{name} (seed {o['seed']})", f"{name} (seed {o['seed']}, held out: hash % {k} == 0)"))
+
+
+def file_task(name: str, options: dict) -> TextTask:
+    """A :class:`TextTask` over a JSONL/Parquet file. ``options``: :data:`FILE_OPTIONS`:
+    ``train`` (the file), ``held_out`` (a second file; else the hash rule with
+    ``held_out_every`` (10)), the column names, and the text options. Completions are encoded
+    when any row has the completion column (a row without it is then a bad row). A training
+    row whose prompt is also in the held-out file is dropped (counted)."""
+    _check_options(name, options, FILE_OPTIONS)
+    o = {"held_out": "", "held_out_every": 10, **options}
+    if not o.get("train"):
+        raise ValueError("train: the path of a JSONL or Parquet file is required")
+    columns = data.Columns(o.get("prompt_column", "prompt"), o.get("answer_column", "answer"),
+                           o.get("completion_column", "completion"))
+    rows = _read(o["train"], "train")
+    if o["held_out"]:
+        held = _read(o["held_out"], "held_out")
+        held_texts = {r.get(columns.prompt) for r in held if isinstance(r, dict)}
+        dup = data.BadLine("prompt also in the held-out file")
+        train = [dup if isinstance(r, dict) and r.get(columns.prompt) in held_texts else r for r in rows]
+        sources = (o["train"], o["held_out"])
+    else:
+        _positive(o, "held_out_every")
+        train, held = data.split_rows(rows, o["held_out_every"], columns.prompt)
+        sources = (o["train"], f"{o['train']} (held out: hash % {o['held_out_every']} == 0)")
+    has_completion = any(isinstance(r, dict) and columns.completion in r for r in rows)
+    return text_task(name, train, held, **_common(o), columns=columns, completions=has_completion, sources=sources)
+
+
+def _read(path: str, option: str) -> list:
+    try:
+        return data.read_rows(path)
+    except (OSError, ImportError) as exc:
+        raise ValueError(f"{option}: {exc}") from None
+
+
+__all__ = [
+    "FILE_OPTIONS", "PROCEDURAL_OPTIONS", "TextSplit", "TextState", "TextTask", "TextTaskParams", "file_task",
+    "procedural_task", "text_task",
+]
