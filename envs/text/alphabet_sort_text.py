@@ -47,5 +47,5 @@ def generate_rows(seed: int, count: int) -> list[dict]:
 
 def AlphabetSortText(**options) -> TextTask:
     """The task with ``options`` (:func:`jaxrl.text.task.procedural_task`'s keywords)."""
-    defaults = {"tokenizer_path": TOKENIZER, "prompt_len": 40, "completion_len": 16, "answer_bytes": 32, "reward": DEFAULT_REWARD}
+    defaults = {"tokenizer_path": TOKENIZER, "prompt_len": 36, "completion_len": 12, "answer_bytes": 32, "reward": DEFAULT_REWARD}
     return procedural_task("text/AlphabetSortText-v0", generate_rows, {**defaults, **options})

@@ -9,7 +9,8 @@ rendered with the tokenizer's chat template and tokenized once; the reward is th
 
 Built without options (as the registry and the conformance checks do) it reads the small
 sample shipped in ``envs/assets/text_sample.jsonl`` with the project's tokenizer
-(``envs/assets/text_tokenizer``, made by its ``make.py``).
+(``envs/assets/text_tokenizer``, made by its ``make.py``), holding out 1 prompt in 4 by the
+hash rule (a file of the user's: 1 in 10 unless ``env.text.held_out_every`` says otherwise).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ DEFAULT_REWARD = {"answer": "numeric", "extract": "answer_tag", "format_weight":
 def TextFile(**options) -> TextTask:
     """The task with ``options`` (:func:`jaxrl.text.task.file_task`'s keywords)."""
     defaults = {
-        "tokenizer_path": TOKENIZER, "train": SAMPLE, "held_out_every": 4, "prompt_len": 64, "completion_len": 16,
-        "answer_bytes": 16, "reward": DEFAULT_REWARD,
+        "tokenizer_path": TOKENIZER, "train": SAMPLE, "prompt_len": 64, "completion_len": 16, "answer_bytes": 16,
+        "reward": DEFAULT_REWARD, "held_out_every": 10 if "train" in options else 4,  # the sample is small
     }
     return file_task("text/File-v0", {**defaults, **options})

@@ -8,6 +8,7 @@ fit the action space) come back as :class:`~jaxrl.run.config.ConfigError`.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from typing import NamedTuple
 
@@ -21,7 +22,8 @@ from jaxrl.core.env import replace_params
 from jaxrl.core.randomize import DomainRandomization
 from jaxrl.core.tokens import TokenTask
 from jaxrl.run import config as config_lib
-from jaxrl.run.config import ConfigError, Derived, RunConfig
+from jaxrl.run.config import ConfigError, Derived, EnvConfig, RunConfig
+from jaxrl.text.task import TextTask
 
 
 class Built(NamedTuple):
@@ -49,7 +51,12 @@ def env_setup(cfg: RunConfig) -> EnvSetup:
             env.check_params(params)
         except (TypeError, ValueError) as exc:
             raise ConfigError(f"env.{' '.join(str(exc).split())}") from None
-    if e.tokenizer is not None:
+    if isinstance(env, TextTask):
+        env = text_env(e)
+        print(env.summary(), flush=True)
+    elif e.text is not None:
+        raise ConfigError(f"env.text: only text tasks (text/File-v0, text/WordProblems-v0, ...) read it, {e.id} is not one")
+    elif e.tokenizer is not None:
         if not isinstance(env, TokenTask):
             raise ConfigError(f"env.tokenizer: only token tasks speak a tokenizer's ids, {e.id} is not one")
         from jaxrl.run.tokenized import tokenizer_task
@@ -67,6 +74,48 @@ def env_setup(cfg: RunConfig) -> EnvSetup:
             raise ConfigError(f"env.curriculum.param: {exc}") from None
         curriculum = Curriculum(c.param, c.start, c.stop, c.metric, c.threshold, c.step)
     return EnvSetup(env, params, eval_params, curriculum, e.vector)
+
+
+#: env.text keys -> the text task option each sets (a key left at its default sets nothing).
+_TEXT_KEYS = (
+    "train", "held_out", "held_out_every", "prompt_column", "answer_column", "completion_column", "prompt_len",
+    "completion_len", "answer_bytes", "completion_bytes", "reward", "num_train", "num_held_out", "seed",
+)
+#: Option names of jaxrl.text.task that are keys of env.tokenizer, for error messages.
+_TOKENIZER_OPTIONS = {"tokenizer_path": "env.tokenizer.path", "chat_template": "env.tokenizer.chat_template"}
+
+
+def text_options(e: EnvConfig) -> dict:
+    """The options ``env.text`` and ``env.tokenizer`` give a text task's factory."""
+    options = {}
+    if e.text is not None:
+        defaults = config_lib.TextConfig()
+        options = {k: getattr(e.text, k) for k in _TEXT_KEYS if getattr(e.text, k) != getattr(defaults, k)}
+    system = e.text.system_prompt if e.text is not None else None
+    if e.tokenizer is not None:
+        options.update(tokenizer_path=e.tokenizer.path, chat_template=e.tokenizer.chat_template)
+        system = e.tokenizer.system_prompt if system is None else system
+    if system:
+        options["system_prompt"] = system
+    return options
+
+
+def text_env(e: EnvConfig) -> TextTask:
+    """The text task ``e.id`` rebuilt with ``env.text`` / ``env.tokenizer`` (its registered
+    factory, called with :func:`text_options`); errors name the config key."""
+    options = text_options(e)
+    spec = registry.spec(e.id)
+    try:
+        env = dataclasses.replace(spec, kwargs=tuple({**dict(spec.kwargs), **options}.items())).build()
+    except (TypeError, ValueError) as exc:
+        message = " ".join(str(exc).split())
+        option, _, rest = message.partition(": ")
+        if option in _TOKENIZER_OPTIONS:
+            raise ConfigError(f"{_TOKENIZER_OPTIONS[option]}: {rest}") from None
+        if option in _TEXT_KEYS or option == "system_prompt":
+            raise ConfigError(f"env.text.{option}: {rest}") from None
+        raise ConfigError(f"env.text: {message}") from None
+    return env
 
 
 def build(cfg: RunConfig) -> Built:

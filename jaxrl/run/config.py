@@ -75,6 +75,28 @@ class TokenizerConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class TextConfig:
+    """A text task's rows, lengths and reward (``text/File-v0`` and the procedural text tasks,
+    :mod:`jaxrl.text.task`; docs/text_tasks.md). 0, "" and null mean "the task's default"."""
+
+    train: str = ""  # a JSONL or Parquet file of rows (text/File-v0)
+    held_out: str = ""  # a second file of held-out rows ("": the hash rule below)
+    held_out_every: int = 0  # k of the hash rule: a prompt is held out iff blake2b(prompt) % k == 0 (task default 10)
+    prompt_column: str = "prompt"  # the row field holding the prompt text
+    answer_column: str = "answer"  # ... the reference answer (UTF-8, compared by the rubric)
+    completion_column: str = "completion"  # ... an optional reference completion (SFT demonstrations)
+    prompt_len: int = 0  # prompt tokens, chat template included (longer rows are dropped and counted)
+    completion_len: int = 0  # the most completion tokens (the episode's cap; a reference completion + eos must fit)
+    answer_bytes: int = 0  # the longest answer, in UTF-8 bytes
+    completion_bytes: int = 0  # completion bytes the rubric reads (0: completion_len x the longest token)
+    reward: dict = dataclasses.field(default_factory=dict)  # the rubric: {answer, extract, tag, format_weight, ...}
+    system_prompt: str | None = None  # a system message (null: env.tokenizer.system_prompt)
+    num_train: int = 0  # procedural tasks: training prompts generated (task default 4096)
+    num_held_out: int = 0  # procedural tasks: held-out prompts generated (task default 512)
+    seed: int | None = None  # procedural tasks: the generator's seed (task default 0)
+
+
+@dataclasses.dataclass(frozen=True)
 class EnvConfig:
     """Which environment to train on, and how it is evaluated."""
 
@@ -91,6 +113,7 @@ class EnvConfig:
     # ahead: envs whose reset is costly, e.g. Craftax; best with one seed).
     vector: Literal["auto", "vector", "autoreset", "pool"] = "auto"
     tokenizer: TokenizerConfig | None = None  # token tasks: speak a checkpoint's token ids (grpo.model.policy: hf)
+    text: TextConfig | None = None  # text tasks (text/File-v0, text/WordProblems-v0, ...): rows, lengths, reward
 
 
 @dataclasses.dataclass(frozen=True)
@@ -220,6 +243,9 @@ def convert(value, tp, key: str):
     if origin in (Union, types.UnionType):
         if value is None and type(None) in args:
             return None
+        present = [a for a in args if a is not type(None)]
+        if len(present) == 1:  # X | None: X's own message (an unknown key of a section names it)
+            return convert(value, present[0], key)
         for a in args:
             if a is type(None):
                 continue
@@ -360,12 +386,30 @@ def _check_env(env: EnvConfig) -> None:
     if env.params.get("held_out") not in (None, 0, False, "0", "false"):
         raise ConfigError("env.params.held_out: training on the held-out split would leave no unseen prompts to "
                           "evaluate on; evaluation uses it already (env.eval_params)")
+    if env.text is not None:
+        _check_text(env.text)
     c = env.curriculum
     if c is not None:
         if c.start > c.stop:
             raise ConfigError(f"env.curriculum.stop: must be >= start ({c.start}), got {c.stop}")
         if c.step < 1:
             raise ConfigError(f"env.curriculum.step: must be >= 1, got {c.step}")
+
+
+def _check_text(text: TextConfig) -> None:
+    """What ``env.text`` can get wrong before anything is read (the files, the rubric and the
+    keys a task takes are checked when the env is built)."""
+    for name in ("held_out_every", "prompt_len", "completion_len", "answer_bytes", "completion_bytes", "num_train",
+                 "num_held_out", "seed"):
+        value = getattr(text, name)
+        if value is not None and value < 0:
+            raise ConfigError(f"env.text.{name}: must be >= 0 (0: the task's default), got {value}")
+    if text.held_out_every == 1:
+        raise ConfigError("env.text.held_out_every: the hash rule needs k >= 2 (k = 1 holds out every prompt)")
+    if text.held_out and text.held_out_every:
+        raise ConfigError("env.text.held_out_every: a held-out file (env.text.held_out) is given; use one or the other")
+    if text.held_out and not text.train:
+        raise ConfigError("env.text.held_out: needs env.text.train (the training rows)")
 
 
 def _check_train(train: TrainConfig) -> None:

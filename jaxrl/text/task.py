@@ -288,10 +288,12 @@ def text_task(
     table = ByteTable.from_tokenizer(tok, vocab, eos_id)
     if not isinstance(reward, dict):
         raise ValueError(f"reward: expected a mapping (the rubric), got {reward!r}")
-    try:
+    try:  # traced once here, so a bad rubric is an error now, naming the key, not inside the algorithm
         from jaxrl.text.verifiers import rubric
 
-        rubric(dict(reward), table, completion_bytes or None)
+        verifier = rubric(dict(reward), table, completion_bytes or None)
+        shapes = Task(*(jax.ShapeDtypeStruct(s, jnp.int32) for s in ((prompt_len,), (answer_bytes,), ())))
+        jax.eval_shape(lambda t, c: verifier(t, c), shapes, jax.ShapeDtypeStruct((completion_len,), jnp.int32))
     except (TypeError, ValueError, KeyError) as exc:
         raise ValueError(f"reward: {exc}") from None
     encode = functools.partial(
