@@ -550,6 +550,47 @@ def test_the_memory_estimate_refuses_impossible_sizes_before_writing(ppo_run, tm
     assert not out.exists()
 
 
+def test_huge_network_sizes_are_refused_from_the_config_before_tracing(tmp_path, capsys, monkeypatch):
+    """grpo.model.n_layers=100000 once walked every layer in eval_shape (no answer in 120 s):
+    the config's arithmetic refuses it (and huge MLP widths) before anything is traced."""
+    from jaxrl.run import guards
+
+    def traced(*a, **k):
+        raise AssertionError("the abstract init was traced")
+
+    monkeypatch.setattr(guards, "estimate_bytes", traced)
+    grpo = os.path.join(REPO, "configs", "grpo_reverse.yaml")
+    cases = [
+        (grpo, "grpo.model.n_layers=100000", "4,915,200,000 parameters (100,000 blocks x 12 x 64^2", "grpo.model.n_layers"),
+        (CARTPOLE, "ppo.hidden=[300000,300000]", "90,000,000,000 parameters", "ppo.hidden"),
+        (os.path.join(REPO, "configs", "dqn_cartpole.yaml"), "dqn.hidden=[300000,300000]", "90,000,000,000", "dqn.hidden"),
+        (os.path.join(REPO, "configs", "sac_pendulum.yaml"), "sac.hidden=[300000,300000]", "90,000,000,000", "sac.hidden"),
+    ]
+    for config, setting, numbers, key in cases:
+        out = tmp_path / "huge"
+        assert cli.main(["train", config, "--set", setting, "--out", str(out)]) == 3, setting
+        line = _one_line(capsys.readouterr().err)
+        assert line.startswith("jaxrl: not enough memory: the ") and numbers in line and key in line, line
+        assert not out.exists()
+
+
+def test_the_config_floor_is_below_the_traced_parameter_count():
+    """The floor counts a subset of the weights, times Adam's three copies: never more than
+    the traced train state holds."""
+    import math
+
+    from jaxrl.run import build, config as config_lib, guards
+
+    grpo = config_lib.load_config(os.path.join(REPO, "configs", "grpo_reverse.yaml"), ["grpo.model.n_layers=3", "grpo.model.d_model=16"])
+    ppo = config_lib.load_config(CARTPOLE, ["ppo.hidden=[8,16,4]"])
+    for cfg, floor in ((grpo, 12 * 16 * 16 * 3), (ppo, 8 * 16 + 16 * 4)):
+        built = build.build(cfg)
+        assert guards.config_floor(cfg, built)[0] == floor
+        state = jax.eval_shape(built.program.init, jax.ShapeDtypeStruct((2,), jax.numpy.uint32))
+        floats = sum(math.prod(x.shape) for x in jax.tree_util.tree_leaves(state) if x.dtype == jax.numpy.float32)
+        assert 3 * floor <= floats, (cfg.algo, floor, floats)
+
+
 def test_exit_codes_are_documented():
     text = cli.build_parser().format_help()
     for code in ("1 the run failed", "2 bad input", "3 I/O or resources", "130 interrupted"):

@@ -1,7 +1,10 @@
 """Guards a run passes before it writes anything, and the Ctrl-C that stops it cleanly.
 
 * :func:`check_seed`: a PRNG seed is an integer in ``[0, 2**63 - 1]``.
-* :func:`check_memory`: an up-front estimate from the *abstract* train state
+* :func:`check_memory`: first a floor from the config's arithmetic alone (:func:`config_floor`:
+  the hidden weights of an MLP, 12 d^2 per transformer block, times Adam's three copies),
+  so a huge size is refused in a second without tracing ``init`` layer by layer; then an
+  estimate from the *abstract* train state
   (``jax.eval_shape`` of ``init``: nothing is allocated) times the seeds, plus the env
   states of the evaluation episodes where the algorithm's config has ``eval_episodes``,
   against the memory available (the devices' ``bytes_limit``, or host memory on CPU via
@@ -95,6 +98,59 @@ def _gib(n: int) -> str:
     return f"{n / 2**30:,.1f} GiB" if n >= 2**30 else f"{n / 2**20:,.1f} MiB" if n >= 2**20 else f"{n / 2**10:,.1f} KiB"
 
 
+def config_floor(cfg, built=None) -> tuple[int, str, str] | None:
+    """``(parameters, how, keys)``: a lower bound on the trained parameters of one seed,
+    from the algorithm config's sizes alone (nothing traced), or ``None`` when it has none.
+
+    Counted: the weights between consecutive ``hidden`` widths of one MLP (the algorithm's
+    networks have at least one), and for a transformer policy (``model.d_model`` /
+    ``model.n_layers``, GRPO on a token task) 12 d_model^2 per block (qkv 3, output 1, MLP
+    4 + 4). Embeddings, heads, biases, second networks and target copies are left out, so
+    the bound only refuses sizes that cannot fit.
+    """
+    a = cfg.algo_config
+    best = None
+    model = getattr(a, "model", None)
+    policy = getattr(model, "policy", None)
+    if policy in ("transformer", "auto") and isinstance(getattr(model, "n_layers", None), int):
+        token = policy == "transformer"
+        if policy == "auto" and built is not None:
+            from jaxrl.core.tokens import TokenTask
+
+            token = isinstance(built.envs.env, TokenTask)
+        if token:
+            d, n = model.d_model, model.n_layers
+            best = (12 * d * d * n, f"{n:,} blocks x 12 x {d}^2", f"{cfg.algo}.model.n_layers / d_model")
+    else:
+        for owner, where in ((model, f"{cfg.algo}.model.hidden"), (a, f"{cfg.algo}.hidden")):
+            hidden = getattr(owner, "hidden", None) if owner is not None and policy not in ("hf",) else None
+            if isinstance(hidden, (tuple, list)) and len(hidden) > 1 and all(isinstance(h, int) for h in hidden):
+                n = sum(x * y for x, y in zip(hidden, hidden[1:]))
+                best = (n, f"the products of consecutive {where} widths", where)
+                break
+    return best
+
+
+def check_config_floor(cfg, built=None, available: tuple[int, str] | None = None) -> None:
+    """Raise :class:`ResourceError` when :func:`config_floor` alone (float32, with Adam's two
+    moments, times the seeds) exceeds the memory available; in about a second whatever
+    the sizes, since nothing is traced."""
+    floor = config_floor(cfg, built)
+    if floor is None:
+        return
+    params, how, keys = floor
+    need = params * 4 * 3 * cfg.train.seeds
+    have, where = available or available_memory(cfg.devices)
+    if need <= have:
+        return
+    seeds = cfg.train.seeds
+    raise ResourceError(
+        f"not enough memory: the {cfg.algo} network has at least {params:,} parameters ({how}, from the config), "
+        f"at least {_gib(need)} as float32 with Adam's two moments for {seeds:,} seed{'s' if seeds > 1 else ''}, "
+        f"more than the {_gib(have)} of {where} available; lower {keys} or train.seeds"
+    )
+
+
 def estimate_bytes(cfg, built) -> tuple[int, int]:
     """``(train state bytes, evaluation bytes)`` of ``cfg`` (all seeds), from shapes only."""
     key = jax.ShapeDtypeStruct((2,), jnp.uint32)
@@ -112,9 +168,10 @@ def estimate_bytes(cfg, built) -> tuple[int, int]:
 
 def check_memory(cfg, built, available: tuple[int, str] | None = None) -> None:
     """Raise :class:`ResourceError` when the train state (plus evaluation) of ``cfg`` cannot
-    fit in the memory available."""
-    state, evaluation = estimate_bytes(cfg, built)
+    fit in the memory available (the config's arithmetic first: :func:`check_config_floor`)."""
     have, where = available or available_memory(cfg.devices)
+    check_config_floor(cfg, built, (have, where))
+    state, evaluation = estimate_bytes(cfg, built)
     declared = built.program.model_params
     if declared is not None and declared.estimate is not None:  # a model's own estimate, per device
         from jaxrl.parallel.sharding import resolve_devices
