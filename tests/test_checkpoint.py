@@ -100,3 +100,34 @@ def test_interrupted_save_keeps_last_good(states, tmp_path, monkeypatch):
         assert again.steps() == [1, 2]
         assert leaves_equal(again.restore(s1), s2)
     assert sorted(os.listdir(directory)) == ["1", "2"]  # the leftover was cleaned up
+
+
+@pytest.mark.parametrize("where", ["record", "read_back"])
+def test_a_full_disk_mid_save_keeps_the_previous_checkpoint(states, tmp_path, monkeypatch, where):
+    """keep=1: a save that fails after orbax committed its data (the record's write hits a
+    full disk, or the read-back fails) must not have deleted the last good checkpoint."""
+    import errno
+
+    from jaxrl.run import checkpoint as ckpt_lib
+    from jaxrl.run import rundir
+
+    s1, s2 = states
+    directory = tmp_path / "ck"
+    with Checkpoints(directory, keep=1) as ckpts:
+        ckpts.save(1, s1)
+        if where == "record":
+            def full(path, text):
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), path)
+
+            monkeypatch.setattr(rundir, "write_text", full)
+            with pytest.raises(OSError, match="No space left"):
+                ckpts.save(2, s2)
+        else:
+            monkeypatch.setattr(ckpt_lib, "content_digest", lambda tree, real=ckpt_lib.content_digest: (
+                "0" * 64 if isinstance(tree, dict) else real(tree)[0], real(tree)[1]))
+            with pytest.raises(CheckpointError):
+                ckpts.save(2, s2)
+        monkeypatch.undo()
+    with Checkpoints(directory, read_only=True) as again:
+        assert again.verified_step() == 1
+        assert leaves_equal(again.restore(s1, 1), s1)

@@ -162,7 +162,7 @@ class Checkpoints:
         if multi:
             os.makedirs(self.directory, exist_ok=True)
         options = ocp.CheckpointManagerOptions(
-            max_to_keep=int(keep),
+            max_to_keep=None,  # pruned by save() once the new step's record is written
             create=not multi,
             enable_async_checkpointing=False,  # the host loop waits anyway; simpler failures
             cleanup_tmp_directories=pid == 0,  # remove leftovers of an interrupted save
@@ -206,7 +206,21 @@ class Checkpoints:
         from jaxrl.run import rundir
 
         rundir.write_text(path, json.dumps(record, indent=1) + "\n")
+        self._prune(step)
         return self._step_dir(step)
+
+    def _prune(self, newest: int) -> None:
+        """Delete all but the ``keep`` newest steps, once ``newest`` is good: orbax's own
+        ``max_to_keep`` deleted them as soon as its data was committed, so a save that then
+        failed (a full disk writing the record, a read-back mismatch) could leave no good
+        checkpoint at all with ``keep: 1``."""
+        if self._keep <= 0:
+            return
+        old = [s for s in self.steps() if s <= newest][: -self._keep]
+        if old:
+            self._manager.reload()
+            for s in old:
+                self._manager.delete(s)
 
     def _read_back(self, step: int, digest: str) -> None:
         """Read the step just written and compare its digest: only a checkpoint that reads
