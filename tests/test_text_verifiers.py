@@ -1,0 +1,189 @@
+"""Byte verifiers against their plain-Python references (jaxrl.text.reference) on random and adversarial bytes."""
+
+import difflib
+import os
+import random
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from jaxrl import verifiers as V
+from jaxrl.models.lm import load_tokenizer
+from jaxrl.text import reference as R
+from jaxrl.text import verifiers as TV
+from jaxrl.text.bytes import ByteTable
+
+B, A, N = 96, 32, 256  # text width, answer width, examples per call
+FIXTURE = os.path.join(os.path.dirname(__file__), "fixtures", "lm", "tokenizer")
+FRAGMENTS = [
+    b"1,234", b"1,234,567", b"0.50", b".5", b"0.5", b"-0", b"-0.0", b"000", b"1,23", b"12,345.678", b"1.2.3",
+    b"--5", b"5.", b",5", b"1,000", b"1000", b"-12", b"7", b"42", b"3.14", b"1,2345", b",,", b"..", b"-",
+    b"<answer>", b"</answer>", b"<answer", b"answer>", b"<think>", b"</think>", b"\\boxed{", b"}", b"{",
+    b" ", b"  ", b"\t", b"\n", b"\r\n", b"\x0b", b"The Answer is ", b"ABC", b"abc", b"Alice, Bob", b"x",
+    b"\xe4\xb8", b"\x96", b"\xf0\x9f\x98", b"\xc3", "é世".encode(), b"\x00", b"\xff",
+]
+ANSWERS = [b"1234", b"1,234", b"0.5", b"-0", b"0", b"42", b"-12", b"3.14", b"abc", b"Alice, Bob", b" ABC ", b"", b"7"]
+
+
+def pack(items, width):
+    x = np.zeros((len(items), width), np.uint8)
+    n = np.zeros((len(items),), np.int32)
+    for k, b in enumerate(items):
+        b = b[:width]
+        x[k, : len(b)] = np.frombuffer(b, np.uint8)
+        n[k] = len(b)
+    return jnp.asarray(x), jnp.asarray(n)
+
+
+def examples(rng, count=N):
+    """Texts built from adversarial fragments (cut at B) and answers."""
+    texts, answers = [], []
+    for _ in range(count):
+        parts = [rng.choice(FRAGMENTS) for _ in range(rng.randint(0, 14))]
+        if rng.random() < 0.3:  # a well-formed answer somewhere
+            parts.insert(rng.randint(0, len(parts)), b"<answer>" + rng.choice(ANSWERS) + b"</answer>")
+        texts.append(b"".join(parts)[:B])
+        answers.append(rng.choice(ANSWERS) if rng.random() < 0.8 else b"".join(rng.choice(FRAGMENTS) for _ in range(3))[:A])
+    return texts, answers
+
+
+PAIR_RULES = {  # name -> (jax rule over two byte strings, reference)
+    "numeric": (TV.numeric_equal, R.numeric_equal),
+    "exact": (TV.normalized_equal, R.exact),
+    "ratio": (TV.sequence_ratio, lambda a, b: np.float32(R.ratio(a, b))),
+}
+COMPILED = {name: jax.jit(jax.vmap(f)) for name, (f, _) in PAIR_RULES.items()}
+FORMAT = {tags: jax.jit(jax.vmap(lambda x, n, t=tags: TV.format_ok(x, n, t))) for tags in [("answer",), ("think", "answer")]}
+REGIONS = {how: jax.jit(jax.vmap(lambda x, n, h=how: TV.region(*TV._clean(x, n), h)))
+           for how in ("answer_tag", "boxed", "auto")}
+
+
+def check_all(texts, answers):
+    texts, answers = texts + [b""] * (N - len(texts)), answers + [b""] * (N - len(answers))  # one shape: one compile
+    x, n = pack(texts, B)
+    y, m = pack(answers, A)
+    for name, (_, ref) in PAIR_RULES.items():
+        got = np.asarray(COMPILED[name](x, n, y, m))
+        want = [ref(t, a) for t, a in zip(texts, answers)]
+        bad = [(t, a, g, w) for t, a, g, w in zip(texts, answers, got, want) if g != w]
+        assert not bad, (name, bad[:3])
+    for tags, fn in FORMAT.items():
+        got = np.asarray(fn(x, n))
+        assert [bool(g) for g in got] == [R.format_ok(t, tags) for t in texts], tags
+    refs = {"answer_tag": R.tag_region, "boxed": R.boxed_region, "auto": lambda t: R.extract(t, "auto", "numeric")}
+    for how, fn in REGIONS.items():
+        found, s, e = (np.asarray(v) for v in fn(x, n))
+        for k, t in enumerate(texts):
+            want = refs[how](t)
+            assert (t[s[k]: e[k]] if found[k] else None) == want, (how, t)
+
+
+def test_adversarial_fragments():
+    check_all(*examples(random.Random(0)))
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(st.lists(st.tuples(st.lists(st.sampled_from(FRAGMENTS) | st.binary(max_size=4), max_size=12),
+                          st.sampled_from(ANSWERS) | st.binary(max_size=A)), min_size=1, max_size=64))
+def test_hypothesis_fragments(items):
+    check_all([b"".join(p)[:B] for p, _ in items], [a for _, a in items])
+
+
+def test_numbers_table():
+    cases = [  # (text, answer, equal)
+        (b"so 0.50", b".5", True), (b"1,000 apples", b"1000", True), (b"-0", b"0", True), (b"x -0.00", b"0", True),
+        (b"1,234,567.", b"1234567", True), (b"1,23", b"123", False), (b"1,2345", b"12345", False),
+        (b"12,345.678", b"12345.678", True), (b"3-5", b"-5", True), (b"a,12", b"12", True), (b"--5", b"-5", True),
+        (b"1.2.3", b"3", False), (b"007", b"7", True), (b"7.0", b"7", True), (b"none", b"", False),
+        (b"5, then 6.", b"6", True), (b"-.5", b"-0.5", True), (b"1,234.5,6", b"6", False),
+    ]
+    x, n = pack([c[0] for c in cases], B)
+    y, m = pack([c[1] for c in cases], A)
+    got = np.asarray(COMPILED["numeric"](x, n, y, m))
+    assert [bool(g) for g in got] == [c[2] for c in cases]
+    assert [R.numeric_equal(t, a) for t, a, _ in cases] == [c[2] for c in cases]
+    assert R.numbers(b"-0.50 and 1,000 and -0 .5") == [b"-0.5", b"1000", b"0", b"0.5"]
+
+
+def test_ratio_equals_difflib_on_name_lists():
+    rng = random.Random(3)
+    names = ["alice", "bob", "carol", "dave", "eve", "frank", "grace", "heidi", "ivan", "judy"]
+    texts, answers = [], []
+    for _ in range(N):
+        picked = rng.sample(names, rng.randint(1, 8))
+        answers.append(", ".join(sorted(picked)).encode()[:A])
+        shuffled = picked[:] if rng.random() < 0.3 else rng.sample(picked, len(picked))
+        texts.append(", ".join(shuffled).encode()[:B])
+    x, n = pack(texts, B)
+    y, m = pack(answers, A)
+    got = np.asarray(COMPILED["ratio"](x, n, y, m))
+    default = [np.float32(difflib.SequenceMatcher(None, t, a).ratio()) for t, a in zip(texts, answers)]  # autojunk on
+    assert list(got) == default
+    assert (got < 1).any() and (got == 1).any()
+
+
+@pytest.fixture(scope="module")
+def tokenized():
+    tok = load_tokenizer(FIXTURE)
+    table = ByteTable.from_tokenizer(tok, vocab=448)
+    rng = random.Random(5)
+    texts, answers = examples(rng, 128)
+    pieces = tok.token_bytes()
+    ids = np.full((len(texts), 64), table.eos_id, np.int32)
+    decoded = []
+    for k, t in enumerate(texts):
+        row = tok.encode(t.decode("utf-8", "replace"))[:60]
+        ids[k, : len(row)] = row
+        decoded.append(b"".join(pieces[i] for i in row)[:B])
+    return tok, table, ids, decoded, answers
+
+
+SPECS = [
+    {"answer": "numeric", "extract": "auto", "format_weight": 0.5},
+    {"answer": "numeric", "extract": "answer_tag", "gate_format": True},
+    {"answer": "numeric", "extract": "boxed", "length_penalty": {"target": 20, "weight": 0.01}},
+    {"answer": "numeric", "extract": "last_number"},
+    {"answer": "exact", "extract": "answer_tag", "format_weight": 0.2},
+    {"answer": "similarity", "extract": "auto", "power": 4},
+    {"answer": "similarity", "extract": "whole", "format_tags": ["think", "answer"], "format_weight": 1.0},
+]
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=[f"{s['answer']}-{s['extract']}" for s in SPECS])
+def test_rubric_equals_reference(tokenized, spec):
+    tok, table, ids, decoded, answers = tokenized
+    verifier = TV.rubric(spec, table, max_bytes=B)
+    tasks = V.Task(jnp.zeros((len(ids), 2), jnp.int32), pack(answers, A)[0].astype(jnp.int32), pack(answers, A)[1])
+    reward, metrics = jax.jit(jax.vmap(verifier.score))(tasks, jnp.asarray(ids))
+    for k, (t, a) in enumerate(zip(decoded, answers)):
+        want, want_m = R.rubric(spec, t, a)
+        assert float(reward[k]) == pytest.approx(want, rel=1e-6, abs=1e-6), (t, a)
+        for key, value in want_m.items():
+            assert float(metrics[key][k]) == np.float32(value), (key, t, a)
+    assert verifier.low == 0.0 and verifier.high == 1.0 + spec.get("format_weight", 0.0)
+
+
+def test_totality_and_composition(tokenized):
+    _, table, _, _, _ = tokenized
+    rng = np.random.default_rng(0)
+    ids = rng.integers(-(2**31), 2**31 - 1, (N, 64), dtype=np.int64)
+    ids[:, ::2] = rng.integers(-5, 500, (N, 32))
+    answer = rng.integers(-(2**31), 2**31 - 1, (N, A), dtype=np.int64).astype(np.int32)
+    tasks = V.Task(jnp.zeros((N, 2), jnp.int32), jnp.asarray(answer), jnp.asarray(rng.integers(-50, 50, N), jnp.int32))
+    sim = TV.text_verifier(table, lambda x, n, a, m: (TV.sequence_ratio(x, n, a, m), {}), 0.0, 1.0, 48)
+    fmt = TV.text_verifier(table, lambda x, n, a, m: (TV.format_ok(x, n), {}), 0.0, 1.0, 48)
+    composed = V.weighted_sum(("sim", 1.0, V.power(sim, 4.0)), ("gated", 2.0, V.gate(fmt, sim)))
+    for verifier in [composed, *(TV.rubric(s, table, 48) for s in SPECS[:2] + SPECS[5:6])]:
+        reward, metrics = jax.jit(jax.vmap(verifier.score))(tasks, jnp.asarray(ids.astype(np.int32)))
+        reward = np.asarray(reward)
+        assert np.isfinite(reward).all() and (reward >= verifier.low).all() and (reward <= verifier.high).all()
+        assert all(np.isfinite(np.asarray(v)).all() for v in metrics.values())
+
+
+def test_rubric_rejects_unknown_keys(tokenized):
+    with pytest.raises(ValueError, match="unknown rubric keys"):
+        TV.rubric({"answr": "numeric"}, tokenized[1])
