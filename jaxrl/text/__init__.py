@@ -1,0 +1,18 @@
+"""Text tasks for real tokenizers: datasets in, completions decoded to bytes on device, verifiers over bytes.
+
+A pretrained model speaks its tokenizer's ids (byte-level BPE: a number may be one token or
+three, a token may hold half a UTF-8 character). This package is the text side of RL with
+verifiable rewards, all of it inside the compiled program:
+
+* :mod:`jaxrl.text.bytes`: a token-id -> bytes table read from a tokenizer; completions
+  become byte strings on device (gather + compaction), equal to ``tokenizer.decode``.
+* :mod:`jaxrl.text.verifiers`: total, bounded verifiers over bytes (exact and numeric
+  answers, answer tags, ``\\boxed{}``, format, length, ``difflib``'s ratio) that compose with
+  :mod:`jaxrl.verifiers`' combinators; :mod:`jaxrl.text.reference` is each in plain Python.
+* :mod:`jaxrl.text.data`: prompts from JSONL/Parquet files or procedural generators,
+  rendered with the chat template and tokenized once on the host into fixed-shape arrays.
+* :mod:`jaxrl.text.task`: :class:`~jaxrl.text.task.TextTask`, the token env those arrays
+  make (one completion, a byte verifier's reward), and its demonstrations for SFT.
+
+Guide: ``docs/text_tasks.md``.
+"""
