@@ -76,8 +76,7 @@ class TokenizerConfig:
 
 @dataclasses.dataclass(frozen=True)
 class TextConfig:
-    """A text task's rows, lengths and reward (``text/File-v0`` and the procedural text tasks,
-    :mod:`jaxrl.text.task`; docs/text_tasks.md). 0, "" and null mean "the task's default"."""
+    """A text task's rows, lengths and reward (:mod:`jaxrl.text.task`, docs/text_tasks.md); 0, "", null: the task's."""
 
     train: str = ""  # a JSONL or Parquet file of rows (text/File-v0)
     held_out: str = ""  # a second file of held-out rows ("": the hash rule below)
@@ -397,12 +396,9 @@ def _check_env(env: EnvConfig) -> None:
 
 
 def _check_text(text: TextConfig) -> None:
-    """What ``env.text`` can get wrong before anything is read (the files, the rubric and the
-    keys a task takes are checked when the env is built)."""
-    for name in ("held_out_every", "prompt_len", "completion_len", "answer_bytes", "completion_bytes", "num_train",
-                 "num_held_out", "seed"):
-        value = getattr(text, name)
-        if value is not None and value < 0:
+    """``env.text`` before anything is read (files, rubric and keys are checked at build)."""
+    for name in ("held_out_every", "prompt_len", "completion_len", "answer_bytes", "completion_bytes", "num_train", "num_held_out", "seed"):
+        if (value := getattr(text, name)) is not None and value < 0:
             raise ConfigError(f"env.text.{name}: must be >= 0 (0: the task's default), got {value}")
     if text.held_out_every == 1:
         raise ConfigError("env.text.held_out_every: the hash rule needs k >= 2 (k = 1 holds out every prompt)")
