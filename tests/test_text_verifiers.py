@@ -101,9 +101,9 @@ def test_numbers_table():
         (b"1.2.3", b"3", False), (b"007", b"7", True), (b"7.0", b"7", True), (b"none", b"", False),
         (b"5, then 6.", b"6", True), (b"-.5", b"-0.5", True), (b"1,234.5,6", b"6", False),
     ]
-    x, n = pack([c[0] for c in cases], B)
-    y, m = pack([c[1] for c in cases], A)
-    got = np.asarray(COMPILED["numeric"](x, n, y, m))
+    x, n = pack([c[0] for c in cases] + [b""] * (N - len(cases)), B)  # the compiled shape
+    y, m = pack([c[1] for c in cases] + [b""] * (N - len(cases)), A)
+    got = np.asarray(COMPILED["numeric"](x, n, y, m))[: len(cases)]
     assert [bool(g) for g in got] == [c[2] for c in cases]
     assert [R.numeric_equal(t, a) for t, a, _ in cases] == [c[2] for c in cases]
     assert R.numbers(b"-0.50 and 1,000 and -0 .5") == [b"-0.5", b"1000", b"0", b"0.5"]
@@ -121,6 +121,7 @@ def test_ratio_equals_difflib_on_name_lists():
     x, n = pack(texts, B)
     y, m = pack(answers, A)
     got = np.asarray(COMPILED["ratio"](x, n, y, m))
+    assert len(texts) == N  # the compiled shape
     default = [np.float32(difflib.SequenceMatcher(None, t, a).ratio()) for t, a in zip(texts, answers)]  # autojunk on
     assert list(got) == default
     assert (got < 1).any() and (got == 1).any()
@@ -142,11 +143,9 @@ def tokenized():
     return tok, table, ids, decoded, answers
 
 
-SPECS = [
-    {"answer": "numeric", "extract": "auto", "format_weight": 0.5},
+SPECS = [  # extraction itself is checked region by region above
+    {"answer": "numeric", "extract": "auto", "format_weight": 0.5, "length_penalty": {"target": 20, "weight": 0.01}},
     {"answer": "numeric", "extract": "answer_tag", "gate_format": True},
-    {"answer": "numeric", "extract": "boxed", "length_penalty": {"target": 20, "weight": 0.01}},
-    {"answer": "numeric", "extract": "last_number"},
     {"answer": "exact", "extract": "answer_tag", "format_weight": 0.2},
     {"answer": "similarity", "extract": "auto", "power": 4},
     {"answer": "similarity", "extract": "whole", "format_tags": ["think", "answer"], "format_weight": 1.0},
@@ -177,7 +176,7 @@ def test_totality_and_composition(tokenized):
     sim = TV.text_verifier(table, lambda x, n, a, m: (TV.sequence_ratio(x, n, a, m), {}), 0.0, 1.0, 48)
     fmt = TV.text_verifier(table, lambda x, n, a, m: (TV.format_ok(x, n), {}), 0.0, 1.0, 48)
     composed = V.weighted_sum(("sim", 1.0, V.power(sim, 4.0)), ("gated", 2.0, V.gate(fmt, sim)))
-    for verifier in [composed, *(TV.rubric(s, table, 48) for s in SPECS[:2] + SPECS[5:6])]:
+    for verifier in [composed, TV.rubric(SPECS[1], table, 48)]:
         reward, metrics = jax.jit(jax.vmap(verifier.score))(tasks, jnp.asarray(ids.astype(np.int32)))
         reward = np.asarray(reward)
         assert np.isfinite(reward).all() and (reward >= verifier.low).all() and (reward <= verifier.high).all()

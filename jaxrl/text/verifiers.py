@@ -72,6 +72,22 @@ def _last(mask: Array) -> Array:
     return jnp.max(jnp.where(mask, jnp.arange(mask.shape[0]), -1)).astype(jnp.int32)
 
 
+def _cummax(x: Array, reverse: bool = False) -> Array:
+    return jax.lax.cummax(x, reverse=reverse)
+
+
+def _cummin(x: Array, reverse: bool = False) -> Array:
+    return jax.lax.cummin(x, reverse=reverse)
+
+
+def _equal_kept(c: Array, keep: Array, ref: Array, ref_len: Array) -> Array:
+    """bool ``[]``: the kept bytes of ``c``, in order, equal ``ref[:ref_len]`` (compared by rank,
+    a gather from the short reference instead of compacting the long text)."""
+    rank = jnp.cumsum(keep) - 1
+    same = ref[jnp.clip(rank, 0, ref.shape[0] - 1)] == c
+    return (jnp.sum(keep) == ref_len) & jnp.all(same | ~keep)
+
+
 def _compact(values: Array, keep: Array, width: int) -> tuple[Array, Array]:
     """The kept values moved to the front of an int32 ``[width]`` buffer (-1 after), and their count."""
     dest = jnp.where(keep, jnp.cumsum(keep) - 1, width)
@@ -99,16 +115,22 @@ def _equal_buffers(a: Array, la: Array, b: Array, lb: Array) -> Array:
 
 def _normalize(c: Array) -> tuple[Array, Array]:
     """``reference.normalize`` of the present bytes: lower-cased A-Z, stripped, inner runs -> one space."""
+    values, keep = _normalize_keep(c)
+    return _compact(values, keep, c.shape[0])
+
+
+def _normalize_keep(c: Array) -> tuple[Array, Array]:
+    """``(values, keep)``: the normalised text is ``values[keep]``."""
     present = c >= 0
     ws = functools.reduce(jnp.logical_or, [c == w for w in _WS])
     solid = present & ~ws
     i = jnp.arange(c.shape[0])
-    solid_before = _shift(jax.lax.cummax(jnp.where(solid, i, -1)), 1, -1) >= 0
-    solid_after = _shift(jax.lax.cummin(jnp.where(solid, i, _BIG), reverse=True), -1, _BIG) < _BIG
+    solid_before = _shift(_cummax(jnp.where(solid, i, -1)), 1, -1) >= 0
+    solid_after = _shift(_cummin(jnp.where(solid, i, _BIG), True), -1, _BIG) < _BIG
     run_start = ws & ~_shift(ws, 1, False)
     keep = solid | (ws & run_start & solid_before & solid_after)
     lower = jnp.where((c >= 65) & (c <= 90), c + 32, c)
-    return _compact(jnp.where(ws, 32, lower), keep, c.shape[0])
+    return jnp.where(ws, 32, lower), keep
 
 
 def normalized_equal(x: Array, n: Array, y: Array, m: Array) -> Array:
@@ -118,8 +140,9 @@ def normalized_equal(x: Array, n: Array, y: Array, m: Array) -> Array:
     whitespace (space, \\t, \\n, \\r, \\v, \\f) removed, each inner whitespace run replaced by
     one space; Python: ``b" ".join(x.lower().split())``.
     """
-    (a, la), (b, lb) = _normalize(_clean(x, n)[0]), _normalize(_clean(y, m)[0])
-    return _equal_buffers(a, la, b, lb)
+    values, keep = _normalize_keep(_clean(x, n)[0])
+    b, lb = _normalize(_clean(y, m)[0])
+    return _equal_kept(values, keep, b, lb)
 
 
 # ---------------------------------------------------------------------------------------
@@ -127,10 +150,10 @@ def normalized_equal(x: Array, n: Array, y: Array, m: Array) -> Array:
 # ---------------------------------------------------------------------------------------
 
 
-def _last_number(c: Array) -> tuple[Array, Array, Array, Array]:
-    """The last number of the present bytes: ``(found, canonical int32[B] (-1 after), its length, negative)``.
+def _last_number(c: Array) -> tuple[Array, Array, Array]:
+    """The last number of the present bytes: ``(found, keep bool[B], negative)``.
 
-    The canonical buffer holds the integer digits (no commas, no leading zeros) and, when a
+    ``c[keep]`` holds the integer digits (no commas, no leading zeros) and, when a
     fraction is left after dropping trailing zeros, ``.`` and the fraction; ``negative`` is
     False for zero. Grammar: see :mod:`jaxrl.text.reference`.
     """
@@ -139,16 +162,16 @@ def _last_number(c: Array) -> tuple[Array, Array, Array, Array]:
     isd, com, dot = (c >= 48) & (c <= 57), c == 44, c == 46
     run = isd | com | dot
     begin = run & ~_shift(run, 1, False)
-    run_start = jax.lax.cummax(jnp.where(begin, i, -1))
-    last_solid = jax.lax.cummax(jnp.where(~com, i, -1))
+    run_start = _cummax(jnp.where(begin, i, -1))
+    last_solid = _cummax(jnp.where(~com, i, -1))
     lead = com & (last_solid < run_start)  # commas opening a run: dropped
     body_start = run & ~lead & ((i == run_start) | _shift(lead, 1, False))
-    s_at = jax.lax.cummax(jnp.where(body_start, i, -1))
-    run_end = jax.lax.cummin(jnp.where(run & ~_shift(run, -1, False), i, _BIG), reverse=True)
-    next_digit = _shift(jax.lax.cummin(jnp.where(isd, i, _BIG), reverse=True), -1, _BIG)
+    s_at = _cummax(jnp.where(body_start, i, -1))
+    run_end = _cummin(jnp.where(run & ~_shift(run, -1, False), i, _BIG), True)
+    next_digit = _shift(_cummin(jnp.where(isd, i, _BIG), True), -1, _BIG)
     end = isd & (next_digit > run_end)  # last digit of its run: trailing . and , dropped
-    last_dot = jax.lax.cummax(jnp.where(dot, i, -1))
-    last_com = _shift(jax.lax.cummax(jnp.where(com, i, -1)), 1, -1)
+    last_dot = _cummax(jnp.where(dot, i, -1))
+    last_com = _shift(_cummax(jnp.where(com, i, -1)), 1, -1)
     group = _shift(isd, -1, False) & _shift(isd, -2, False) & _shift(isd, -3, False) & ~_shift(isd, -4, False)
     bad = com & ~lead & ((last_dot >= s_at) | ~group | ((last_com < s_at) & (i - s_at > 3)))
     in_count = lambda f, s, e: jnp.cumsum(f)[e] - jnp.cumsum(f)[s] + f[s]  # noqa: E731  (f[s..e])
@@ -162,12 +185,11 @@ def _last_number(c: Array) -> tuple[Array, Array, Array, Array]:
     d = jnp.where(last_dot[e] >= s, last_dot[e], e + 1)  # the dot, or just past the end
     span = found & (i >= s) & (i <= e)
     in_int, in_frac = span & (i < d) & isd, span & (i > d)
-    int_keep = in_int & (jax.lax.cummax(jnp.where(in_int & (c != 48), i, -1)) >= s)
+    int_keep = in_int & (_cummax(jnp.where(in_int & (c != 48), i, -1)) >= s)
     frac_last = _last(in_frac & (c != 48))
     frac_keep = in_frac & (i <= frac_last)
     keep = int_keep | frac_keep | ((i == d) & (frac_last > d))
-    canon, length = _compact(c, keep, size)
-    return found, canon, length, negative & (length > 0)
+    return found, keep, negative & jnp.any(keep)
 
 
 def numeric_equal(x: Array, n: Array, y: Array, m: Array) -> Array:
@@ -179,9 +201,10 @@ def numeric_equal(x: Array, n: Array, y: Array, m: Array) -> Array:
 
 
 def _numeric_equal(c: Array, a: Array) -> Array:
-    f1, k1, l1, neg1 = _last_number(c)
-    f2, k2, l2, neg2 = _last_number(a)
-    return f1 & f2 & (neg1 == neg2) & _equal_buffers(k1, l1, k2, l2)
+    f1, keep1, neg1 = _last_number(c)
+    f2, keep2, neg2 = _last_number(a)
+    canon, length = _compact(a, keep2, a.shape[0])
+    return f1 & f2 & (neg1 == neg2) & _equal_kept(c, keep1, canon, length)
 
 
 # ---------------------------------------------------------------------------------------
@@ -348,8 +371,9 @@ def answer_score(kind: str, how: str, tag: str, text: Array, n: Array, answer: A
         correct = found & _numeric_equal(inner, a)
         return correct.astype(jnp.float32), {"correct": correct.astype(jnp.float32)}
     if kind == "exact":
-        (p, lp), (q, lq) = _normalize(inner), _normalize(a)
-        correct = found & _equal_buffers(p, lp, q, lq)
+        values, keep = _normalize_keep(inner)
+        q, lq = _normalize(a)
+        correct = found & _equal_kept(values, keep, q, lq)
         return correct.astype(jnp.float32), {"correct": correct.astype(jnp.float32)}
     if kind == "similarity":
         sim = jnp.where(found, _ratio(inner, s, e, a, m), 0.0)
