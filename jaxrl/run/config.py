@@ -79,11 +79,11 @@ class TextConfig:
     """A text task's rows, lengths and reward (:mod:`jaxrl.text.task`, docs/text_tasks.md); 0, "", null: the task's."""
 
     train: str = ""  # a JSONL or Parquet file of rows (text/File-v0)
-    held_out: str = ""  # a second file of held-out rows ("": the hash rule below)
+    held_out: str = ""  # a second file of held-out rows ("": the hash rule of held_out_every)
     held_out_every: int = 0  # k of the hash rule: a prompt is held out iff blake2b(prompt) % k == 0 (task default 10)
     prompt_column: str = "prompt"  # the row field holding the prompt text
-    answer_column: str = "answer"  # ... the reference answer (UTF-8, compared by the rubric)
-    completion_column: str = "completion"  # ... an optional reference completion (SFT demonstrations)
+    answer_column: str = "answer"  # the row field holding the reference answer (compared by the rubric)
+    completion_column: str = "completion"  # the row field holding a reference completion (optional; SFT)
     prompt_len: int = 0  # prompt tokens, chat template included (longer rows are dropped and counted)
     completion_len: int = 0  # the most completion tokens (the episode's cap; a reference completion + eos must fit)
     answer_bytes: int = 0  # the longest answer, in UTF-8 bytes
