@@ -242,6 +242,12 @@ def test_new_ids_are_registered_text_tasks_in_the_conformance_sweep():
     env, params = jaxrl.make("text/File-v0")
     assert env.end_of_turn == 2 and env.pad_id == 0 and env.vocab_size == 768
     assert env.report[0].kept + env.report[1].kept == 12  # the shipped sample, all rows good
+    from jaxrl.text.task import text_task
+
+    rows = data.read_rows(alphabet_sort_text.__file__.replace("text/alphabet_sort_text.py", "assets/text_sample.jsonl"))
+    alone = text_task("t", rows, [], tokenizer_path=TOKENIZER, prompt_len=64, completion_len=16, answer_bytes=8,
+                      reward={"answer": "numeric"})
+    assert alone.held is alone.train and "no held-out rows" in alone.summary()
 
 
 def _env_setup(tmp_path, text: dict, env_id="text/File-v0", tokenizer=None):
