@@ -39,6 +39,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxrl.algos.common.lm import model_mismatch
 from jaxrl.algos.common.train import COMPILER_OPTIONS, over_seeds, train
 from jaxrl.parallel import distributed, sharding
 from jaxrl.run import config as config_lib
@@ -401,16 +402,16 @@ def _restart_without_checkpoint(run_dir: str, metrics_path: str) -> None:
 
 def initial_from(cfg: RunConfig, built: Built, fresh, keys, source_dir: str, layout):
     """``(state, record)``: ``fresh`` (seeds ``[S, ...]``) with the learned parameters of the
-    run in ``source_dir`` put in by the program's ``load_params``; the source must be the
-    same algorithm with the same network shapes, and train one seed or as many seeds."""
+    run in ``source_dir`` put in by the program's ``load_params``; the source must have the same network
+    shapes (another algorithm's: the same loaded model, ``model_mismatch``) and train 1 or S seeds."""
     from jaxrl.run.evaluate import load_run
 
     load = built.program.load_params
     if load is None:
         raise ConfigError(f"--init-from: {cfg.algo} cannot start from another run's parameters")
     src_cfg, _, trained, step = load_run(source_dir)
-    if src_cfg.algo != cfg.algo:
-        raise ConfigError(f"--init-from: {source_dir!r} trained {src_cfg.algo}, this run is {cfg.algo}")
+    if src_cfg.algo != cfg.algo and (why := model_mismatch(src_cfg.algo, src_cfg.algo_config, cfg.algo, cfg.algo_config)):
+        raise ConfigError(f"--init-from: {source_dir!r} trained {src_cfg.algo}, this run is {cfg.algo}: {why}")
     n_src, n = src_cfg.train.seeds, cfg.train.seeds
     if n_src not in (1, n):
         raise ConfigError(f"--init-from: {source_dir!r} trained {n_src} seeds; this run needs 1 or {n}")

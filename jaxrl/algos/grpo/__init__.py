@@ -18,6 +18,7 @@ import os
 import jax
 import jax.numpy as jnp
 
+from jaxrl.algos.common import lm as common_lm
 from jaxrl.algos.contract import (
     Alert, AlgoEntry, BatchSize, Curve, EnvSetup, EvalReport, ModelParams, Plan, Policy, Program, leaves_under, no_carry,
     replicated_axes,
@@ -52,30 +53,22 @@ def rollout_length(env: Environment, env_params, cfg: GRPOConfig) -> int:
 
 def _lm_dtype(cfg: GRPOConfig):
     """The compute dtype of ``grpo.model.dtype``."""
-    return jnp.bfloat16 if cfg.model.dtype == "bfloat16" else jnp.float32
+    return common_lm.lm_dtype(cfg.model.dtype)
 
 
 def _lora_config(cfg: GRPOConfig):
     """``grpo.model.lora`` as a :class:`jaxrl.models.lm.LoRAConfig` (``None``: full fine-tuning)."""
-    from jaxrl.models import lm
-
-    lora = cfg.model.lora
-    return lm.LoRAConfig(lora.rank, lora.alpha, tuple(lora.targets)) if lora.rank > 0 else None
+    return common_lm.lora_config(cfg.model.lora)
 
 
 def _hf_policy(env: Environment, cfg: GRPOConfig) -> policy.Policy:
     """A loaded checkpoint (``model.policy: hf``) over a token task in its tokenizer's ids."""
     from jaxrl.algos.grpo.lm_policy import LMSpec, lm_policy
-    from jaxrl.models import lm
 
     m = cfg.model
     if not isinstance(env, TokenTask):
         raise ValueError(f"model.policy: 'hf' needs a token task, {env.name} is not one")
-    model, weights = lm.load_lm(m.path, dtype=_lm_dtype(cfg))
-    if env.vocab_size != model.config.vocab_size:
-        raise ValueError(
-            f"model.path: the checkpoint's vocabulary has {model.config.vocab_size} ids, the task {env.name} {env.vocab_size}; "
-            "give the task the checkpoint's tokenizer (env.tokenizer)")
+    model, weights = common_lm.load_model(m, env.vocab_size, env.name)
     spec = LMSpec(model, _lora_config(cfg), env.pad_id, env.prompt_len, env.dialogue_len, m.head_chunk)
     return lm_policy(spec, weights)
 
@@ -252,8 +245,13 @@ def build(envs: EnvSetup, cfg: GRPOConfig) -> Program:
     )
 
 
-def load_params(fresh: update.GRPOState, trained: update.GRPOState) -> update.GRPOState:
-    """``fresh`` starting from ``trained``'s policy, which is also the KL reference."""
+def load_params(fresh: update.GRPOState, trained) -> update.GRPOState:
+    """``fresh`` starting from ``trained``'s policy, which is also the KL reference.
+
+    ``trained`` is a GRPO state or another algorithm's over the same loaded model (an SFT
+    run: ``jaxrl train --init-from``), read through the two fields every such state has:
+    ``params`` (the trained weights or LoRA adapters) and ``frozen`` (the base under LoRA).
+    """
     ref = trained.params if fresh.ref_params is not None else None
     return fresh.replace(params=trained.params, ref_params=ref, frozen=trained.frozen)
 

@@ -1,0 +1,108 @@
+"""A loaded Hugging Face checkpoint as an algorithm's model: the pieces every algorithm that
+trains one shares (GRPO's ``policy: hf``, SFT).
+
+An algorithm's ``model`` config section has the keys ``path`` (a local checkpoint
+directory), ``dtype`` (``float32`` or ``bfloat16``), ``lora: {rank, alpha, targets}`` (rank
+0: full fine-tuning) and ``head_chunk``. From such a section :func:`load_model` reads the
+checkpoint and checks it speaks the task's vocabulary; :func:`lm_dtype` and
+:func:`lora_config` turn the keys into what :mod:`jaxrl.models.lm` takes; :func:`trainable`
+and :func:`split` are the one convention for what a train state holds: float32 master
+weights (full fine-tuning) or LoRA adapters beside the frozen base, passed to the forward as
+``{"base": frozen, "lora": adapters}`` and cast to the compute dtype. :func:`model_mismatch`
+says whether one algorithm's run can start from another's (``--init-from``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+
+def lm_dtype(name: str):
+    """The compute dtype of a ``model.dtype`` value."""
+    return jnp.bfloat16 if name == "bfloat16" else jnp.float32
+
+
+def lora_config(lora: Any):
+    """A ``model.lora`` section (``rank``, ``alpha``, ``targets``) as a
+    :class:`jaxrl.models.lm.LoRAConfig`, or ``None`` at rank 0 (full fine-tuning)."""
+    from jaxrl.models import lm
+
+    return lm.LoRAConfig(lora.rank, lora.alpha, tuple(lora.targets)) if lora.rank > 0 else None
+
+
+def load_model(section: Any, vocab_size: int, task_name: str):
+    """``(model, weights)`` of the checkpoint ``section.path`` in ``section.dtype``; a
+    ``ValueError`` naming ``model.path`` when its vocabulary is not the task's."""
+    from jaxrl.models import lm
+
+    model, weights = lm.load_lm(section.path, dtype=lm_dtype(section.dtype))
+    if vocab_size != model.config.vocab_size:
+        raise ValueError(
+            f"model.path: the checkpoint's vocabulary has {model.config.vocab_size} ids, the task {task_name} {vocab_size}; "
+            "give the task the checkpoint's tokenizer (env.tokenizer)")
+    return model, weights
+
+
+def trainable(key: jax.Array, model, lcfg, weights):
+    """The trained parameters of a fresh run: float32 master copies of ``weights`` (full
+    fine-tuning, ``lcfg`` None) or fresh adapters (:func:`jaxrl.models.lm.init_lora`)."""
+    from jaxrl.models import lm
+
+    if lcfg is None:
+        return jax.tree_util.tree_map(lambda x: jnp.asarray(x, jnp.float32), weights)
+    return lm.init_lora(key, model, lcfg)
+
+
+def split(model, params) -> tuple[Any, Any]:
+    """``(base weights, adapters or None)`` of ``params`` (the weights, or ``{"base", "lora"}``)
+    in ``model``'s compute dtype."""
+    if isinstance(params, dict) and "base" in params:
+        base, adapters = params["base"], params["lora"]
+    else:
+        base, adapters = params, None
+    cast = lambda tree: jax.tree_util.tree_map(lambda x: x.astype(model.dtype), tree)  # noqa: E731
+    return cast(base), (None if adapters is None else cast(adapters))
+
+
+#: The keys of a ``model`` section that must agree when one algorithm's run starts from
+#: another's (``--init-from``): the same checkpoint, compute dtype and adapters.
+SHARED_MODEL_KEYS = ("path", "dtype", "lora")
+
+
+def _flat(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in d.items():
+        out.update(_flat(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}": v})
+    return out
+
+
+def _same(key: str, x, y) -> bool:
+    if key == "path":
+        return os.path.realpath(str(x)) == os.path.realpath(str(y))
+    plain = lambda v: list(v) if isinstance(v, (list, tuple)) else v  # noqa: E731  (YAML reads tuples as lists)
+    return plain(x) == plain(y)
+
+
+def model_mismatch(src_algo: str, src: Any, dst_algo: str, dst: Any) -> str | None:
+    """Why a run of ``dst_algo`` (its config dataclass ``dst``) cannot start from a
+    ``src_algo`` run's weights (config ``src``), or ``None`` when both train the same
+    loaded model: a ``model`` section with a ``path`` (and ``policy: hf`` where it has a
+    policy) and equal :data:`SHARED_MODEL_KEYS`. The reason names both configs' values."""
+    sections = []
+    for algo, section in ((src_algo, src), (dst_algo, dst)):
+        section = dataclasses.asdict(section) if dataclasses.is_dataclass(section) else section
+        model = section.get("model") if isinstance(section, dict) else None
+        if not isinstance(model, dict) or not model.get("path") or model.get("policy", "hf") != "hf":
+            return f"both must train a loaded checkpoint ({algo}.model.path, policy hf)"
+        sections.append(_flat({k: model.get(k) for k in SHARED_MODEL_KEYS}))
+    a, b = sections
+    for key in sorted(set(a) | set(b)):
+        if not _same(key, a.get(key), b.get(key)):
+            return (f"{src_algo}.model.{key}={a.get(key)!r} there, {dst_algo}.model.{key}={b.get(key)!r} here; "
+                    f"the model must be the same ({', '.join(SHARED_MODEL_KEYS)})")
+    return None

@@ -1,0 +1,173 @@
+"""Supervised fine-tuning (``algo: sft``) of a loaded Hugging Face checkpoint on demonstrations.
+
+The warm start before GRPO: mean token cross-entropy on each demonstration's completion
+(prompt and padding masked, the end-of-turn a target), LoRA or full fine-tuning, then
+``jaxrl train grpo.yaml --init-from runs/sft`` goes on from the learned weights. The
+demonstrations are the task's own (``env.demonstrations("train")``, a text task's reference
+solver) or a JSONL of ``prompt``/``completion`` rows encoded by the task (``sft.data``), so
+the chat template, tokenizer and lengths are the task's. Evaluation answers held-out prompts
+greedily and scores them with the task's verifier, as GRPO's does. One concern per module:
+:mod:`~jaxrl.algos.sft.config`, :mod:`~jaxrl.algos.sft.losses`,
+:mod:`~jaxrl.algos.sft.update`, :mod:`~jaxrl.algos.sft.evaluate`; ``docs/sft.md``.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxrl.algos.common import lm as common_lm
+from jaxrl.algos.contract import (
+    AlgoEntry, BatchSize, Curve, EnvSetup, EvalReport, ModelParams, Plan, Program, leaves_under, replicated_axes,
+)
+from jaxrl.algos.sft import config, evaluate, losses, update
+from jaxrl.algos.sft.config import SFTConfig, hyperparams
+from jaxrl.algos.sft.update import Setup, SFTState
+from jaxrl.core.tokens import TokenTask
+
+__all__ = ["ENTRY", "SFTConfig", "SFTState", "Setup", "build", "config", "demonstrations", "evaluate", "hyperparams",
+           "load_params", "losses", "make_setup", "update"]
+
+
+def demonstrations(env, cfg: SFTConfig) -> tuple[np.ndarray, np.ndarray]:
+    """``(prompts int32 [N, Lp], completions int32 [N, Lc])``: ``sft.data``'s JSONL encoded by
+    the task (``env.encode_demonstrations(path)``), or the task's own
+    (``env.demonstrations("train")``, its reference solver)."""
+    if cfg.data:
+        if not os.path.isfile(cfg.data):
+            raise ValueError(f"data: {cfg.data!r} is not a file (a JSONL with prompt and completion columns)")
+        encode = getattr(env, "encode_demonstrations", None)
+        if encode is None:
+            raise ValueError(f"data: {env.name} cannot encode a JSONL of demonstrations (a text task, env.text, can)")
+        prompts, completions = encode(cfg.data)
+    else:
+        own = getattr(env, "demonstrations", None)
+        if own is None:
+            raise ValueError(f"data: {env.name} has no reference solver (demonstrations); give a JSONL path in sft.data")
+        prompts, completions = own("train")
+    return check_demonstrations(env, np.asarray(prompts), np.asarray(completions))
+
+
+def check_demonstrations(env: TokenTask, prompts: np.ndarray, completions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The arrays as ``int32``, refused with ``ValueError("data: ...")`` unless they have the
+    task's shapes (``[N, prompt_len]``, ``[N, max_turn_tokens]``), ``N >= 1`` and ids in the vocabulary."""
+    want = (env.prompt_len, env.max_turn_tokens)
+    if prompts.ndim != 2 or completions.ndim != 2 or (prompts.shape[1], completions.shape[1]) != want:
+        raise ValueError(f"data: demonstrations of shapes {prompts.shape} and {completions.shape}; "
+                         f"{env.name} needs [N, {want[0]}] prompts and [N, {want[1]}] completions")
+    if prompts.shape[0] != completions.shape[0] or prompts.shape[0] == 0:
+        raise ValueError(f"data: {prompts.shape[0]} prompts and {completions.shape[0]} completions; need as many, at least one")
+    for name, a in (("prompts", prompts), ("completions", completions)):
+        if a.min() < 0 or a.max() >= env.vocab_size:
+            raise ValueError(f"data: {name} hold ids outside [0, {env.vocab_size})")
+    return prompts.astype(np.int32), completions.astype(np.int32)
+
+
+def make_setup(envs: EnvSetup, cfg: SFTConfig, data: tuple[np.ndarray, np.ndarray] | None = None) -> Setup:
+    """The static pieces of one run; ``data``: ``(prompts, completions)`` arrays instead of
+    :func:`demonstrations` (notebooks, tests)."""
+    env = envs.env
+    if not isinstance(env, TokenTask):
+        raise ValueError(f"env: SFT needs a token task, {env.name} is not one")
+    if env.max_turns != 1:
+        raise ValueError(f"env: SFT trains single completions; {env.name} has {env.max_turns} turns")
+    prompts, completions = demonstrations(env, cfg) if data is None else check_demonstrations(env, *map(np.asarray, data))
+    model, weights = common_lm.load_model(cfg.model, env.vocab_size, env.name)
+    return Setup(cfg, env, envs.eval_params, model, common_lm.lora_config(cfg.model.lora), weights, prompts, completions,
+                 update.make_optimizer(cfg), update.schedule(cfg))
+
+
+def load_params(fresh: SFTState, trained) -> SFTState:
+    """``fresh`` starting from ``trained``'s model (an SFT or GRPO state over the same
+    checkpoint: its ``params`` and ``frozen``), with its own optimiser and data order."""
+    return fresh.replace(params=trained.params, frozen=trained.frozen)
+
+
+def _memory(lm_config, cfg: SFTConfig, seq_len: int, data: int, model: int, strategy: str):
+    """Per-device memory of one update (:func:`jaxrl.models.lm.memory.estimate_memory`)."""
+    from jaxrl.models.lm.memory import estimate_memory
+
+    m = cfg.model
+    return estimate_memory(
+        lm_config, batch=cfg.batch_size, seq_len=seq_len, param_dtype_bytes=2 if m.dtype == "bfloat16" else 4,
+        full_finetune=m.lora.rank == 0, lora_rank=m.lora.rank, lora_targets=tuple(m.lora.targets), data=data,
+        model=model, strategy=strategy, grad_accum=cfg.micro_batches,
+        vocab_chunk=cfg.batch_size // cfg.micro_batches * m.head_chunk,
+    )
+
+
+def export_hf(cfg: SFTConfig, state: SFTState, out_dir: str, adapters_only: bool = False) -> str:
+    """One seed's trained model as a Hugging Face directory (LoRA merged, or the full
+    weights in the checkpoint's dtype); ``adapters_only``: PEFT's adapter files."""
+    from jaxrl.models import lm
+
+    m = cfg.model
+    model, base = lm.load_lm(m.path, dtype=common_lm.lm_dtype(m.dtype))
+    lcfg = common_lm.lora_config(m.lora)
+    if lcfg is None:
+        if adapters_only:
+            raise ValueError("adapters only: this run fine-tuned every weight (sft.model.lora.rank 0); export the whole model")
+        return lm.save_hf(out_dir, model, jax.tree_util.tree_map(lambda w, b: jnp.asarray(w, b.dtype), state.params, base),
+                          source=m.path)
+    if adapters_only:
+        return lm.save_peft(out_dir, model, state.params, lcfg, os.path.abspath(m.path))
+    return lm.save_hf(out_dir, model, state.frozen, lora=state.params, lora_config=lcfg, source=m.path)
+
+
+def model_params(cfg: SFTConfig, seq_len: int) -> ModelParams:
+    """The leaves a ``model`` mesh axis splits: the weights, frozen or trained, and Adam's moments."""
+    from jaxrl.models import lm
+
+    file = os.path.join(cfg.model.path, "config.json")
+    with open(file, encoding="utf-8") as f:
+        c = lm.LMConfig.from_hf(json.load(f), source=file)
+    leaves = functools.partial(leaves_under, names=("params", "frozen", "opt_state"))
+    return ModelParams(leaves, c.num_heads, c.num_kv_heads, functools.partial(_memory, c, cfg, seq_len),
+                       functools.partial(export_hf, cfg))
+
+
+def _report(env: TokenTask, info: set) -> EvalReport:
+    scores, phrases = {"episode_returns": "greedy"}, {"episode_returns": "held-out greedy reward"}
+    if "exact_match" in info:
+        scores["episode_returns_exact_match"] = "exact match"
+        phrases["episode_returns_exact_match"] = "held-out greedy exact match"
+    for name, phrase in env.eval_scores:
+        scores[f"episode_returns_{name}"] = name
+        phrases[f"episode_returns_{name}"] = f"held-out greedy {phrase}"
+    return EvalReport(scores, metric="reward", phrases=phrases)
+
+
+def build(envs: EnvSetup, cfg: SFTConfig, data: tuple[np.ndarray, np.ndarray] | None = None) -> Program:
+    """SFT on ``envs.env``'s demonstrations as a :class:`~jaxrl.algos.contract.Program`."""
+    setup = make_setup(envs, cfg, data)
+    env = setup.env
+    info = set(jax.eval_shape(env.reset, jax.random.PRNGKey(0), envs.eval_params)[1].info)
+    tokens = cfg.batch_size * (env.prompt_len + env.max_turn_tokens)
+    return Program(
+        init=functools.partial(update.init, setup),
+        update=functools.partial(update.update, setup),
+        evaluate=functools.partial(evaluate.evaluate, setup),
+        plan=Plan(cfg.num_updates, tokens, 1, step_unit="tokens"),
+        batch_axes=replicated_axes,  # the batch is gathered inside the update
+        batch=BatchSize("batch_size", cfg.batch_size, "demonstrations"),
+        policy=None,
+        report=_report(env, info),
+        hyperparams=functools.partial(hyperparams, cfg),
+        init_with=functools.partial(update.init, setup),
+        samples=functools.partial(evaluate.samples, setup),
+        load_params=load_params,
+        curve=Curve("loss", "training loss (completion tokens)"),
+        rollouts=functools.partial(evaluate.sampled_rollouts, setup),
+        model_params=model_params(cfg, env.prompt_len + env.max_turn_tokens),
+    )
+
+
+ENTRY = AlgoEntry(
+    name="sft", config_cls=SFTConfig, build=build,
+    description="supervised fine-tuning of a loaded model on demonstrations (completion tokens), LoRA or full",
+)

@@ -1,0 +1,100 @@
+"""SFT's configuration: the ``sft:`` section and its traced values.
+
+A run config reads::
+
+    sft:
+      batch_size: 16           # demonstrations per update
+      num_updates: 200
+      data: ""                 # "": the task's reference solver (its demonstrations); or a JSONL path
+      model: {path: ..., dtype: float32, lora: {rank: 8, alpha: 16.0}, head_chunk: 64}
+      optim: {lr: 1.0e-4, warmup_updates: 10, lr_end_frac: 0.1}
+
+``model`` has the keys and meaning of ``grpo.model`` with ``policy: hf`` (a run can go on
+as GRPO with ``--init-from``: the same ``path``, ``dtype`` and ``lora``), ``optim`` those of
+``grpo.optim``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Literal
+
+from jaxrl.algos.common.optim import traced_values
+from jaxrl.algos.contract import AlgoConfig, check
+
+ALL_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+@dataclasses.dataclass(frozen=True)
+class LoRASection:
+    """LoRA adapters on the loaded model (``sft.model.lora``); rank 0 = full fine-tuning."""
+
+    rank: int = 0  # adapter rank r (0: train every weight of the model)
+    alpha: float = 16.0  # scale alpha / r of the adapters' output
+    targets: tuple[str, ...] = ALL_TARGETS  # adapted projections
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+    """The loaded Hugging Face checkpoint (``sft.model``), as ``grpo.model`` with ``policy: hf``."""
+
+    path: str = ""  # a local Hugging Face checkpoint directory (config.json, *.safetensors)
+    dtype: Literal["float32", "bfloat16"] = "float32"  # weights and activations (softmax, log-probs, Adam: float32)
+    lora: LoRASection = dataclasses.field(default_factory=LoRASection)  # adapters (rank 0: full fine-tuning)
+    head_chunk: int = 64  # sequence positions per chunk of the LM head in the loss
+
+
+@dataclasses.dataclass(frozen=True)
+class OptimConfig:
+    """The optimiser (``sft.optim``): :func:`jaxrl.algos.common.optim.adam`, as ``grpo.optim``."""
+
+    lr: float = 1e-4  # Adam learning rate (traced)
+    max_grad_norm: float = 1.0  # global-norm gradient clipping (traced)
+    adam_b1: float = 0.9  # Adam's first-moment decay
+    adam_b2: float = 0.99  # Adam's second-moment decay
+    warmup_updates: int = 0  # linear learning-rate warm-up over this many updates
+    lr_end_frac: float = 1.0  # linear decay to lr * lr_end_frac at num_updates
+
+
+@dataclasses.dataclass(frozen=True)
+class SFTConfig(AlgoConfig):
+    """Supervised fine-tuning settings (the ``sft:`` section of a run config)."""
+
+    batch_size: int = 16  # demonstrations per update (drawn without replacement, epoch by epoch)
+    num_updates: int = 100  # updates in the run
+    micro_batches: int = 1  # gradient accumulation: slices of a batch run one at a time; must divide it
+    data: str = ""  # "": the task's demonstrations (its reference solver); else a JSONL with prompt/completion
+    eval_episodes: int = 64  # held-out prompts answered greedily and scored by the task's verifier
+    model: ModelConfig = dataclasses.field(default_factory=ModelConfig)
+    optim: OptimConfig = dataclasses.field(default_factory=OptimConfig)
+
+    def validate(self) -> None:
+        validate(self)
+
+
+def validate(cfg: SFTConfig) -> None:
+    """Reject impossible configs with ``ValueError("<key>: <message>")``."""
+    for name in ("batch_size", "num_updates", "micro_batches", "eval_episodes"):
+        check(getattr(cfg, name) >= 1, name, f"must be >= 1, got {getattr(cfg, name)}")
+    check(cfg.batch_size % cfg.micro_batches == 0, "micro_batches",
+          f"{cfg.micro_batches} does not divide batch_size = {cfg.batch_size}")
+    m, o = cfg.model, cfg.optim
+    check(bool(m.path), "model.path", "SFT trains a loaded checkpoint: give its local directory")
+    check(m.dtype in ("float32", "bfloat16"), "model.dtype", f"expected float32 or bfloat16, got {m.dtype!r}")
+    check(m.lora.rank >= 0, "model.lora.rank", f"must be >= 0, got {m.lora.rank}")
+    check(m.lora.alpha > 0, "model.lora.alpha", f"must be > 0, got {m.lora.alpha}")
+    check(m.lora.rank == 0 or (bool(m.lora.targets) and set(m.lora.targets) <= set(ALL_TARGETS)), "model.lora.targets",
+          f"expected a non-empty subset of {ALL_TARGETS}, got {tuple(m.lora.targets)}")
+    check(m.head_chunk >= 1, "model.head_chunk", f"must be >= 1, got {m.head_chunk}")
+    check(o.lr > 0, "optim.lr", f"must be > 0, got {o.lr}")
+    check(o.max_grad_norm > 0, "optim.max_grad_norm", f"must be > 0, got {o.max_grad_norm}")
+    check(0.0 <= o.adam_b1 < 1.0, "optim.adam_b1", f"must be in [0, 1), got {o.adam_b1}")
+    check(0.0 <= o.adam_b2 < 1.0, "optim.adam_b2", f"must be in [0, 1), got {o.adam_b2}")
+    check(o.warmup_updates >= 0, "optim.warmup_updates", f"must be >= 0, got {o.warmup_updates}")
+    check(0.0 <= o.lr_end_frac <= 1.0, "optim.lr_end_frac", f"must be in [0, 1], got {o.lr_end_frac}")
+
+
+def hyperparams(cfg: SFTConfig, **overrides) -> dict:
+    """``{name: float32 array}`` of the traced hyperparameters (the optimiser's ``lr`` and
+    ``max_grad_norm``), ``overrides`` applied."""
+    return traced_values({"lr": cfg.optim.lr, "max_grad_norm": cfg.optim.max_grad_norm}, overrides, "SFT")

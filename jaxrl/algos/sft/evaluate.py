@@ -1,0 +1,124 @@
+"""SFT's evaluation: completions of held-out prompts scored by the task's own verifier.
+
+The decode is GRPO's single-turn dialogue rollout on a loaded model, step for step: the
+prompt prefilled once (pad ids invisible), then ``max_turn_tokens`` cached decode steps, the
+pad id written after the end-of-turn, the turn answered by ``task.respond``; the same key
+splits, so a greedy SFT score and GRPO's evaluation of the same weights are the same numbers
+(tests/test_sft.py checks it). ``samples`` prints greedy transcripts, ``sampled_rollouts``
+serves ``jaxrl eval -n N -r R`` (``r`` draws at temperature 1 per prompt and the greedy one).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import struct
+
+from jaxrl.algos.common import lm as common_lm
+from jaxrl.algos.common.train import COMPILER_OPTIONS
+from jaxrl.algos.sft.update import Setup, SFTState, model_params
+from jaxrl.core.prng import first_argmax, gumbel_max
+
+Array = jax.Array
+
+
+@struct.dataclass
+class Completions:
+    """``N`` single-turn episodes."""
+
+    prompts: Array  # int32 [N, Lp]
+    tokens: Array  # int32 [N, Tt], pad id after the end-of-turn
+    returns: Array  # float32 [N], the verifier's reward
+    length: Array  # int32 [N], tokens written
+    final_info: dict  # str -> float32 [N], the task's metrics (exact_match, ...)
+
+
+def complete(setup: Setup, params, reset_keys: Array, key: Array, greedy: bool) -> Completions:
+    """One completion per reset key on the held-out params, greedy or sampled at temperature 1."""
+    task, model = setup.env, setup.model
+    base, adapters = common_lm.split(model, params)
+    n, lp, tt = reset_keys.shape[0], task.prompt_len, task.max_turn_tokens
+    env_state, prompt, info = jax.vmap(task.start, in_axes=(0, None))(reset_keys, setup.eval_params)
+    prompt = prompt.astype(jnp.int32)
+    logits, cache = model.prefill(base, prompt, prompt != task.pad_id, task.dialogue_len, lora=adapters)
+
+    def body(c, j):
+        cache, logits, writing, key = c
+        key, k_act, _ = jax.random.split(key, 3)
+        token = first_argmax(logits) if greedy else gumbel_max(k_act, logits)
+        token = jnp.where(writing, token, task.pad_id)
+        new_logits, cache = model.extend(base, cache, token[:, None], lp + j, (token != task.pad_id)[:, None], lora=adapters)
+        return (cache, new_logits[:, -1].astype(jnp.float32), writing & (token != task.end_of_turn), key), (token, writing)
+
+    start = (cache, logits[:, -1].astype(jnp.float32), jnp.ones((n,), jnp.bool_), key)
+    (_, _, _, key), (tokens, mask) = jax.lax.scan(body, start, jnp.arange(tt))
+    tokens, mask = tokens.T, mask.T
+    key, k_env = jax.random.split(key)
+    _, answer = jax.vmap(task.respond, in_axes=(0, 0, 0, None))(jax.random.split(k_env, n), env_state, tokens, setup.eval_params)
+    rewards = jnp.where(mask, answer.rewards, 0.0).astype(jnp.float32)
+    del info
+    return Completions(prompt, tokens, jnp.sum(rewards, axis=1), jnp.sum(mask, axis=1, dtype=jnp.int32), answer.info)
+
+
+def _ci95(x: Array) -> Array:
+    return 1.96 * jnp.std(x, ddof=1) / jnp.sqrt(x.shape[0])
+
+
+def eval_completions(setup: Setup, params, key: Array) -> Completions:
+    """Greedy completions of ``eval_episodes`` held-out prompts (GRPO's key use)."""
+    k_reset, k_roll = jax.random.split(key)
+    return complete(setup, params, jax.random.split(k_reset, setup.cfg.eval_episodes), k_roll, greedy=True)
+
+
+def evaluate(setup: Setup, state: SFTState, key: Array) -> dict:
+    """``episode_returns`` float32 ``[E]`` (the verifier's reward of each greedy completion),
+    ``episode_returns_exact_match`` when the task reports ``exact_match``,
+    ``episode_returns_<key>`` for the task's ``eval_scores``, and scalar means with
+    ``_ci95`` half-widths (the keys of GRPO's evaluation of a token task)."""
+    ro = eval_completions(setup, model_params(state), key)
+    out = {"episode_returns": ro.returns, "return_mean": jnp.mean(ro.returns), "return_ci95": _ci95(ro.returns),
+           "length_mean": jnp.mean(ro.length.astype(jnp.float32))}
+    for name, value in ro.final_info.items():
+        out[name] = jnp.mean(value)
+        out[f"{name}_ci95"] = _ci95(value)
+    if "exact_match" in ro.final_info:
+        out["episode_returns_exact_match"] = ro.final_info["exact_match"]
+    for name, _ in setup.env.eval_scores:
+        out[f"episode_returns_{name}"] = ro.final_info[name]
+    return out
+
+
+def samples(setup: Setup, state: SFTState, key: Array, num: int = 5) -> list[str]:
+    """Greedy held-out prompts with their completions and rewards (``jaxrl eval``)."""
+    ro = jax.device_get(eval_completions(setup, model_params(state), key))
+    task = setup.env
+    return [f"{task.decode(ro.prompts[i])!r} -> {task.decode(ro.tokens[i])!r}  reward {float(ro.returns[i]):.3f}"
+            for i in range(min(num, ro.returns.shape[0]))]
+
+
+def _sampled(setup: Setup, n: int, r: int, params, key: Array) -> tuple[Completions, Completions]:
+    k_reset, k_roll, k_greedy = jax.random.split(key, 3)
+    prompts = jax.random.split(k_reset, n)
+    return (complete(setup, params, jnp.repeat(prompts, r, axis=0), k_roll, greedy=False),
+            complete(setup, params, prompts, k_greedy, greedy=True))
+
+
+def sampled_rollouts(setup: Setup, state: SFTState, key: Array, n: int, r: int, shown: int = 3) -> dict:
+    """:attr:`jaxrl.algos.contract.Program.rollouts`: ``rewards [n, r]`` (temperature 1),
+    ``greedy [n]``, ``correct`` / ``greedy_correct`` when the task reports ``exact_match``, and
+    the first sample of the first ``shown`` prompts as text."""
+    run = jax.jit(functools.partial(_sampled, setup, n, r), compiler_options=COMPILER_OPTIONS)
+    sampled, greedy = jax.device_get(run(model_params(state), key))
+    out = {"rewards": np.asarray(sampled.returns).reshape(n, r), "greedy": np.asarray(greedy.returns)}
+    if "exact_match" in sampled.final_info:
+        out["correct"] = np.asarray(sampled.final_info["exact_match"]).reshape(n, r) > 0.5
+        out["greedy_correct"] = np.asarray(greedy.final_info["exact_match"]) > 0.5
+    task = setup.env
+    out["transcripts"] = [
+        f"[prompt] {task.decode(sampled.prompts[i * r])} [policy] {task.decode(sampled.tokens[i * r])}"
+        f"  -> reward {float(sampled.returns[i * r]):.3f}" for i in range(min(shown, n))
+    ]
+    return out
