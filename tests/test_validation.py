@@ -163,6 +163,39 @@ def test_digit_tasks_refuse_zero_digits(env_id):
     _one_line(exc, "num_digits", ">= 1", "0")
 
 
+#: The token tasks' size params and the env field their buffers are built for: a value
+#: above it was clipped silently (text/Reverse-v0 num_digits=100 trained on 8 digits).
+SIZES = [
+    ("text/Reverse-v0", "num_digits", "max_digits"),
+    ("text/Sort-v0", "num_digits", "max_digits"),
+    ("text/Addition-v0", "num_digits", "max_digits"),
+    ("text/Addition-v0", "min_digits", "max_digits"),
+    ("text/AlphabetSort-v0", "num_names", "max_names"),
+]
+
+
+@pytest.mark.parametrize("env_id, name, size", SIZES)
+def test_token_task_sizes_above_the_buffers_are_refused_with_the_range(env_id, name, size):
+    env, params = jaxrl.make(env_id)
+    limit = getattr(env, size)  # the env's own field, not the params' copy
+    low = type(params).bounds[name].ge
+    jaxrl.make(env_id, **{name: limit})  # the largest size still fits
+    with pytest.raises(ValueError) as exc:
+        jaxrl.make(env_id, **{name: limit + 1})
+    _one_line(exc, f"{name}: must be <= {limit}", f"its range is [{low}, {limit}]")
+    with pytest.raises(TypeError, match=f"{size} is fixed by the env"):
+        jaxrl.make(env_id, **{size: limit + 1})
+
+
+def test_the_largest_digit_count_is_what_the_prompt_holds():
+    """At the bound, nothing is clipped: the prompt of Reverse-v0 carries num_digits digits."""
+    from jaxrl_envs.text.vocab import DIGIT0
+
+    env, params = jaxrl.make("text/Reverse-v0", num_digits=8)
+    prompt = np.asarray(env.generate(jax.random.key(0), params).prompt)
+    assert int(((prompt >= DIGIT0) & (prompt < DIGIT0 + 10)).sum()) == 8 == env.max_digits
+
+
 WITH_PARAMS = [i for i in SUITE if dataclasses.fields(jaxrl.make(i)[1])]
 
 

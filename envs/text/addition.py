@@ -35,10 +35,11 @@ class AdditionParams:
     step_rewards: int = 0  # 1: pay the rubric's partial credit token by token (same return)
     zero_pad: int = 0  # 1: write every operand with max_digits digits (leading zeros), so that
     #                    num_digits only bounds the values and every prompt has one layout
+    max_digits: int = struct.field(pytree_node=False, default=2)  # set by the env: the buffers' size
 
     bounds: ClassVar[dict] = {
-        "num_digits": Range(ge=1),
-        "min_digits": Range(ge=1),
+        "num_digits": Range(ge=1, le="max_digits"),
+        "min_digits": Range(ge=1, le="max_digits"),
         "step_rewards": Range(ge=0, le=1),
         "zero_pad": Range(ge=0, le=1),
     }
@@ -60,7 +61,7 @@ class Addition(TokenEnv):
 
     @property
     def default_params(self) -> AdditionParams:
-        return AdditionParams(num_digits=self.max_digits, min_digits=self.max_digits)
+        return AdditionParams(num_digits=self.max_digits, min_digits=self.max_digits, max_digits=self.max_digits)
 
     @property
     def prompt_len(self) -> int:

@@ -47,13 +47,14 @@ class AlphabetSortParams:
     held_out: bool = False  # draw prompts from the held-out split (evaluation only)
     step_rewards: int = 0  # 1: pay the shaping term (shaping * token_accuracy) token by token
     num_letters: int = 26  # names are drawn from the first num_letters letters (a curriculum knob)
+    max_names: int = struct.field(pytree_node=False, default=3)  # set by the env: the buffers' size
 
     bounds: ClassVar[dict] = {
-        "num_names": Range(ge=2),
+        "num_names": Range(ge=2, le="max_names"),
+        "num_letters": Range(ge=1, le=26),
         "shaping": Range(ge=0, le=1),
         "shaping_sim": Range(ge=0, le=1),
         "step_rewards": Range(ge=0, le=1),
-        "num_letters": Range(ge=1, le=26),
     }
 
 
@@ -74,7 +75,7 @@ class AlphabetSort(TokenEnv):
 
     @property
     def default_params(self) -> AlphabetSortParams:
-        return AlphabetSortParams(num_names=self.max_names)
+        return AlphabetSortParams(num_names=self.max_names, max_names=self.max_names)
 
     @property
     def _list_len(self) -> int:

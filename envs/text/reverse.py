@@ -23,8 +23,9 @@ class DigitParams:
     num_digits: int = 8  # digits per prompt, 1 .. max_digits (a curriculum may raise it)
     held_out: bool = False  # draw prompts from the held-out split (evaluation only)
     step_rewards: int = 0  # 1: pay the rubric's partial credit token by token (same return)
+    max_digits: int = struct.field(pytree_node=False, default=8)  # set by the env: the buffers' size
 
-    bounds: ClassVar[dict] = {"num_digits": Range(ge=1), "step_rewards": Range(ge=0, le=1)}
+    bounds: ClassVar[dict] = {"num_digits": Range(ge=1, le="max_digits"), "step_rewards": Range(ge=0, le=1)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,7 +44,7 @@ class Reverse(TokenEnv):
 
     @property
     def default_params(self) -> DigitParams:
-        return DigitParams(num_digits=self.max_digits)
+        return DigitParams(num_digits=self.max_digits, max_digits=self.max_digits)
 
     @property
     def prompt_len(self) -> int:

@@ -32,7 +32,7 @@ class Sort(TokenEnv):
 
     @property
     def default_params(self) -> DigitParams:
-        return DigitParams(num_digits=self.max_digits)
+        return DigitParams(num_digits=self.max_digits, max_digits=self.max_digits)
 
     @property
     def prompt_len(self) -> int:

@@ -308,15 +308,29 @@ class Range:
             length: float = 0.5
             max_steps_in_episode: int = 500
             bounds: ClassVar[dict] = {"length": Range(gt=0), "max_steps_in_episode": Range(ge=1)}
+
+    A bound may name a *static* field of the params (``struct.field(pytree_node=False)``)
+    that the env sets in ``default_params``: ``Range(ge=1, le="max_digits")`` bounds a
+    token task's ``num_digits`` by the size its buffers were built for (a larger value
+    would be clipped silently). Static fields cannot be overridden.
     """
 
-    ge: float | None = None
-    gt: float | None = None
-    le: float | None = None
-    lt: float | None = None
+    ge: float | str | None = None
+    gt: float | str | None = None
+    le: float | str | None = None
+    lt: float | str | None = None
 
-    def violation(self, values: np.ndarray) -> str | None:
-        """The first bound some entry of ``values`` breaks, as text (``"> 0"``), or ``None``."""
+    def span(self, params: Any = None) -> str | None:
+        """``"[1, 8]"`` (brackets open where the bound is strict) when both ends are bounded."""
+        lo, hi = (self.ge, "[") if self.ge is not None else (self.gt, "("), (self.le, "]") if self.le is not None else (self.lt, ")")
+        if lo[0] is None or hi[0] is None:
+            return None
+        value = lambda b: getattr(params, b) if isinstance(b, str) else b  # noqa: E731
+        return f"{lo[1]}{value(lo[0])}, {value(hi[0])}{hi[1]}"
+
+    def violation(self, values: np.ndarray, params: Any = None) -> str | None:
+        """The first bound some entry of ``values`` breaks, as text (``"> 0"``, ``"<= 8
+        (max_digits)"``), or ``None``; a bound naming a field is read from ``params``."""
         tests = (
             (self.ge, ">=", lambda v, b: v >= b),
             (self.gt, ">", lambda v, b: v > b),
@@ -324,8 +338,13 @@ class Range:
             (self.lt, "<", lambda v, b: v < b),
         )
         for bound, op, holds in tests:
+            if isinstance(bound, str):
+                value = getattr(params, bound)
+                bound, text = value, f"{op} {value} ({bound})"
+            else:
+                text = f"{op} {bound}"
             if bound is not None and not np.all(holds(values, bound)):
-                return f"{op} {bound}"
+                return text
         return None
 
 
@@ -427,9 +446,10 @@ def check_param(params: Any, name: str, value: Any) -> Any:
         checked = _coerce_scalar(where, kind, value)
     bound = _bounds(params).get(name)
     if bound is not None and not isinstance(checked, jax.core.Tracer):
-        broken = bound.violation(np.asarray(checked))
+        broken = bound.violation(np.asarray(checked), params)
         if broken is not None:
-            raise ValueError(f"{where}: must be {broken}, got {reprlib.repr(value)}")
+            span = bound.span(params)
+            raise ValueError(f"{where}: must be {broken}, got {reprlib.repr(value)}" + (f"; its range is {span}" if span else ""))
     return checked
 
 
@@ -441,7 +461,15 @@ def _bounds(params: Any) -> dict:
     for name, bound in bounds.items():
         if name not in known or not isinstance(bound, Range):
             raise TypeError(f"{cls.__name__}.bounds: {name!r} must name a field and map to a Range, got {bound!r}")
+        for b in (bound.ge, bound.gt, bound.le, bound.lt):
+            if isinstance(b, str) and b not in _static_fields(params):
+                raise TypeError(f"{cls.__name__}.bounds: {name!r}: {b!r} must name a static field (pytree_node=False)")
     return bounds
+
+
+def _static_fields(params: Any) -> set[str]:
+    """Names of the fields of ``params`` that are not pytree leaves (set by the env)."""
+    return {f.name for f in dataclasses.fields(params) if not f.metadata.get("pytree_node", True)}
 
 
 def replace_params(params: Any, **overrides) -> Any:
@@ -463,4 +491,8 @@ def replace_params(params: Any, **overrides) -> Any:
             f"unknown env parameter(s) {unknown} for {type(params).__name__}; "
             f"known: {sorted(known)}"
         )
+    fixed = sorted(set(overrides) & _static_fields(params))
+    if fixed:
+        raise TypeError(f"{type(params).__name__}: {', '.join(fixed)} is fixed by the env (its buffers are sized by it); "
+                        "register or construct the env with another size instead")
     return params.replace(**{name: check_param(params, name, v) for name, v in overrides.items()})
