@@ -259,3 +259,25 @@ def test_grpo_init_from_an_sft_run_starts_from_its_weights(sft_run, task, lora):
         bad = _grpo_cfg(rank=2)
         b = trainer.build(bad)
         trainer.initial_from(bad, b, jax.vmap(b.program.init)(keys), keys, str(out / "straight"), trainer.make_layout(bad, b, keys))
+
+
+# ------------------------------------------------------------------- a text task's demonstrations
+
+
+def test_a_text_tasks_reference_completions_are_the_demonstrations(tmp_path):
+    from jaxrl.models import lm
+    from jaxrl.text.task import text_task
+
+    rows = [{"prompt": f"Reverse {a}{b}", "answer": f"{b}{a}", "completion": f"<answer>{b}{a}</answer>"}
+            for a in range(3) for b in range(3)]
+    t = text_task("t", rows, [], tokenizer_path=QWEN2, prompt_len=32, completion_len=16, answer_bytes=4,
+                  reward={"answer": "exact", "extract": "answer_tag"})
+    prompts, completions = sft.demonstrations(t, _cfg())
+    assert prompts.shape == (9, 32) and completions.shape == (9, 16)
+    tok = lm.load_tokenizer(QWEN2)
+    mask = np.asarray(sft.losses.completion_mask(jnp.asarray(completions), t.end_of_turn))
+    for row, c, m in zip(rows, completions, mask):  # the targets: the completion's tokens, then eos
+        want = tok.encode(row["completion"]) + [t.end_of_turn]
+        assert list(c[m]) == want and set(c[~m]) == {t.pad_id}
+    with pytest.raises(ValueError, match="data: .* is not a file"):
+        sft.demonstrations(t, dataclasses.replace(_cfg(), data=str(tmp_path / "missing.jsonl")))
