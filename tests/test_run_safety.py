@@ -701,6 +701,41 @@ def test_a_hard_linked_lock_or_appended_file_is_refused(fake_table, tmp_path, ca
     assert victim.read_text() == "precious\n"
 
 
+def test_a_linked_or_special_run_file_is_refused_on_resume(straight, tmp_path, capsys):
+    """A resume reads and rewrites metrics.jsonl and locks .lock: through a symbolic link to
+    /dev/zero it read forever; a FIFO blocked. Each is one line naming the file (exit 2),
+    and the file a link points to is left as it was."""
+    straight_dir, _ = straight
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+
+    def timeout(signum, frame):
+        raise AssertionError("the resume hung on a linked run file")
+
+    previous = signal.signal(signal.SIGALRM, timeout)
+    try:
+        for i, (name, make, words) in enumerate([
+            ("metrics.jsonl", os.mkfifo, "metrics.jsonl' is not a regular file"),  # first: it blocks, but an alarm ends it
+            ("metrics.jsonl", lambda p: os.symlink("/dev/zero", p), "metrics.jsonl' is a symbolic link"),
+            ("metrics.jsonl", lambda p: os.symlink(victim, p), "metrics.jsonl' is a symbolic link"),
+            (".lock", lambda p: os.symlink(victim, p), ".lock' is a symbolic link"),
+        ]):
+            run_dir = copy_run(straight_dir, tmp_path / str(i))
+            os.remove(os.path.join(run_dir, name))
+            make(os.path.join(run_dir, name))
+            signal.alarm(30)
+            assert cli.main(["train", "--resume", run_dir]) == 2, name
+            signal.alarm(0)
+            assert words in _one_line(capsys.readouterr().err), name
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+    os.symlink(victim, tmp_path / "config_changes.jsonl")  # what a resume with a changed config appends to
+    with pytest.raises(rundir.RunDirError, match="config_changes.jsonl' is a symbolic link"):
+        rundir.append_jsonl(str(tmp_path / "config_changes.jsonl"), {"a": 1})
+    assert victim.read_text() == "precious\n"
+
+
 def test_run_files_follow_the_umask(straight):
     straight_dir, _ = straight
     mask = os.umask(0o022)

@@ -124,7 +124,14 @@ def _parse(line: bytes) -> dict | None:
 
 
 def _read_lines(path: str) -> list[bytes]:
-    with open(path, "rb") as f:
+    """The lines of a regular file: a FIFO or device (``metrics.jsonl -> /dev/zero``) would
+    block or never end, so it is refused in one line (:class:`~jaxrl.run.rundir.RunDirError`)."""
+    import stat
+
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # a FIFO opens without a writer
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise rundir.RunDirError(f"{rundir.display_path(path)} is not a regular file; refusing to read it (remove it first)")
         return f.read().split(b"\n")
 
 
@@ -141,6 +148,7 @@ def repair_metrics(path: str, last_update: int) -> tuple[list[dict], list[str]]:
     and rewrite the file atomically; returns ``(kept, warnings)``, one line per problem:
     a missing file, torn or garbled lines dropped, updates whose records are missing."""
     name = os.path.basename(path)
+    rundir.refuse_link(path)  # rewritten below: a link's target is neither read nor replaced
     if not os.path.exists(path):
         if last_update <= 0:
             return [], []
