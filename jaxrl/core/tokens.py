@@ -94,7 +94,10 @@ class TokenTask(Environment, metaclass=abc.ABCMeta):
 
     #: Info keys that evaluation reports per episode beside the reward, each with what to call
     #: it: ``(("turns", "turns to solve"),)`` makes ``jaxrl eval`` print that key's mean, std
-    #: and 95% CI over the held-out episodes (a task's own figure of merit).
+    #: and 95% CI over the held-out episodes (a task's own figure of merit). The per-episode
+    #: value is the key's info value at the episode's *last* step (episode figures such as
+    #: ``turns`` or ``solved``); for the mean of a per-turn quantity, put its running mean
+    #: over the turns in the info (docs/writing_a_token_task.md, "the format").
     eval_scores: tuple[tuple[str, str], ...] = ()
 
     # -- the dialogue shape (one turn, no reply, unless a subclass says otherwise) --------
