@@ -1,10 +1,10 @@
 """``text/WordProblems-v0``: arithmetic word problems in text, the answer inside ``<answer>`` tags.
 
-A prompt is one sentence pair such as "Mia has 12 apples and buys 7 more. How many apples
-does Mia have now?"; the answer is the number (``19``) and the reference completion is
-``<answer>19</answer>``. Numbers are small on purpose, so that a tiny model trained for
-minutes can learn the task: both operands in ``0 .. 20``, one ``+`` or ``-``, the result
-``>= 0`` (so ``0 .. 40``). Five sentence templates (buys, finds, gives away, takes out,
+A prompt is one sentence pair such as "Mia has 8 apples and buys 7 more. How many apples
+does Mia have now?"; the answer is the number (``15``) and the reference completion is
+``<answer>15</answer>``. Numbers are small on purpose, so that a tiny model trained for
+minutes can learn the task: both operands in ``0 .. 9``, one ``+`` or ``-``, the result
+``>= 0`` (so ``0 .. 18``). Five sentence templates (buys, finds, gives away, takes out,
 together), 16 names and 12 objects.
 
 Rows come from a seeded host-side generator (:func:`generate_rows`, plain Python:
@@ -27,7 +27,7 @@ OBJECTS = (
     ("apple", "apples"), ("book", "books"), ("coin", "coins"), ("pen", "pens"), ("shell", "shells"), ("card", "cards"),
     ("egg", "eggs"), ("ball", "balls"), ("stamp", "stamps"), ("cookie", "cookies"), ("marble", "marbles"), ("kite", "kites"),
 )
-MAX_OPERAND = 20  #: both operands are drawn from 0 .. MAX_OPERAND
+MAX_OPERAND = 9  #: both operands are drawn from 0 .. MAX_OPERAND
 DEFAULT_REWARD = {"answer": "numeric", "extract": "answer_tag", "format_weight": 0.1}
 
 

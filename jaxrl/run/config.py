@@ -83,6 +83,7 @@ class TextConfig:
     held_out_every: int = 0  # k of the hash rule: a prompt is held out iff blake2b(prompt) % k == 0 (task default 10)
     prompt_column: str = "prompt"  # the row field holding the prompt text
     answer_column: str = "answer"  # the row field holding the reference answer (compared by the rubric)
+    answer_after: str = ""  # the answer is the text after the last such marker, stripped (GSM8K: "####"); "": the whole field
     completion_column: str = "completion"  # the row field holding a reference completion (optional; SFT)
     prompt_len: int = 0  # prompt tokens, chat template included (longer rows are dropped and counted)
     completion_len: int = 0  # the most completion tokens (the episode's cap; a reference completion + eos must fit)

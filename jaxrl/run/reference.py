@@ -21,7 +21,7 @@ from typing import NamedTuple
 from jaxrl.run import config as config_lib
 
 #: Algorithms the generated docs page covers (plugins print theirs with ``jaxrl config``).
-DOCUMENTED_ALGOS = ("ppo", "grpo", "dqn", "pqn", "sac")
+DOCUMENTED_ALGOS = ("ppo", "grpo", "dqn", "pqn", "sac", "sft")
 
 
 class Row(NamedTuple):

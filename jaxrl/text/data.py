@@ -100,6 +100,17 @@ class Columns:
     prompt: str = "prompt"
     answer: str = "answer"
     completion: str = "completion"
+    answer_after: str = ""  # the answer is the text after the last such marker (GSM8K: "####"); "": all of it
+
+
+def _answer(text: str, after: str) -> str:
+    """The reference answer in a row's answer text: all of it, or the part after the last
+    ``after`` marker, stripped (GSM8K's "reasoning ... #### 72" gives "72")."""
+    if not after:
+        return text
+    if after not in text:
+        raise _Bad(f"answer has no {after!r}")
+    return text.rsplit(after, 1)[1].strip()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -193,7 +204,7 @@ def encode_rows(
     for number, row in enumerate(rows, start=1):
         try:
             text = _text(row, columns.prompt)
-            answer = _text(row, columns.answer).encode("utf-8")
+            answer = _answer(_text(row, columns.answer), columns.answer_after).encode("utf-8")
             completion = None if completion_len is None else (solver(row) if solver else _text(row, columns.completion))
             rendered = chat.render_prompt(template, specials, text, system_prompt) if template is not None else text
             ids = tokenizer.encode(rendered)

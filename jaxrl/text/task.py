@@ -88,6 +88,8 @@ class TextTask(TokenTask):
     report: tuple = dataclasses.field(default=(), compare=False, hash=False, repr=False)  # (train, held-out) RowReport
     texts: tuple = dataclasses.field(default=((), ()), compare=False, hash=False, repr=False)  # prompt texts per split
     detokenize: Callable[[list[int]], str] = dataclasses.field(default=str, compare=False, hash=False, repr=False)
+    chat_template: bool = True  # prompts are rendered with the tokenizer's chat template
+    system_prompt: str = ""  # ... after this system message
 
     invalid_action_rule = "token ids are clipped into [0, vocab_size)"
     eval_scores = (("correct", "correct answers"),)
@@ -156,6 +158,20 @@ class TextTask(TokenTask):
             raise ValueError(f"{self.name}: its rows have no reference completions (a 'completion' column or a solver)")
         completions = np.frombuffer(s.completions, np.int32).reshape(s.count, self.completion_length)
         return self.arrays(split)["prompts"].copy(), completions.copy()
+
+    def encode_demonstrations(self, path: str, columns: data.Columns = data.Columns()) -> tuple[np.ndarray, np.ndarray]:
+        """A JSONL/Parquet file of demonstrations (``prompt`` and ``completion`` columns) as
+        :meth:`demonstrations` gives them: the same tokenizer, chat template, system prompt and
+        lengths as this task's prompts. Bad rows are counted and printed, never truncated;
+        ``ValueError`` when none is usable."""
+        rows = [dict(r, **{columns.answer: ""}) if isinstance(r, dict) else r for r in data.read_rows(path)]
+        enc = data.encode_rows(
+            rows, _tokenizer(self.tokenizer_path), prompt_len=self.prompt_length, answer_bytes=self.answer_width,
+            completion_len=self.completion_length, chat_template=self.chat_template, system_prompt=self.system_prompt,
+            columns=columns, source=path,
+        )
+        print(f"{self.name}: demonstrations {enc.report.summary()}")
+        return enc.prompts.astype(np.int32), enc.completions.astype(np.int32)
 
     def prompt_texts(self, split: str = "train") -> tuple[str, ...]:
         """The user text of every row of a split (before the chat template), host-side."""
@@ -309,6 +325,7 @@ def text_task(
         name, int(vocab), int(prompt_len), int(completion_len), int(answer_bytes), pad_id, table,
         train_split, held_split, json.dumps(reward, sort_keys=True), int(completion_bytes), str(tokenizer_path),
         (train.report, held.report), (train.texts, held.texts), functools.partial(tok.decode, skip_special_tokens=False),
+        bool(chat_template), str(system_prompt),
     )
 
 
@@ -318,7 +335,7 @@ COMMON_OPTIONS = (
     "held_out_every", "completion_bytes",
 )
 PROCEDURAL_OPTIONS = COMMON_OPTIONS + ("num_train", "num_held_out", "seed")
-FILE_OPTIONS = COMMON_OPTIONS + ("train", "held_out", "prompt_column", "answer_column", "completion_column")
+FILE_OPTIONS = COMMON_OPTIONS + ("train", "held_out", "prompt_column", "answer_column", "completion_column", "answer_after")
 
 
 def _check_options(name: str, options: dict, known: tuple[str, ...]) -> None:
@@ -371,7 +388,7 @@ def file_task(name: str, options: dict) -> TextTask:
     if not o.get("train"):
         raise ValueError("train: the path of a JSONL or Parquet file is required")
     columns = data.Columns(o.get("prompt_column", "prompt"), o.get("answer_column", "answer"),
-                           o.get("completion_column", "completion"))
+                           o.get("completion_column", "completion"), o.get("answer_after", ""))
     rows = _read(o["train"], "train")
     if o["held_out"]:
         held = _read(o["held_out"], "held_out")
