@@ -132,14 +132,18 @@ def tokenized():
     tok = load_tokenizer(FIXTURE)
     table = ByteTable.from_tokenizer(tok, vocab=448)
     rng = random.Random(5)
-    texts, answers = examples(rng, 128)
+    texts, answers = examples(rng, N)
     pieces = tok.token_bytes()
     ids = np.full((len(texts), 64), table.eos_id, np.int32)
     decoded = []
     for k, t in enumerate(texts):
-        row = tok.encode(t.decode("utf-8", "replace"))[:60]
-        ids[k, : len(row)] = row
+        row = tok.encode(t.decode("utf-8", "replace"))[:52]
         decoded.append(b"".join(pieces[i] for i in row)[:B])
+        for _ in range(rng.randint(0, 6)):  # ids with no bytes (beyond the tokenizer, negative) anywhere
+            row.insert(rng.randint(0, len(row)), rng.choice([420, 447, -3]))
+        ids[k, : len(row)] = row
+        if len(row) + 1 < ids.shape[1] and rng.random() < 0.5:  # text after the eos is not read
+            ids[k, len(row) + 1:] = rng.randrange(0, 400)
     return tok, table, ids, decoded, answers
 
 
@@ -149,6 +153,8 @@ SPECS = [  # extraction itself is checked region by region above
     {"answer": "exact", "extract": "answer_tag", "format_weight": 0.2},
     {"answer": "similarity", "extract": "auto", "power": 4},
     {"answer": "similarity", "extract": "whole", "format_tags": ["think", "answer"], "format_weight": 1.0},
+    {"answer": "numeric", "extract": "boxed", "format_tags": ["think", "answer"], "format_weight": 0.3, "power": 2},
+    {"answer": "exact", "extract": "auto", "gate_format": True},
 ]
 
 
@@ -186,3 +192,31 @@ def test_totality_and_composition(tokenized):
 def test_rubric_rejects_unknown_keys(tokenized):
     with pytest.raises(ValueError, match="unknown rubric keys"):
         TV.rubric({"answr": "numeric"}, tokenized[1])
+    with pytest.raises(ValueError, match="may not contain"):  # tags are matched without overlaps
+        TV.rubric({"tag": "a>b"}, tokenized[1])
+
+
+NUMBER_CASES = [  # (text, answer): grammar edges the rubric's one-pass number reader must get right
+    (b"1234,567", b"567"), (b"1234,567", b"1234567"), (b"1,234,5678", b"12345678"), (b"1.5,000", b"1.5000"), (b"x -,5", b"5"), (b"x -,5", b"-5"), (b"12,345,67", b"1234567"),
+    (b"1,234,5678 and 9", b"9"), (b"1,,000", b"0"), (b"1.,5", b"5"), (b"5.5.", b"5.5"), (b"00.100", b".1"),
+    (b"-00.10", b"-0.1"), (b"9,999.990", b"9999.99"), (b"x1,234,567,890y", b"1234567890"), (b"7 and 1.2.3", b"7"),
+    (b"7 and 1,2345", b"7"), (b"-0.0 5", b"5"), (b"<answer>12</answer> 13", b"12"), (b"\\boxed{1,000} 3", b"1000"),
+    (b"a\\boxed{2}b\\boxed{-7}", b"-7"), (b"<answer>-3</answer>", b"3"), (b"0.0", b"-0"), (b"1,000.5,", b"1000.5"),
+    (b"12.500", b"12.5000"), (b"123,456", b"123456"), (b"1234", b"1,234"), (b",1,234", b"1234"), (b"-.", b"0"),
+]
+
+
+def test_rubric_numbers_table(tokenized):
+    tok, table, _, _, _ = tokenized
+    spec = {"answer": "numeric", "extract": "auto"}
+    texts = [t for t, _ in NUMBER_CASES] + [b""] * (N - len(NUMBER_CASES))
+    answers = [a for _, a in NUMBER_CASES] + [b""] * (N - len(NUMBER_CASES))
+    ids = np.full((N, 64), table.eos_id, np.int32)
+    for k, t in enumerate(texts):
+        row = tok.encode(t.decode())
+        ids[k, : len(row)] = row
+    y, m = pack(answers, A)
+    reward, _ = jax.jit(jax.vmap(TV.rubric(spec, table, B).score))(V.Task(jnp.zeros((N, 2), jnp.int32), y, m), jnp.asarray(ids))
+    want = [R.rubric(spec, t, a)[0] for t, a in zip(texts, answers)]
+    assert list(np.asarray(reward)) == want
+    assert 0 < sum(want[: len(NUMBER_CASES)]) < len(NUMBER_CASES)
