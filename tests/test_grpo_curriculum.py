@@ -86,3 +86,16 @@ def test_learning_rate_warmup_and_linear_decay(warmup, end_frac, step, expected)
     for count in (2 * step, 2 * step + 1):
         state = state._replace(count=jnp.int32(count))
         assert float(optim.current_lr(state, schedule)) == pytest.approx(expected, rel=1e-6)
+
+
+def test_a_curriculum_end_outside_the_params_range_is_refused_up_front():
+    """The last level is checked like the first: a stop the env would clip is a config error."""
+    import os
+
+    from jaxrl.run import config as config_lib
+    from jaxrl.run.build import build
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    cfg = config_lib.load_config(os.path.join(root, "configs", "grpo_addition.yaml"), ["env.curriculum.stop=100"])
+    with pytest.raises(config_lib.ConfigError, match=r"env.curriculum.stop: .*num_digits: must be <= 2"):
+        build(cfg)

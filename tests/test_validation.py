@@ -408,7 +408,7 @@ def test_dialogue_turns_of_zero_tokens_score_in_range(env_id):
     step = jax.jit(env.step)
     total, steps = 0.0, 0
     while not (bool(ts.terminated) or bool(ts.truncated)):
-        state, ts = step(jax.random.PRNGKey(steps + 1), state, jnp.int32(EOS), params)
+        state, ts = step(jax.random.PRNGKey(steps + 1), state, jnp.int32(env.end_of_turn), params)
         total, steps = total + float(ts.reward), steps + 1
         assert np.isfinite(float(ts.reward))
         assert steps <= env.max_turns, "a dialogue of empty turns must end within max_turns steps"
@@ -420,8 +420,8 @@ def test_text_env_verifiers_on_zero_length_completions(env_id):
     env, params = jaxrl.make(env_id)
     state, ts = env.reset(jax.random.PRNGKey(0), params)
     v = env.verifier
-    full = jnp.full((env.max_completion_len,), PAD, jnp.int32)
-    for completion in (jnp.zeros((0,), jnp.int32), full.at[0].set(EOS)):  # no tokens; EOS first
+    full = jnp.full((env.max_completion_len,), env.pad_id, jnp.int32)
+    for completion in (jnp.zeros((0,), jnp.int32), full.at[0].set(env.end_of_turn)):  # no tokens; end of turn first
         reward, metrics = v(state.task, completion)
         assert np.isfinite(float(reward)) and v.low <= float(reward) <= v.high
         assert set(metrics) == set(ts.info) and all(np.isfinite(float(m)) for m in metrics.values())

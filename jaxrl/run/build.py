@@ -68,10 +68,11 @@ def env_setup(cfg: RunConfig) -> EnvSetup:
     curriculum = None
     if e.curriculum is not None:
         c = e.curriculum
-        try:
-            replace_params(params, **{c.param: c.start})
-        except (TypeError, ValueError) as exc:
-            raise ConfigError(f"env.curriculum.param: {exc}") from None
+        for key, value in (("param", c.start), ("stop", c.stop)):  # both ends, so no level is clipped
+            try:
+                replace_params(params, **{c.param: value})
+            except (TypeError, ValueError) as exc:
+                raise ConfigError(f"env.curriculum.{key}: {' '.join(str(exc).split())}") from None
         curriculum = Curriculum(c.param, c.start, c.stop, c.metric, c.threshold, c.step)
     return EnvSetup(env, params, eval_params, curriculum, e.vector)
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, ClassVar, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -31,7 +31,7 @@ import numpy as np
 from flax import struct
 
 from jaxrl.core import spaces
-from jaxrl.core.env import check_action_shape, first_timestep, transition
+from jaxrl.core.env import Range, check_action_shape, first_timestep, transition
 from jaxrl.core.tokens import TokenTask, Turn, reward_on_last_token
 from jaxrl.text import data
 from jaxrl.text.bytes import ByteTable
@@ -43,6 +43,8 @@ Array = jax.Array
 @struct.dataclass
 class TextTaskParams:
     held_out: bool = False  # draw prompts from the held-out table (evaluation)
+
+    bounds: ClassVar[dict] = {"held_out": Range(ge=0, le=1)}
 
 
 @struct.dataclass
