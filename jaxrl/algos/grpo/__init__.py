@@ -227,7 +227,7 @@ def build(envs: EnvSetup, cfg: GRPOConfig) -> Program:
                 step_unit="tokens" if token else "env steps")
     return Program(
         init=functools.partial(update.init, setup),
-        update=functools.partial(update.update, setup),
+        update=functools.partial(evaluate.update_and_evaluate if cfg.eval_every else update.update, setup),
         evaluate=functools.partial(evaluate.evaluate, setup),
         plan=plan,
         batch_axes=replicated_axes,  # prompt groups are born inside the update and pinned there

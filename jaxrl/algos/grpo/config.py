@@ -12,7 +12,11 @@ A run config reads::
       optim: {lr: 1.0e-3}                    # the optimiser
 
 The curriculum and the evaluation params belong to the env (``env.curriculum``,
-``env.eval_params``).
+``env.eval_params``). ``eval_every: N`` runs the greedy held-out evaluation of ``jaxrl eval``
+on ``eval_every_episodes`` prompts inside the compiled chunk after every N-th update
+(:func:`~jaxrl.algos.grpo.evaluate.update_and_evaluate`): ``train.stop_at`` can then watch
+``heldout_exact_match``; it reads each chunk's last update, so make ``train.updates_per_chunk``
+a multiple of N (other updates log NaN: no evaluation, never a stop).
 """
 
 from __future__ import annotations
@@ -118,6 +122,8 @@ class GRPOConfig(AlgoConfig):
     num_minibatches: int = 1  # gradient steps per pass; must divide P * G
     micro_batches: int = 1  # gradient accumulation: slices of a minibatch run one at a time; must divide it
     eval_episodes: int = 512  # held-out prompts (token tasks) or episodes for evaluate
+    eval_every: int = 0  # every this many updates, greedy held-out eval inside training: heldout_reward, heldout_<info key> (NaN between; 0 = off)
+    eval_every_episodes: int = 64  # held-out prompts (or episodes) of that periodic evaluation
     model: ModelConfig = dataclasses.field(default_factory=ModelConfig)
     loss: LossConfig = dataclasses.field(default_factory=LossConfig)
     sampling: SamplingConfig = dataclasses.field(default_factory=SamplingConfig)
@@ -136,7 +142,9 @@ def _positive(cfg, names: tuple[str, ...], prefix: str = "") -> None:
 
 def validate(cfg: GRPOConfig) -> None:
     """Reject impossible configs with ``ValueError("<key>: <message>")``."""
-    _positive(cfg, ("num_prompts", "num_updates", "num_epochs", "num_minibatches", "micro_batches", "eval_episodes"))
+    _positive(cfg, ("num_prompts", "num_updates", "num_epochs", "num_minibatches", "micro_batches", "eval_episodes",
+                    "eval_every_episodes"))
+    check(cfg.eval_every >= 0, "eval_every", f"must be >= 0 (0 = no evaluation during training), got {cfg.eval_every}")
     check(cfg.group_size >= 2, "group_size", f"group-relative advantages need >= 2 generations, got {cfg.group_size}")
     n = cfg.num_prompts * cfg.group_size
     check(n % cfg.num_minibatches == 0, "num_minibatches", f"{cfg.num_minibatches} does not divide num_prompts * group_size = {n}")

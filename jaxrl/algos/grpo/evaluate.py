@@ -1,5 +1,6 @@
-"""GRPO's evaluation: greedy episodes on the held-out split, printable samples, and ``r``
-sampled dialogues per held-out prompt (``jaxrl eval -n -r``)."""
+"""GRPO's evaluation: greedy episodes on the held-out split, the same evaluation every
+``eval_every`` updates inside training (:func:`update_and_evaluate`), printable samples, and
+``r`` sampled dialogues per held-out prompt (``jaxrl eval -n -r``)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import numpy as np
 
 from jaxrl.algos.common.train import COMPILER_OPTIONS
 from jaxrl.algos.grpo.rollout import Rollout, group_rollout
+from jaxrl.algos.grpo import update as update_lib
 from jaxrl.algos.grpo.update import GRPOState, Setup, acting_params
 from jaxrl.core.tokens import TokenTask
 
@@ -22,10 +24,11 @@ def _ci95(x: Array) -> Array:
     return 1.96 * jnp.std(x, ddof=1) / jnp.sqrt(x.shape[0])
 
 
-def eval_rollout(setup: Setup, params, key: Array) -> Rollout:
-    """Greedy episodes on the evaluation params (held-out prompts for token tasks)."""
+def eval_rollout(setup: Setup, params, key: Array, episodes: int | None = None) -> Rollout:
+    """Greedy episodes on the evaluation params (held-out prompts for token tasks):
+    ``episodes`` of them (default ``eval_episodes``)."""
     k_reset, k_roll = jax.random.split(key)
-    reset_keys = jax.random.split(k_reset, setup.cfg.eval_episodes)
+    reset_keys = jax.random.split(k_reset, setup.cfg.eval_episodes if episodes is None else episodes)
     return group_rollout(
         setup.policy, setup.env, setup.eval_params, params, reset_keys, k_roll, setup.num_steps, jnp.float32(1.0),
         greedy=True,
@@ -58,6 +61,47 @@ def evaluate(setup: Setup, state: GRPOState, key: Array) -> dict:
     for name, _ in setup.env.eval_scores if isinstance(setup.env, TokenTask) else ():  # the task's own figures
         out[f"episode_returns_{name}"] = ro.final_info[name]
     return out
+
+
+#: ``fold_in`` salt of the in-training evaluation's key: a stream of the pre-update state's key
+#: that the update never draws from, so evaluating changes no training bit and a resumed run
+#: (whose checkpoint holds that key) evaluates the same prompts.
+HELDOUT_SALT = 0x6576616C  # "eval"
+
+
+def heldout_key(state: GRPOState) -> Array:
+    """The key of the evaluation that follows the update of ``state`` (before the update)."""
+    return jax.random.fold_in(state.key, HELDOUT_SALT)
+
+
+def heldout_metrics(setup: Setup, params, key: Array) -> dict:
+    """The figures of :func:`evaluate` on ``eval_every_episodes`` greedy held-out episodes,
+    as update metrics: ``heldout_reward`` (its ``return_mean``) and ``heldout_<key>`` for every
+    info key (``exact_match``, a task's :attr:`~jaxrl.core.tokens.TokenTask.eval_scores`...),
+    float32 ``[]``."""
+    ro = eval_rollout(setup, params, key, setup.cfg.eval_every_episodes)
+    out = {"heldout_reward": jnp.mean(ro.returns)}
+    for name, value in ro.final_info.items():
+        out[f"heldout_{name}"] = jnp.mean(value)
+    return {k: jnp.asarray(v, jnp.float32) for k, v in out.items()}
+
+
+def update_and_evaluate(setup: Setup, state: GRPOState) -> tuple[GRPOState, dict]:
+    """:func:`~jaxrl.algos.grpo.update.update`, then, after every ``eval_every``-th update
+    (``update_step`` a multiple of it), :func:`heldout_metrics` of the new parameters with
+    :func:`heldout_key`; the other updates log NaN for them (no evaluation: never a 0, never
+    a ``train.stop_at``). A ``lax.cond`` in the compiled chunk, no host round trip; with
+    several seeds (``vmap``) both branches run every update and the NaNs are selected."""
+    key = heldout_key(state)
+    new, metrics = update_lib.update(setup, state)
+    figures = functools.partial(heldout_metrics, setup)
+    shapes = jax.eval_shape(figures, acting_params(new), key)
+
+    def skipped(params, key):
+        return {k: jnp.full(s.shape, jnp.nan, s.dtype) for k, s in shapes.items()}
+
+    due = new.update_step % setup.cfg.eval_every == 0
+    return new, {**metrics, **jax.lax.cond(due, figures, skipped, acting_params(new), key)}
 
 
 def transcript(task: TokenTask, dialogue, turns: int) -> str:
