@@ -63,14 +63,15 @@ def evaluate(setup: Setup, state: GRPOState, key: Array) -> dict:
     return out
 
 
-#: ``fold_in`` salt of the in-training evaluation's key: a stream of the pre-update state's key
-#: that the update never draws from, so evaluating changes no training bit and a resumed run
-#: (whose checkpoint holds that key) evaluates the same prompts.
+#: ``fold_in`` salt of the in-training evaluation's key: a stream of the evaluated state's key
+#: that no update draws from (they ``split`` it), so evaluating changes no training bit, and a
+#: checkpoint (which holds that key) reproduces its evaluation and resumes bit for bit.
 HELDOUT_SALT = 0x6576616C  # "eval"
 
 
 def heldout_key(state: GRPOState) -> Array:
-    """The key of the evaluation that follows the update of ``state`` (before the update)."""
+    """The key of the in-training evaluation of ``state`` (the state after an update):
+    ``evaluate`` with ``eval_episodes = eval_every_episodes`` and this key gives its figures."""
     return jax.random.fold_in(state.key, HELDOUT_SALT)
 
 
@@ -88,12 +89,13 @@ def heldout_metrics(setup: Setup, params, key: Array) -> dict:
 
 def update_and_evaluate(setup: Setup, state: GRPOState) -> tuple[GRPOState, dict]:
     """:func:`~jaxrl.algos.grpo.update.update`, then, after every ``eval_every``-th update
-    (``update_step`` a multiple of it), :func:`heldout_metrics` of the new parameters with
-    :func:`heldout_key`; the other updates log NaN for them (no evaluation: never a 0, never
-    a ``train.stop_at``). A ``lax.cond`` in the compiled chunk, no host round trip; with
-    several seeds (``vmap``) both branches run every update and the NaNs are selected."""
-    key = heldout_key(state)
+    (``update_step`` a multiple of it), :func:`heldout_metrics` of the new state's
+    parameters with its :func:`heldout_key`; the other updates log NaN for them (no
+    evaluation: never a 0, never a ``train.stop_at``). A ``lax.cond`` in the compiled chunk,
+    no host round trip; with several seeds (``vmap``) both branches run every update and the
+    NaNs are selected."""
     new, metrics = update_lib.update(setup, state)
+    key = heldout_key(new)
     figures = functools.partial(heldout_metrics, setup)
     shapes = jax.eval_shape(figures, acting_params(new), key)
 
