@@ -122,7 +122,7 @@ class GRPOConfig(AlgoConfig):
     num_minibatches: int = 1  # gradient steps per pass; must divide P * G
     micro_batches: int = 1  # gradient accumulation: slices of a minibatch run one at a time; must divide it
     eval_episodes: int = 512  # held-out prompts (token tasks) or episodes for evaluate
-    eval_every: int = 0  # every this many updates, greedy held-out eval inside training: heldout_reward, heldout_<info key> (NaN between; 0 = off)
+    eval_every: int = 0  # every N updates, evaluate's greedy held-out eval inside training: heldout_reward, heldout_<info key> (NaN on other updates; 0 = off); for train.stop_at make updates_per_chunk a multiple of N
     eval_every_episodes: int = 64  # held-out prompts (or episodes) of that periodic evaluation
     model: ModelConfig = dataclasses.field(default_factory=ModelConfig)
     loss: LossConfig = dataclasses.field(default_factory=LossConfig)
