@@ -1,0 +1,118 @@
+"""The GPU recipe's cost: ``configs/grpo_qwen2.5_0.5b_gsm8k.yaml`` run by ``jaxrl train`` on a
+Qwen2.5-0.5B-shaped model with random weights (nothing is downloaded, so no real checkpoint).
+
+    python bench/lm_gsm8k_recipe.py [--updates 6] [--small]
+
+Writes a random checkpoint of Qwen2.5-0.5B's shapes (``jaxrl.models.lm.init_params``, bf16,
+494 M parameters; the project's tokenizer, so prompts are shorter than Qwen's tokenizer makes
+them) and a GSM8K-format JSONL (``text/WordProblems-v0``'s problems as ``question`` /
+``answer: "... #### n"``), then runs the config unchanged but for those paths and
+``grpo.num_updates``. A random model never writes the end token, so every rollout runs its
+full 320 tokens: the worst case of the config. Recorded from ``metrics.jsonl``: the first
+chunk (compile + updates) and the steady seconds per update of the later chunks, the whole
+process, and the device's peak memory. No learning figure: the weights are random.
+``--small``: a 2-layer, hidden-64 stand-in (for a CPU smoke run). Results:
+``bench/results/lm_gsm8k_recipe.json`` and ``.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, ROOT)
+
+from bench.lm_memory import QWEN25_05B  # noqa: E402
+
+TOKENIZER = os.path.join(ROOT, "envs", "assets", "text_tokenizer")
+
+
+def make_model(out: str, small: bool) -> None:
+    import jax
+    import jax.numpy as jnp
+
+    from jaxrl.models.lm import LM, LMConfig, init_params, load_tokenizer, save_hf
+
+    tok = load_tokenizer(TOKENIZER)
+    eos, pad = tok.token_id(tok.special_tokens["eos_token"]), tok.token_id(tok.special_tokens["pad_token"])
+    hf = dict(QWEN25_05B, bos_token_id=None, eos_token_id=eos, pad_token_id=pad)
+    if small:
+        hf.update(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                  vocab_size=1024, max_window_layers=2)
+    config = LMConfig.from_hf(hf)
+    params = init_params(config, jax.random.PRNGKey(0), jnp.bfloat16)
+    src = tempfile.mkdtemp()
+    with open(os.path.join(src, "config.json"), "w") as f:
+        json.dump(hf, f)
+    for name in os.listdir(TOKENIZER):
+        if name.endswith(".json"):
+            shutil.copyfile(os.path.join(TOKENIZER, name), os.path.join(src, name))
+    save_hf(out, LM(config, jnp.bfloat16, pad, (eos,)), params, source=src)
+
+
+def make_rows(out_dir: str) -> None:
+    sys.path.insert(0, os.path.join(ROOT))
+    from jaxrl_envs.text.word_problems import generate_rows
+
+    for name, seed, n in (("train", 0, 2048), ("test", 1, 256)):
+        with open(os.path.join(out_dir, f"{name}.jsonl"), "w") as f:
+            for r in generate_rows(seed, n):
+                f.write(json.dumps({"question": r["prompt"], "answer": f"Reasoning.\n#### {r['answer']}"}) + "\n")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--updates", type=int, default=6)
+    ap.add_argument("--small", action="store_true")
+    ap.add_argument("--set", action="append", default=[], help="further config overrides")
+    args = ap.parse_args()
+    work = tempfile.mkdtemp()
+    model, run = os.path.join(work, "model"), os.path.join(work, "run")
+    t0 = time.perf_counter()
+    make_model(model, args.small)
+    make_rows(work)
+    made = time.perf_counter() - t0
+    sets = [f"env.tokenizer.path={model}", f"grpo.model.path={model}", f"env.text.train={work}/train.jsonl",
+            f"env.text.held_out={work}/test.jsonl", f"grpo.num_updates={args.updates}", "train.updates_per_chunk=2",
+            "train.checkpoint_every=0", "train.progress=false", "grpo.eval_episodes=16", *args.set]
+    cmd = [sys.executable, "-m", "jaxrl.cli", "train", os.path.join(ROOT, "configs", "grpo_qwen2.5_0.5b_gsm8k.yaml"), "--out", run]
+    for s in sets:
+        cmd += ["--set", s]
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    whole = time.perf_counter() - t0
+    print(proc.stdout[-3000:], proc.stderr[-3000:])
+    if proc.returncode != 0:
+        sys.exit(f"jaxrl train failed (exit {proc.returncode}); nothing recorded")
+    records = [json.loads(line) for line in open(os.path.join(run, "metrics.jsonl"))]
+    walls = sorted({r["wall_time"] for r in records})
+    steady = [(b - a) / 2 for a, b in zip(walls, walls[1:])]
+    import jax
+
+    from bench import common
+
+    result = {
+        "model": "Qwen2.5-0.5B shapes, random bf16 weights" if not args.small else "2-layer hidden-64 stand-in",
+        "config": "configs/grpo_qwen2.5_0.5b_gsm8k.yaml (paths, num_updates, eval_episodes 16 overridden)",
+        "sequences_per_update": 128, "completion_tokens": 320, "updates": len(records),
+        "first_chunk_s_compile_and_2_updates": walls[0], "steady_s_per_update": steady,
+        "overrides": args.set, "xla_flags": os.environ.get("XLA_FLAGS", ""), "whole_process_s": round(whole, 1), "model_and_rows_made_s": round(made, 1), "returncode": proc.returncode,
+        "device": str(jax.devices()[0]), "machine": common.machine_info(),
+    }
+    name = "lm_gsm8k_recipe" + ("_small" if args.small else "")
+    os.makedirs(os.path.join(HERE, "results"), exist_ok=True)
+    with open(os.path.join(HERE, "results", name + ".json"), "w") as f:
+        json.dump(result, f, indent=2)
+    print(json.dumps({k: v for k, v in result.items() if k != "machine"}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
