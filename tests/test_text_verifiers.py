@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from jaxrl import verifiers as V
 from jaxrl.models.lm import load_tokenizer
+from jaxrl.text import onepass
 from jaxrl.text import reference as R
 from jaxrl.text import verifiers as TV
 from jaxrl.text.bytes import ByteTable
@@ -206,7 +207,8 @@ NUMBER_CASES = [  # (text, answer): grammar edges the rubric's one-pass number r
 ]
 
 
-def test_rubric_numbers_table(tokenized):
+def test_rubric_numbers_table(tokenized, monkeypatch):
+    monkeypatch.setattr(onepass, "_CHUNK", 96)  # several chunks sorted by length, the last one padded
     tok, table, _, _, _ = tokenized
     spec = {"answer": "numeric", "extract": "auto"}
     texts = [t for t, _ in NUMBER_CASES] + [b""] * (N - len(NUMBER_CASES))
@@ -220,3 +222,27 @@ def test_rubric_numbers_table(tokenized):
     want = [R.rubric(spec, t, a)[0] for t, a in zip(texts, answers)]
     assert list(np.asarray(reward)) == want
     assert 0 < sum(want[: len(NUMBER_CASES)]) < len(NUMBER_CASES)
+
+
+def test_rubric_similarity_equals_difflib_on_name_lists(tokenized, monkeypatch):
+    """The rubric's batched ratio (packed-key block search, region widths by chunk) against difflib
+    on shuffled name lists (many equal-length blocks: the tie-breaking), one call unbatched too."""
+    monkeypatch.setattr(onepass, "_CHUNK", 64)
+    tok, table, _, _, _ = tokenized
+    rng = random.Random(7)
+    names = ["al", "bo", "cy", "di", "ed", "flo", "gus", "hal", "ivy", "jo", "al bo", "bo, al"]
+    texts, answers, ids = [], [], np.full((N, 40), table.eos_id, np.int32)
+    for k in range(N):
+        picked = rng.sample(names, rng.randint(0, 1 + k % 9))
+        answers.append(", ".join(sorted(picked)).encode()[:A])
+        row = tok.encode(", ".join(rng.sample(picked, len(picked)) if rng.random() < 0.7 else picked))[:40]
+        ids[k, : len(row)] = row
+        texts.append(tok.decode(row).encode()[:B])
+    y, m = pack(answers, A)
+    tasks = V.Task(jnp.zeros((N, 2), jnp.int32), y, m)
+    verifier = TV.rubric({"answer": "similarity", "extract": "whole"}, table, B)
+    _, metrics = jax.jit(jax.vmap(verifier.score))(tasks, jnp.asarray(ids))
+    want = [np.float32(difflib.SequenceMatcher(None, t, a, autojunk=False).ratio()) for t, a in zip(texts, answers)]
+    assert list(np.asarray(metrics["similarity"])) == want
+    one = jax.jit(verifier.score)(jax.tree.map(lambda x: x[3], tasks), jnp.asarray(ids[3]))[1]["similarity"]
+    assert float(one) == want[3]

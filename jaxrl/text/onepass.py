@@ -13,13 +13,14 @@ digit by digit with the answer's canonical number. Equal to :mod:`jaxrl.text.ref
 from __future__ import annotations
 
 import functools
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 
 from jaxrl import verifiers as V
 from jaxrl.text.bytes import ByteTable
-from jaxrl.text.verifiers import _BIG, _WS, _equal_kept, _normalize, _normalize_keep, _ratio, _within, length_penalty
+from jaxrl.text.verifiers import _BIG, _WS, _equal_kept, _matched, _normalize, _normalize_keep, _run_lengths, _within, length_penalty
 
 Array = jax.Array
 
@@ -112,133 +113,154 @@ def _answer_number(a: Array, m: Array):
     return jax.lax.scan(step, (_init(_NUM0), snap, buf, best, z), c)[0][3]
 
 
-def _scan_rubric(table: ByteTable, max_bytes, kind, how, tag, tags, ids, answer, answer_len):
-    """Decode ``ids`` and run every rule the rubric needs in one ``lax.scan`` over byte positions.
+class _Cfg(NamedTuple):
+    """The static part of a rubric: table, byte budget, rule choices and the patterns to match."""
 
-    Per step: the next byte of the current token (a cursor over the ids; the ids' next
-    non-empty token is found once by a reverse scan over tokens), a shift register of the
-    last bytes (every tag / ``\\boxed{`` is matched by word compares), the tag and boxed
-    regions, the format counts, and the number grammar with the current number compared
-    digit by digit with the answer's canonical number (computed first by a small scan over
-    the answer). The last number of every candidate region is kept, so no region is
-    gathered for ``numeric``; ``exact`` / ``similarity`` read the decoded bytes (the scan's
-    output) inside the chosen region.
-    """
-    rows_np, lengths_np = table.arrays()
-    flat = jnp.asarray(rows_np.reshape(-1))
-    lengths = jnp.asarray(lengths_np)
+    table: ByteTable
+    size: int
+    kind: str
+    how: str
+    tag: str
+    tags: tuple
+    patterns: tuple
+    nwords: int
+    shift: int
+
+
+def _cfg(table: ByteTable, max_bytes, length: int, kind, how, tag, tags) -> _Cfg:
+    size = int(max_bytes) if max_bytes is not None else length * table.width
+    patterns = []
+    for t in tags + ((tag,) if how in ("answer_tag", "auto") else ()):
+        patterns += [f"<{t}>".encode(), f"</{t}>".encode()]
+    if how in ("boxed", "auto"):
+        patterns.append(b"\\boxed{")
+    patterns = tuple(dict.fromkeys(patterns))
+    nwords = max(1, (max(map(len, patterns), default=1) + 3) // 4)
+    return _Cfg(table, size, kind, how, tag, tuple(tags), patterns, nwords, max(1, int(table.width).bit_length()))
+
+
+def _prep(cfg: _Cfg, ids, answer, answer_len) -> dict:
+    """Per completion, before the pass: the next token with bytes (or the eos) after every
+    position (a reverse cumulative min), the byte count read (``total``) and the answer's
+    canonical number."""
+    table = cfg.table
+    lengths = jnp.asarray(table.arrays()[1])
     ids = jnp.asarray(ids).astype(jnp.int32)
     length = ids.shape[-1]
-    size = int(max_bytes) if max_bytes is not None else length * table.width
-    shift = max(1, int(table.width).bit_length())
     valid = (ids >= 0) & (ids < table.vocab)
     safe = jnp.where(valid, ids, 0)
     ln = jnp.where(valid, lengths[safe], 0)
     is_eos = ids == table.eos_id
     stop = is_eos | (ln > 0)
-    pack = jnp.where(is_eos, 0, (safe << shift) | ln)
+    pack = jnp.where(is_eos, 0, (safe << cfg.shift) | ln)
 
-    def rstep(carry, x):
-        j, st, pk = x
-        return (jnp.where(st, j, carry[0]), jnp.where(st, pk, carry[1])), carry
-
-    init = (jnp.int32(length), jnp.int32(0))
-    (k0, pk0), (succ_idx, succ_pk) = jax.lax.scan(rstep, init, (jnp.arange(length, dtype=jnp.int32), stop, pack), reverse=True)
-
+    iota = jnp.arange(length, dtype=jnp.int32)
+    first_from = jax.lax.cummin(jnp.where(stop, iota, length), reverse=True)  # first stop at >= j
+    succ_idx = jnp.concatenate([first_from[1:], jnp.full((1,), length, jnp.int32)])  # first stop after j
+    pack = jnp.concatenate([pack, jnp.zeros((1,), jnp.int32)])
+    k0 = first_from[0] if length else jnp.int32(0)
+    succ_pk, pk0 = pack[succ_idx], pack[k0]
+    eos_at = jnp.where(jnp.any(is_eos), jnp.argmax(is_eos), length)
+    total = jnp.minimum(jnp.sum(jnp.where(iota < eos_at, ln, 0)), cfg.size).astype(jnp.int32)
     a = jnp.asarray(answer).astype(jnp.int32) & 0xFF
     m = V.valid_length(answer_len, a.shape[-1])
-    numeric = kind == "numeric"
-    if numeric:
-        a_found, canon, a_int, a_frac, a_neg = _answer_number(a, m)
-        f_off = a.shape[0]
-    region_tag = how in ("answer_tag", "auto")
-    region_box = how in ("boxed", "auto")
-    patterns = []
-    for t in tags + ((tag,) if region_tag else ()):
-        patterns += [f"<{t}>".encode(), f"</{t}>".encode()]
-    if region_box:
-        patterns.append(b"\\boxed{")
-    patterns = list(dict.fromkeys(patterns))
-    nwords = max(1, (max(map(len, patterns), default=1) + 3) // 4)
+    out = {"succ_idx": succ_idx, "succ_pk": succ_pk, "k0": k0, "pk0": pk0, "total": total, "a": a, "m": m}
+    if cfg.kind == "numeric":
+        out["num"] = _answer_number(a, m)
+    return out
+
+
+def _carry0(cfg: _Cfg, pp: dict) -> dict:
     z, no = jnp.zeros((), jnp.int32), jnp.zeros((), bool)
     big = jnp.int32(_BIG)
-    carry = {"k": k0, "pk": pk0, "o": z, "n": z, "words": tuple(jnp.zeros((), jnp.uint32) for _ in range(nwords)),
-             "count": tuple(z for _ in patterns), "first": tuple(big for _ in patterns), "solid": jnp.int32(-1),
+    carry = {"k": pp["k0"], "pk": pp["pk0"], "o": z, "n": z, "words": tuple(jnp.zeros((), jnp.uint32) for _ in range(cfg.nwords)),
+             "count": tuple(z for _ in cfg.patterns), "first": tuple(big for _ in cfg.patterns), "solid": jnp.int32(-1),
              "open_end": jnp.int32(-1), "close_at": jnp.int32(-1),
              "bstart": jnp.int32(-1), "depth": z, "bclose": jnp.int32(-1)}
-    if numeric:
+    if cfg.kind == "numeric":
         carry.update(num=_init(_NUM0), sv=no, se=no, rec=((no, no), (no, no), (no, no)))
-    lmask = (1 << shift) - 1
-    want_bytes = kind in ("exact", "similarity")
+    return carry
 
-    def step(c, p):
-        c = dict(c)
-        ln_cur, tid = c["pk"] & lmask, c["pk"] >> shift
-        active = (ln_cur > 0) & (p < size)
-        byte = flat[tid * table.width + c["o"]].astype(jnp.int32)
-        b = jnp.where(active, byte, -1)
-        o1 = c["o"] + 1
-        adv = active & (o1 >= ln_cur)
-        kc = jnp.minimum(c["k"], length - 1)
-        c["k"] = jnp.where(adv, succ_idx[kc], c["k"])
-        c["pk"] = jnp.where(adv, succ_pk[kc], c["pk"])
-        c["o"] = jnp.where(adv, 0, jnp.where(active, o1, c["o"]))
-        n = c["n"]  # index of this byte
-        words = c["words"]
-        prev = (words[0] & 0xFF).astype(jnp.int32)
-        if numeric:
-            st, f = _number_step(c["num"], b, prev)
-            idx = jnp.clip(jnp.where(f["frac_digit"], f_off + f["fr0"], f["sig0"]), 0, 2 * f_off - 1)
-            want = canon[idx]
-            mism = c["num"]["mism"] & ~f["start"]
-            mism = mism | (f["int_digit"] & ((f["sig0"] >= a_int) | (want != b)))
-            mism = mism | (f["frac_digit"] & jnp.where(f["fr0"] < a_frac, want != b, b != 48))
-            st = {**st, "mism": mism}
-            eq = f["valid"] & ~mism & (st["sig"] == a_int) & (st["fr"] >= a_frac) & ((st["neg"] & st["nz"]) == a_neg) & a_found
-            sv = jnp.where(f["digit"], f["valid"], c["sv"] & ~f["start"])
-            se = jnp.where(f["digit"], eq, c["se"] & ~f["start"])
-            fin = f["ending"] & c["sv"]
-            conds = ((c["open_end"] >= 0) & (c["close_at"] < 0), (c["bstart"] >= 0) & (c["bclose"] < 0), jnp.ones((), bool))
-            c["rec"] = tuple((jnp.where(fin & cond, True, fd), jnp.where(fin & cond, c["se"], e))
-                             for (fd, e), cond in zip(c["rec"], conds))
-            c["num"], c["sv"], c["se"] = st, sv, se
-        new_words = [(words[0] << 8) | (b & 0xFF).astype(jnp.uint32)]
-        for w in range(1, nwords):
-            new_words.append((words[w] << 8) | (words[w - 1] >> 24))
-        words = tuple(jnp.where(active, nw, ow) for nw, ow in zip(new_words, words))
-        c["words"] = words
-        hits = {pat: active & _pattern_match(words, n + 1, pat) for pat in patterns}
-        c["count"] = tuple(cnt + hits[pat] for cnt, pat in zip(c["count"], patterns))
-        c["first"] = tuple(jnp.where(hits[pat] & (fst == _BIG), n - len(pat) + 1, fst) for fst, pat in zip(c["first"], patterns))
-        ws = functools.reduce(jnp.logical_or, [b == w for w in _WS])
-        c["solid"] = jnp.where(active & ~ws, n, c["solid"])
-        if region_tag:
-            op, cl = f"<{tag}>".encode(), f"</{tag}>".encode()
-            opened = hits[op] & (c["open_end"] < 0)
-            closed = hits[cl] & (c["open_end"] >= 0) & (c["close_at"] < 0) & (n - len(cl) + 1 >= c["open_end"])
-            c["open_end"] = jnp.where(opened, n + 1, c["open_end"])
-            c["close_at"] = jnp.where(closed, n - len(cl) + 1, c["close_at"])
-        if region_box:
-            hb = hits[b"\\boxed{"]
-            inside = (c["bstart"] >= 0) & (c["bclose"] < 0) & active
-            depth = c["depth"] + jnp.where(inside, (b == 123).astype(jnp.int32) - (b == 125), 0)
-            shut = inside & (depth == 0)
-            c["bclose"] = jnp.where(hb, -1, jnp.where(shut, n, c["bclose"]))
-            c["bstart"] = jnp.where(hb, n + 1, c["bstart"])
-            c["depth"] = jnp.where(hb, 1, depth)
-            if numeric:
-                rec = c["rec"]
-                c["rec"] = (rec[0], (rec[1][0] & ~hb, rec[1][1] & ~hb), rec[2])
-        c["n"] = n + active
-        return c, (b if want_bytes else None)
 
-    c, text = jax.lax.scan(step, carry, jnp.arange(size + 1, dtype=jnp.int32))
-    n = c["n"]
+def _step(cfg: _Cfg, flat, pp: dict, c: dict, p):
+    """One byte position of one completion: the next byte of the current token (a cursor over
+    the ids), a shift register of the last bytes (every tag / ``\\boxed{`` is matched by word
+    compares), the tag and boxed regions, the format counts, and the number grammar with the
+    current number compared digit by digit with the answer's canonical number. After the
+    completion's last byte (plus one step that ends a number) a step changes nothing."""
+    table, size, length = cfg.table, cfg.size, pp["succ_idx"].shape[0]
+    c = dict(c)
+    lmask = (1 << cfg.shift) - 1
+    ln_cur, tid = c["pk"] & lmask, c["pk"] >> cfg.shift
+    active = (ln_cur > 0) & (p < size)
+    byte = flat[tid * table.width + c["o"]].astype(jnp.int32)
+    b = jnp.where(active, byte, -1)
+    o1 = c["o"] + 1
+    adv = active & (o1 >= ln_cur)
+    kc = jnp.minimum(c["k"], length - 1)
+    c["k"] = jnp.where(adv, pp["succ_idx"][kc], c["k"])
+    c["pk"] = jnp.where(adv, pp["succ_pk"][kc], c["pk"])
+    c["o"] = jnp.where(adv, 0, jnp.where(active, o1, c["o"]))
+    n = c["n"]  # index of this byte
+    words = c["words"]
+    prev = (words[0] & 0xFF).astype(jnp.int32)
+    if cfg.kind == "numeric":
+        a_found, canon, a_int, a_frac, a_neg = pp["num"]
+        f_off = pp["a"].shape[0]
+        st, f = _number_step(c["num"], b, prev)
+        idx = jnp.clip(jnp.where(f["frac_digit"], f_off + f["fr0"], f["sig0"]), 0, 2 * f_off - 1)
+        want = canon[idx]
+        mism = c["num"]["mism"] & ~f["start"]
+        mism = mism | (f["int_digit"] & ((f["sig0"] >= a_int) | (want != b)))
+        mism = mism | (f["frac_digit"] & jnp.where(f["fr0"] < a_frac, want != b, b != 48))
+        st = {**st, "mism": mism}
+        eq = f["valid"] & ~mism & (st["sig"] == a_int) & (st["fr"] >= a_frac) & ((st["neg"] & st["nz"]) == a_neg) & a_found
+        sv = jnp.where(f["digit"], f["valid"], c["sv"] & ~f["start"])
+        se = jnp.where(f["digit"], eq, c["se"] & ~f["start"])
+        fin = f["ending"] & c["sv"]
+        conds = ((c["open_end"] >= 0) & (c["close_at"] < 0), (c["bstart"] >= 0) & (c["bclose"] < 0), jnp.ones((), bool))
+        c["rec"] = tuple((jnp.where(fin & cond, True, fd), jnp.where(fin & cond, c["se"], e))
+                         for (fd, e), cond in zip(c["rec"], conds))
+        c["num"], c["sv"], c["se"] = st, sv, se
+    new_words = [(words[0] << 8) | (b & 0xFF).astype(jnp.uint32)]
+    for w in range(1, cfg.nwords):
+        new_words.append((words[w] << 8) | (words[w - 1] >> 24))
+    words = tuple(jnp.where(active, nw, ow) for nw, ow in zip(new_words, words))
+    c["words"] = words
+    hits = {pat: active & _pattern_match(words, n + 1, pat) for pat in cfg.patterns}
+    c["count"] = tuple(cnt + hits[pat] for cnt, pat in zip(c["count"], cfg.patterns))
+    c["first"] = tuple(jnp.where(hits[pat] & (fst == _BIG), n - len(pat) + 1, fst) for fst, pat in zip(c["first"], cfg.patterns))
+    ws = functools.reduce(jnp.logical_or, [b == w for w in _WS])
+    c["solid"] = jnp.where(active & ~ws, n, c["solid"])
+    if cfg.how in ("answer_tag", "auto"):
+        op, cl = f"<{cfg.tag}>".encode(), f"</{cfg.tag}>".encode()
+        opened = hits[op] & (c["open_end"] < 0)
+        closed = hits[cl] & (c["open_end"] >= 0) & (c["close_at"] < 0) & (n - len(cl) + 1 >= c["open_end"])
+        c["open_end"] = jnp.where(opened, n + 1, c["open_end"])
+        c["close_at"] = jnp.where(closed, n - len(cl) + 1, c["close_at"])
+    if cfg.how in ("boxed", "auto"):
+        hb = hits[b"\\boxed{"]
+        inside = (c["bstart"] >= 0) & (c["bclose"] < 0) & active
+        depth = c["depth"] + jnp.where(inside, (b == 123).astype(jnp.int32) - (b == 125), 0)
+        shut = inside & (depth == 0)
+        c["bclose"] = jnp.where(hb, -1, jnp.where(shut, n, c["bclose"]))
+        c["bstart"] = jnp.where(hb, n + 1, c["bstart"])
+        c["depth"] = jnp.where(hb, 1, depth)
+        if cfg.kind == "numeric":
+            rec = c["rec"]
+            c["rec"] = (rec[0], (rec[1][0] & ~hb, rec[1][1] & ~hb), rec[2])
+    c["n"] = n + active
+    return c, b
+
+
+def _finish(cfg: _Cfg, c: dict) -> dict:
+    """Format, the chosen region and (numeric) correctness from the pass's final state."""
+    n, how, z = c["n"], cfg.how, jnp.zeros((), jnp.int32)
     # format: each tag once, in order, open before close, only whitespace after
     ok, pos = jnp.ones((), bool), jnp.zeros((), jnp.int32)
-    for t in tags:
+    for t in cfg.tags:
         op, cl = f"<{t}>".encode(), f"</{t}>".encode()
-        io, ic = patterns.index(op), patterns.index(cl)
+        io, ic = cfg.patterns.index(op), cfg.patterns.index(cl)
         o, cc = c["first"][io], c["first"][ic]
         ok = ok & (c["count"][io] == 1) & (c["count"][ic] == 1) & (o >= pos) & (cc >= o + len(op))
         pos = jnp.minimum(cc + len(cl), _BIG)
@@ -258,36 +280,122 @@ def _scan_rubric(table: ByteTable, max_bytes, kind, how, tag, tags, ids, answer,
         pick = None
     s, e = jnp.where(found, s, 0), jnp.where(found, e, 0)
     out = {"n": n, "format": fmt, "found": found, "start": s, "end": e}
-    if numeric:
+    if cfg.kind == "numeric":
         rec = c["rec"]
         if pick is None:
             hit = jnp.where(tag_found, rec[0][0] & rec[0][1], jnp.where(box_found, rec[1][0] & rec[1][1], rec[2][0] & rec[2][1]))
         else:
             hit = rec[pick][0] & rec[pick][1]
         out["correct"] = found & hit
-    if want_bytes:
-        out["text"] = text[:size]
-    out["answer"], out["answer_len"] = a, m
     return out
 
 
-def _scan_rubric_score(table, max_bytes, kind, how, tag, tags, fw, power, gated, target, weight, task, completion):
-    o = _scan_rubric(table, max_bytes, kind, how, tag, tags, completion, task.answer, task.answer_len)
+def _matched_width(w: int, c: Array, s: Array, e: Array, b: Array, lb: Array) -> Array:
+    """int32 ``[n]``: :func:`jaxrl.text.verifiers._matched` of a batch whose regions end before
+    ``w``: the run lengths ``[n, w, M]`` once, then a ``while_loop`` over recursion levels with
+    the batch inside the body. Per level and piece, the longest block is one max over a packed
+    key (length, then earliest end row, then earliest end column: difflib's tie-breaking),
+    reduced per row, then per piece by a cumulative max over rows (pieces are contiguous row
+    ranges; the piece's ordinal in the key's high part keeps pieces apart)."""
+    c = c[:, :w]
+    m_ = b.shape[1]
+    runs = jax.vmap(_run_lengths)(c, b)
+    i, j = jnp.arange(w, dtype=jnp.int32), jnp.arange(m_, dtype=jnp.int32)
+    cell = (w - 1 - i)[:, None] * m_ + (m_ - 1 - j)[None, :]
+    unit, piece = w * m_, (m_ + 1) * w * m_
+
+    def level(runs, alo, ahi, blo, bhi, active, total):
+        k = jnp.minimum(jnp.minimum(runs, (i - alo + 1)[:, None]), j[None, :] - blo[:, None] + 1)
+        ok = active[:, None] & (j[None, :] >= blo[:, None]) & (j[None, :] < bhi[:, None])
+        row_key = jnp.max(jnp.where(ok, k, 0) * unit + cell, axis=1)
+        first = active & (i == alo)
+        pid = jnp.cumsum(first.astype(jnp.int32))
+        prefix = jax.lax.cummax(jnp.where(active, pid * piece + row_key, -1))
+        best = prefix[jnp.clip(ahi - 1, 0, w - 1)] - pid * piece
+        best_k = best // unit
+        end_i, end_j = w - 1 - (best % unit) // m_, m_ - 1 - best % m_
+        total = total + jnp.sum(jnp.where(first, best_k, 0))
+        bi, bj = end_i - best_k + 1, end_j - best_k + 1
+        left, right = i < bi, i >= bi + best_k
+        new_ahi, new_alo = jnp.where(left, bi, ahi), jnp.where(right, bi + best_k, alo)
+        new_bhi, new_blo = jnp.where(left, bj, bhi), jnp.where(right, bj + best_k, blo)
+        active = active & (best_k > 0) & (left | right) & (new_blo < new_bhi)
+        return new_alo, new_ahi, new_blo, new_bhi, active, total
+
+    inside = (i >= s[:, None]) & (i < e[:, None])
+    n = c.shape[0]
+    state = (jnp.where(inside, s[:, None], 0), jnp.where(inside, e[:, None], 0), jnp.zeros((n, w), jnp.int32),
+             jnp.broadcast_to(lb[:, None], (n, w)).astype(jnp.int32), inside & (lb > 0)[:, None], jnp.zeros((n,), jnp.int32))
+    body = lambda st: jax.vmap(level)(runs, *st)  # noqa: E731
+    return jax.lax.while_loop(lambda st: jnp.any(st[4]), body, state)[5]
+
+
+def _ratio_many(c: Array, s: Array, e: Array, a: Array, m: Array, narrow: bool) -> Array:
+    """float32 ``[n]``: :func:`jaxrl.text.verifiers._ratio` of a batch. ``narrow``: the region
+    width is the batch's longest region rounded up to a quarter, a half or all of the text
+    (``lax.switch``; a chunk of short completions searches a small matrix; three loops to
+    compile, so only for batches split into chunks)."""
+    width, m_ = c.shape[1], a.shape[1]
+    b = jnp.where(a >= 0, a, -2)
+    widths = sorted({max(1, -(-width * q // 4)) for q in (_QUARTERS if narrow else (4,))})
+    if 34 * (m_ + 1) * width * m_ >= 2**31:  # the packed key would overflow int32
+        matched = jax.vmap(_matched)(c, s, e, b, m)
+    else:
+        pick = jnp.sum(jnp.max(e) > jnp.asarray(widths[:-1]))
+        matched = jax.lax.switch(pick, [functools.partial(_matched_width, w) for w in widths], c, s, e, b, m)
+    total = (e - s) + m
+    return jnp.where(total > 0, 2.0 * matched / jnp.maximum(total, 1), 1.0).astype(jnp.float32)
+
+
+_QUARTERS = (1, 2, 4)  # region widths tried, in quarters of the text
+_CHUNK = 1024  # completions per pass: sorted by length, each chunk's loop ends at its longest
+_UNROLL = 1  # byte positions per loop step (2 and 4 measured no faster, compile slower)
+
+
+def _pass(cfg: _Cfg, pp: dict) -> tuple[dict, Array]:
+    """The one pass over a batch ``pp`` (leading axis = completions): a ``while_loop`` over byte
+    positions that ends after the batch's longest completion (plus one step), the batch inside
+    the body. Returns the per-completion outputs of :func:`_finish` and the bytes ``int32 [batch,
+    size]`` (-1 after the end; only when the rule reads them)."""
+    flat = jnp.asarray(cfg.table.arrays()[0].reshape(-1))
+    width = pp["total"].shape[0]
+    limit = jnp.max(pp["total"])
+    want_bytes = cfg.kind in ("exact", "similarity")
+    step = jax.vmap(functools.partial(_step, cfg, flat), in_axes=(0, 0, None))
+    text = jnp.full((cfg.size + _UNROLL, width) if want_bytes else (0, width), -1, jnp.int32)
+
+    def body(state):
+        p, c, text = state
+        for u in range(_UNROLL):
+            c, b = step(pp, c, p + u)
+            if want_bytes:
+                text = jax.lax.dynamic_update_slice(text, b[None], (p + u, jnp.int32(0)))
+        return p + _UNROLL, c, text
+
+    state = (jnp.int32(0), jax.vmap(functools.partial(_carry0, cfg))(pp), text)
+    _, c, text = jax.lax.while_loop(lambda st: st[0] <= limit, body, state)
+    return jax.vmap(functools.partial(_finish, cfg))(c), text[: cfg.size].T
+
+
+def _score_batch(cfg: _Cfg, rest: tuple, narrow: bool, pp: dict) -> tuple[Array, dict]:
+    """Reward and metrics of a batch of prepared completions (leading axis = completions)."""
+    fw, power, gated, target, weight = rest
+    o, text = _pass(cfg, pp)
     fmt = o["format"].astype(jnp.float32)
-    a, m = jnp.where(jnp.arange(o["answer"].shape[0]) < o["answer_len"], o["answer"], -1), o["answer_len"]
     metrics = {}
-    if kind == "numeric":
+    if cfg.kind == "numeric":
         correct = o["correct"]
         score = correct.astype(jnp.float32)
     else:
-        inner = _within(o["text"], o["start"], o["end"])
-        if kind == "exact":
-            values, keep = _normalize_keep(inner)
-            q, lq = _normalize(a)
-            correct = o["found"] & _equal_kept(values, keep, q, lq)
+        a = jnp.where(jnp.arange(pp["a"].shape[1]) < pp["m"][:, None], pp["a"], -1)
+        inner = jax.vmap(_within)(text, o["start"], o["end"])
+        if cfg.kind == "exact":
+            values, keep = jax.vmap(_normalize_keep)(inner)
+            q, lq = jax.vmap(_normalize)(a)
+            correct = o["found"] & jax.vmap(_equal_kept)(values, keep, q, lq)
             score = correct.astype(jnp.float32)
         else:
-            score = jnp.where(o["found"], _ratio(inner, o["start"], o["end"], a, m), 0.0)
+            score = jnp.where(o["found"], _ratio_many(inner, o["start"], o["end"], a, pp["m"], narrow), 0.0)
             correct = o["found"] & (score >= 1.0)
             metrics["similarity"] = score
     metrics["correct"] = correct.astype(jnp.float32)
@@ -303,3 +411,40 @@ def _scan_rubric_score(table, max_bytes, kind, how, tag, tags, fw, power, gated,
     r = jnp.clip(r - length_penalty(o["n"], target, weight), 0.0, 1.0 + fw)
     metrics["completion_bytes"] = o["n"].astype(jnp.float32)
     return r, metrics
+
+
+def _score_many(cfg: _Cfg, rest: tuple, answer, answer_len, ids) -> tuple[Array, dict]:
+    """Score a batch: prepare each completion, sort by byte count, run the pass chunk by chunk
+    (``lax.map``; each chunk's loop ends at its own longest completion), restore the order."""
+    pp = jax.vmap(functools.partial(_prep, cfg))(ids, answer, answer_len)
+    count = ids.shape[0]
+    chunk = min(count, _CHUNK)
+    chunks = -(-count // chunk)
+    if chunks == 1:  # one chunk: no sorting (less to compile for small batches)
+        return _score_batch(cfg, rest, False, pp)
+    order = jnp.argsort(pp["total"])
+    order = jnp.concatenate([order, jnp.broadcast_to(order[:1], (chunks * chunk - count,))])
+    pp = jax.tree.map(lambda x: x[order].reshape((chunks, chunk) + x.shape[1:]), pp)
+    out = jax.lax.map(functools.partial(_score_batch, cfg, rest, True), pp)
+    inverse = jnp.zeros((count,), jnp.int32).at[order[:count]].set(jnp.arange(count, dtype=jnp.int32))
+    return jax.tree.map(lambda x: x.reshape((chunks * chunk,) + x.shape[2:])[inverse], out)
+
+
+def _scan_rubric_score(table, max_bytes, kind, how, tag, tags, fw, power, gated, target, weight, task, completion):
+    """The rubric's score of one completion; under ``vmap`` the whole batch is scored at once
+    (``custom_vmap``), so the loop over byte positions has the batch inside its body."""
+    cfg = _cfg(table, max_bytes, jnp.shape(completion)[-1], kind, how, tag, tuple(tags))
+    rest = (fw, power, gated, target, weight)
+
+    @jax.custom_batching.custom_vmap
+    def one(answer, answer_len, ids):
+        return jax.tree.map(lambda x: x[0], _score_many(cfg, rest, answer[None], answer_len[None], ids[None]))
+
+    @one.def_vmap
+    def _many(axis_size, in_batched, answer, answer_len, ids):
+        args = [x if batched else jnp.broadcast_to(x, (axis_size,) + jnp.shape(x))
+                for x, batched in zip((answer, answer_len, ids), in_batched)]
+        out = _score_many(cfg, rest, *args)
+        return out, jax.tree.map(lambda _: True, out)
+
+    return one(jnp.asarray(task.answer), jnp.asarray(task.answer_len), jnp.asarray(completion))
