@@ -1,6 +1,6 @@
 """Scoring throughput: jaxrl's byte verifiers on device vs the same rules in Python on the host.
 
-    python bench/text_scoring.py [--count 16384] [--repeats 3]
+    python bench/text_scoring.py [--count 16384] [--repeats 5] [--device cpu|gpu]
 
 The same completions (a seeded mix of correct, wrong, malformed, tagged and untagged
 answers in the fixture tokenizer ``tests/fixtures/lm/tokenizer``: GSM8K-style 64-256 tokens
@@ -17,7 +17,8 @@ read up to 96 bytes) are scored two ways, in one process, the repeats interleave
 Rubrics: GSM8K-style (numeric answer, ``auto`` extraction, format weight 0.5) and
 alphabet-sort (the env's default: similarity of the whole completion to the sorted names, ``** 4``). The
 rewards of both sides are asserted equal (float32 rounding: 1e-6) and the ``correct`` /
-``format`` metrics exactly. Results: ``bench/results/text_scoring.json`` and ``.md``.
+``format`` metrics exactly. Results: ``bench/results/text_scoring.json`` and ``.md`` (CPU), or
+``text_scoring_gpu.*`` when the device is a GPU (``--device``; default: jax's default backend).
 """
 
 from __future__ import annotations
@@ -130,7 +131,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--count", type=int, default=16384)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--device", choices=["cpu", "gpu"], default=None, help="jax backend (default: jax's default)")
     args = parser.parse_args()
+    if args.device:
+        os.environ["JAX_PLATFORMS"] = {"cpu": "cpu", "gpu": "cuda"}[args.device]
 
     import jax
     import jax.numpy as jnp
@@ -141,6 +145,8 @@ def main() -> None:
     from jaxrl.text.bytes import ByteTable
     from jaxrl.text.verifiers import rubric
 
+    backend = jax.default_backend()
+    print("backend", backend, jax.devices(), flush=True)
     tok = load_tokenizer(FIXTURE)
     table = ByteTable.from_tokenizer(tok)
     load_start = os.getloadavg()
@@ -176,13 +182,13 @@ def main() -> None:
         }
         print(rec, flush=True)
         records.append(rec)
-    meta = common.metadata({"command": common.command_line(), "load_avg_start": load_start, "load_avg_end": os.getloadavg()}, libraries=["jax", "jaxlib", "tokenizers", "numpy"])
-    out = os.path.join(HERE, "results", "text_scoring")
+    meta = common.metadata({"command": common.command_line(), "load_avg_start": load_start, "load_avg_end": os.getloadavg(), "device": jax.devices()[0].device_kind}, libraries=["jax", "jaxlib", "tokenizers", "numpy"])
+    out = os.path.join(HERE, "results", "text_scoring" + ("" if backend == "cpu" else f"_{backend}"))
     with open(out + ".json", "w") as f:
         f.write(common.dumps({"meta": meta, "records": records}))
-    lines = ["# Scoring throughput: byte verifiers on device vs Python on the host", "",
+    lines = [f"# Scoring throughput: byte verifiers on device ({backend}) vs Python on the host", "",
              f"{args.count} completions per rubric, same completions both sides, rewards asserted equal. "
-             f"Device: one jitted program (decode + rubric) over the whole batch. Machine: "
+             f"Device ({meta['device']}): one jitted program (decode + rubric) over the whole batch. Machine: "
              f"{meta['machine']['cpu_model']}, {meta['machine']['cpus_usable']} cores, jax {meta['versions']['jax']} "
              f"({meta['machine']['jax_backend']}); load average {tuple(round(x, 1) for x in load_start)} at the start, "
              f"{tuple(round(x, 1) for x in os.getloadavg())} at the end (shared machine: other jobs were running). "

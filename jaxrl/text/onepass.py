@@ -1,13 +1,16 @@
 """The rubric in one pass: decode and every byte rule of :func:`jaxrl.text.verifiers.rubric`
-as one ``lax.scan`` over byte positions.
+as one loop over byte positions, the batch inside the loop body.
 
 Whole-array rules (one cumulative max / sum / gather per rule over ``[batch, bytes]``) cost
 dozens of passes over the data; here each byte is read once and a few dozen scalar states
-per completion are updated (vectorised over the batch by ``vmap``): a cursor over the ids
-(decode without compaction), a shift register of the last bytes (tags by word compares),
-the tag / boxed regions, format counts and the number grammar, the current number compared
-digit by digit with the answer's canonical number. Equal to :mod:`jaxrl.text.reference`
-(tests/test_text_verifiers.py); the timings are in ``bench/results/text_scoring.md``.
+per completion are updated: a cursor over the ids (decode without compaction), a shift
+register of the last bytes (tags by word compares), the tag / boxed regions, format counts
+and the number grammar, the current number compared digit by digit with the answer's
+canonical number. Under ``vmap`` the score takes the whole batch (``custom_vmap``): sorted by
+byte count and split into chunks, each chunk's ``while_loop`` ends at its longest completion.
+difflib's ratio (similarity) is searched level by level for all pieces of a chunk at once.
+Equal to :mod:`jaxrl.text.reference` (tests/test_text_verifiers.py); the timings are in
+``bench/results/text_scoring.md``.
 """
 
 from __future__ import annotations
