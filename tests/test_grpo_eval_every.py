@@ -28,8 +28,8 @@ TINY = [
 ]
 # chunks of 3 updates, an evaluation every 2: updates 2 and 4 (mid-chunk) and 6 (a chunk's last)
 EVERY = TINY + [
-    "grpo.num_updates=9", "grpo.eval_every=2", "grpo.eval_every_episodes=8", "train.updates_per_chunk=3",
-    "train.checkpoint_every=1", "train.stop_at.metric=heldout_exact_match", "train.stop_at.threshold=0.0",
+    "grpo.num_updates=6", "grpo.eval_every=2", "grpo.eval_every_episodes=8", "train.updates_per_chunk=3",
+    "train.checkpoint_every=1",
 ]
 
 
@@ -55,27 +55,38 @@ def _one_seed(state):
 
 @pytest.fixture(scope="module")
 def stopped(tmp_path_factory):
-    """The run every test reads: 9 updates at most, stopped by ``heldout_exact_match >= 0``."""
+    """The run every test reads: 6 updates, evaluating at 2, 4 and 6."""
     cfg = config_lib.load_config("configs/grpo_reverse.yaml", EVERY)
     run_dir = tmp_path_factory.mktemp("eval_every") / "straight"
     return cfg, trainer.run(cfg, run_dir=str(run_dir), evaluate=False), run_dir
 
 
-def test_stop_at_fires_on_the_first_chunk_that_ends_with_an_evaluation(stopped):
+def test_records_hold_held_out_figures_only_where_measured(stopped):
     _, result, run_dir = stopped
-    # threshold 0: any real evaluation reaches it. Update 2 evaluated but chunk 1 ended at
-    # update 3 (NaN: no evaluation), so the run stops at update 6, not 3.
     assert result.updates == 6
-    with open(run_dir / "stopped.json", encoding="utf-8") as f:
-        stop = json.load(f)
-    assert stop["update"] == 6 and stop["metric"] == "heldout_exact_match" and stop["value"] >= 0.0
     records = _records(run_dir)
     assert [r["update"] for r in records] == [1, 2, 3, 4, 5, 6]
     for r in records:
         evaluated = r["update"] % 2 == 0
-        for name in HELDOUT:
-            assert math.isfinite(r[name]) == evaluated, (r["update"], name, r[name])  # NaN, never a fake 0
+        for name in HELDOUT:  # absent where not measured (NaN in the program), never a fake 0
+            assert (name in r) == evaluated, (r["update"], name)
+            assert not evaluated or math.isfinite(r[name])
         assert math.isfinite(r["reward"])
+
+
+def test_stop_at_on_a_held_out_figure_fires_at_the_first_chunk_end_that_reached_it(tmp_path):
+    """Chunks of 2 with an evaluation every 2: every chunk ends on a measured update; a
+    threshold of 0 stops the run after its first chunk."""
+    cfg = config_lib.load_config("configs/grpo_reverse.yaml", TINY + [
+        "grpo.num_updates=6", "grpo.eval_every=2", "grpo.eval_every_episodes=8", "train.updates_per_chunk=2",
+        "train.checkpoint_every=0", "train.stop_at.metric=heldout_exact_match", "train.stop_at.threshold=0.0",
+    ])
+    result = trainer.run(cfg, run_dir=str(tmp_path / "r"), evaluate=False)
+    assert result.updates == 2
+    with open(tmp_path / "r" / "stopped.json", encoding="utf-8") as f:
+        stop = json.load(f)
+    assert stop["update"] == 2 and stop["metric"] == "heldout_exact_match" and stop["value"] >= 0.0
+    assert not trainer.stop_reached(cfg.train.stop_at, {"update": 3})  # a record without the figure never stops
 
 
 def test_in_training_evaluation_equals_evaluate(stopped):
@@ -106,7 +117,7 @@ def test_eval_every_changes_no_training_bit(stopped):
     for record in _records(run_dir)[3:]:
         state, metrics = jax.device_get(update(state))
         assert not any(k.startswith("heldout") for k in metrics)
-        assert {k for k in record if k.startswith("heldout")} == set(HELDOUT)
+        assert {k for k in record if k.startswith("heldout")} == (set(HELDOUT) if record["update"] % 2 == 0 else set())
         for k, v in metrics.items():
             np.testing.assert_allclose(record[k], v, rtol=1e-5, atol=1e-7, err_msg=f"{record['update']} {k}")
     final = _one_seed(result.state)
@@ -149,10 +160,23 @@ def test_eval_every_is_validated():
         grpo.GRPOConfig(eval_every=5, eval_every_episodes=0).validate()
 
 
-def test_stop_at_on_heldout_without_eval_every_is_refused(tmp_path):
-    cfg = config_lib.load_config("configs/grpo_reverse.yaml", TINY + [
-        "grpo.num_updates=2", "train.updates_per_chunk=1", "train.stop_at.metric=heldout_exact_match",
-        "train.stop_at.threshold=0.9",
-    ])
-    with pytest.raises(config_lib.ConfigError, match="heldout_exact_match"):
-        trainer.run(cfg, run_dir=str(tmp_path / "r"), evaluate=False)
+def test_stop_at_on_heldout_without_eval_every_is_refused():
+    with pytest.raises(config_lib.ConfigError, match="heldout_exact_match is logged only with grpo.eval_every > 0"):
+        config_lib.load_config("configs/grpo_reverse.yaml", TINY + [
+            "grpo.num_updates=2", "train.updates_per_chunk=1", "train.stop_at.metric=heldout_exact_match",
+            "train.stop_at.threshold=0.9",
+        ])
+
+
+@pytest.mark.parametrize("sets, words", [
+    (["grpo.eval_every=0"], "logged only with grpo.eval_every > 0"),
+    (["train.updates_per_chunk=7"], "must be a multiple of grpo.eval_every=25"),
+])
+def test_a_held_out_stop_needs_evaluations_at_chunk_ends(sets, words):
+    import os
+
+    from jaxrl.run import config as config_lib
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with pytest.raises(config_lib.ConfigError, match=words):
+        config_lib.load_config(os.path.join(root, "configs", "grpo_tool_addition.yaml"), sets)

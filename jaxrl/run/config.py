@@ -506,7 +506,21 @@ def config_from_dict(raw) -> RunConfig:
     _check_train(cfg.train)
     _check_devices(cfg.devices, cfg.mesh)
     _validate_algo(cfg)
+    _check_stop_every(cfg)
     return cfg
+
+
+def _check_stop_every(cfg: RunConfig) -> None:
+    """A stop on a figure measured every N updates (``grpo.eval_every``) is read from a chunk's
+    last record, so the chunks must end on measured updates."""
+    stop, every = cfg.train.stop_at, getattr(cfg.algo_config, "eval_every", 0)
+    if stop is None or not stop.metric.startswith("heldout_"):
+        return
+    if not every:
+        raise ConfigError(f"train.stop_at.metric: {stop.metric} is logged only with {cfg.algo}.eval_every > 0 (a held-out evaluation during training)")
+    if cfg.train.updates_per_chunk % every:
+        raise ConfigError(f"train.updates_per_chunk: must be a multiple of {cfg.algo}.eval_every={every} for train.stop_at on "
+                          f"{stop.metric} (the stop reads a chunk's last update), got {cfg.train.updates_per_chunk}")
 
 
 def config_to_dict(cfg: RunConfig) -> dict:

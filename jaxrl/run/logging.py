@@ -75,13 +75,22 @@ def chunk_records(
     return records
 
 
+#: Metric-name prefixes of figures measured on some updates only (NaN on the others): their
+#: records leave the key out where it was not measured, as for episode averages.
+MEASURED_SOMETIMES = ("heldout_",)
+
+
 def _aggregate(name: str, column: np.ndarray, finished: np.ndarray | None, log_seeds: str) -> dict:
     """The record entries of one metric over seeds (``column`` ``[S]``).
 
     Per-episode averages (``finished`` given) only count seeds in which an episode ended:
     a seed without one reports no value (``None`` per seed; the key is left out when no
-    seed finished one), never a fake 0.
+    seed finished one), never a fake 0. Metrics of :data:`MEASURED_SOMETIMES` likewise skip
+    the updates where they are NaN (not measured).
     """
+    if name.startswith(MEASURED_SOMETIMES):  # NaN: not measured at this update (e.g. grpo.eval_every)
+        finite = np.isfinite(column)
+        finished = finite if finished is None else finished & finite
     if column.shape[0] == 1:
         return {name: _scalar(column[0])} if finished is None or finished[0] else {}
     if finished is not None:

@@ -16,7 +16,8 @@ The curriculum and the evaluation params belong to the env (``env.curriculum``,
 on ``eval_every_episodes`` prompts inside the compiled chunk after every N-th update
 (:func:`~jaxrl.algos.grpo.evaluate.update_and_evaluate`): ``train.stop_at`` can then watch
 ``heldout_exact_match``; it reads each chunk's last update, so make ``train.updates_per_chunk``
-a multiple of N (other updates log NaN: no evaluation, never a stop).
+a multiple of N (checked when the config is read; other updates' records leave the
+figures out: no evaluation, never a stop).
 """
 
 from __future__ import annotations
@@ -122,7 +123,7 @@ class GRPOConfig(AlgoConfig):
     num_minibatches: int = 1  # gradient steps per pass; must divide P * G
     micro_batches: int = 1  # gradient accumulation: slices of a minibatch run one at a time; must divide it
     eval_episodes: int = 512  # held-out prompts (token tasks) or episodes for evaluate
-    eval_every: int = 0  # every N updates, evaluate's greedy held-out eval inside training: heldout_reward, heldout_<info key> (NaN on other updates; 0 = off); for train.stop_at make updates_per_chunk a multiple of N
+    eval_every: int = 0  # every N updates, evaluate's greedy held-out eval inside training: heldout_reward, heldout_<info key> (absent from other updates' records; 0 = off); with train.stop_at on one, updates_per_chunk must be a multiple of N
     eval_every_episodes: int = 64  # held-out prompts (or episodes) of that periodic evaluation
     model: ModelConfig = dataclasses.field(default_factory=ModelConfig)
     loss: LossConfig = dataclasses.field(default_factory=LossConfig)
