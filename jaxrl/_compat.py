@@ -26,7 +26,7 @@ import types
 import warnings
 
 #: Releases: the one that moved the names, and the one that removes the old paths.
-MOVED_IN, REMOVED_IN = "0.2.0", "0.3.0"
+MOVED_IN, REMOVED_IN = "0.2.0", "0.4.0"
 
 #: Old module path -> the modules its public names live in now (searched in order).
 MOVED_MODULES: dict[str, tuple[str, ...]] = {

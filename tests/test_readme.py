@@ -53,6 +53,10 @@ CLAIMS = {
     # names the LoRA GRPO recipe on the tiny random fixture checkpoint and claims no figure (its
     # run through jaxrl train, kill and resume: tests/test_lm_grpo.py)
     "jaxrl train configs/grpo_lm_reverse.yaml": (None, None),
+    # the text recipe's two commands; their figures are in docs/text_tasks.md (whole-process
+    # runs recorded in bench/results/text_recipes.json), the README claims none
+    "jaxrl train configs/sft_word_problems.yaml --out runs/sft_wp": (None, None),
+    "jaxrl train configs/grpo_word_problems.yaml --init-from runs/sft_wp": (None, None),
 }
 PHYSICS = {  # the README's physics table: config -> eval target it reports
     "ppo_brax_inverted_pendulum": 950.0,

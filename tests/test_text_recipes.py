@@ -92,3 +92,21 @@ def test_a_jsonl_of_demonstrations_is_encoded_like_the_tasks_prompts(tmp_path, c
     for i, c in enumerate(completions):
         ids = [int(t) for t in c if int(t) != env.pad_id]
         assert ids[-1] == env.end_of_turn and tok.decode(ids[:-1]) == f"<answer>{i}</answer>"
+
+
+def test_sft_on_a_text_task_then_eval_prints_text_transcripts_and_pass_at_k(tmp_path, capsys):
+    """The recipe's first stage through the CLI on the project's model (2 updates), then
+    ``jaxrl eval -n 2 -r 2``: sampled held-out completions as text, with pass@k."""
+    from jaxrl import cli
+
+    run = tmp_path / "sft"
+    code = cli.main(["train", os.path.join(ROOT, "configs", "sft_word_problems.yaml"), "--out", str(run),
+                     "--set", "sft.num_updates=2", "--set", "sft.batch_size=4", "--set", "sft.eval_episodes=2",
+                     "--set", "train.updates_per_chunk=2", "--set", "train.progress=false",
+                     "--set", "env.text.num_train=64", "--set", "env.text.num_held_out=8"])
+    assert code == 0 and (run / "eval.json").exists()
+    capsys.readouterr()
+    assert cli.main(["eval", str(run), "-n", "2", "-r", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "pass@1" in out and "pass@2" in out
+    assert "<|im_start|>user" in out and "How many" in out  # the prompt's text, chat template included
