@@ -31,6 +31,7 @@ _BUILTIN = [
     ("text/AlphabetSortTurns-v0", "jaxrl_envs.text.alphabet_sort_turns:AlphabetSortTurns", "dialogue: 3 turns of alphabet-sort, a name more each turn; mean similarity**4"),
     ("text/ToolAddition-v0", "jaxrl_envs.text.tool_addition:ToolAddition", "dialogue: 3+3-digit addition with a calculator call; exact-match reward"),
     ("text/GuessRange-v0", "jaxrl_envs.text.guess_range:GuessRange", "dialogue: find a number in the prompt's range [lo, hi] (9-16 values) told higher/lower; reward falls with turns"),
+    ("text/GuessNumberText-v0", "jaxrl_envs.text.guess_number_text:GuessNumberText", "dialogue in text (project tokenizer): guess a number in 1..32 told 'Higher than N.'/'Lower than N.' (phrasebook replies); reward falls with turns"),
     ("text/WordProblems-v0", "jaxrl_envs.text.word_problems:WordProblems", "text: arithmetic word problems (operands 0-20, + and -), answer in <answer> tags; numeric rubric"),
     ("text/AlphabetSortText-v0", "jaxrl_envs.text.alphabet_sort_text:AlphabetSortText", "text: sort 3-4 comma-separated names; similarity**4 rubric (Environments Hub alphabet-sort)"),
     ("text/File-v0", "jaxrl_envs.text.text_file:TextFile", "text: prompts and answers from a JSONL/Parquet file (env.text.train); rubric env.text.reward"),
