@@ -215,3 +215,18 @@ def test_grpo_with_the_project_text_model_runs_an_update(tmp_path):
     with open(tmp_path / "run" / "metrics.jsonl", encoding="utf-8") as f:
         records = [json.loads(line) for line in f]
     assert len(records) == 1 and math.isfinite(records[0]["loss"])
+
+
+def test_env_tokenizer_path_rebuilds_the_task_with_that_tokenizer():
+    """``env.tokenizer.path`` on a task that speaks a tokenizer natively rebuilds it (not the
+    symbol map of toy tasks); a bad path names the key."""
+    from jaxrl.run import config as C
+    from jaxrl.run.build import env_setup
+
+    model = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "envs", "assets", "text_model")
+    raw = {"algo": "grpo", "env": {"id": "text/GuessNumberText-v0", "tokenizer": {"path": model}}}
+    env = env_setup(C.config_from_dict(C.apply_overrides(raw, []))).env
+    assert env.name == "text/GuessNumberText-v0" and env.tokenizer_path == model
+    raw["env"]["tokenizer"]["path"] = "/nonexistent"
+    with pytest.raises(C.ConfigError, match="env.tokenizer.path: .*file not found"):
+        env_setup(C.config_from_dict(C.apply_overrides(raw, [])))

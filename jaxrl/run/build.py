@@ -56,6 +56,8 @@ def env_setup(cfg: RunConfig) -> EnvSetup:
         print(env.summary(), flush=True)
     elif e.text is not None:
         raise ConfigError(f"env.text: only text tasks (text/File-v0, text/WordProblems-v0, ...) read it, {e.id} is not one")
+    elif e.tokenizer is not None and isinstance(getattr(env, "tokenizer_path", None), str):
+        env = tokenizer_env(e)  # a task written in a tokenizer's ids (a phrasebook): rebuilt with this one
     elif e.tokenizer is not None:
         if not isinstance(env, TokenTask):
             raise ConfigError(f"env.tokenizer: only token tasks speak a tokenizer's ids, {e.id} is not one")
@@ -117,6 +119,18 @@ def text_env(e: EnvConfig) -> TextTask:
             raise ConfigError(f"env.text.{option}: {rest}") from None
         raise ConfigError(f"env.text: {message}") from None
     return env
+
+
+def tokenizer_env(e: EnvConfig):
+    """A task that speaks a tokenizer natively (a ``tokenizer_path`` field, e.g.
+    ``text/GuessNumberText-v0``) rebuilt with ``env.tokenizer.path``."""
+    if not e.tokenizer.chat_template or e.tokenizer.system_prompt:
+        raise ConfigError(f"env.tokenizer: {e.id} takes only a path (its own chat template, no system prompt)")
+    spec = registry.spec(e.id)
+    try:
+        return dataclasses.replace(spec, kwargs=tuple({**dict(spec.kwargs), "tokenizer_path": e.tokenizer.path}.items())).build()
+    except (OSError, TypeError, ValueError) as exc:
+        raise ConfigError(f"env.tokenizer.path: {' '.join(str(exc).split())}") from None
 
 
 def build(cfg: RunConfig) -> Built:

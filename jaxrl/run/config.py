@@ -42,6 +42,7 @@ from jaxrl import _compat
 from jaxrl.algos.contract import Plan
 from jaxrl.run import yamlio
 from jaxrl.run.yamlio import short
+from jaxrl.run.text_config import TextConfig, check_text
 
 
 class ConfigError(ValueError):
@@ -72,28 +73,6 @@ class TokenizerConfig:
     path: str  # a local directory with tokenizer.json (and tokenizer_config.json, config.json)
     chat_template: bool = True  # wrap prompts in the tokenizer's chat template (user turn, assistant opens)
     system_prompt: str = ""  # a system message for the chat template ("" = none)
-
-
-@dataclasses.dataclass(frozen=True)
-class TextConfig:
-    """A text task's rows, lengths and reward (:mod:`jaxrl.text.task`, docs/text_tasks.md); 0, "", null: the task's."""
-
-    train: str = ""  # a JSONL or Parquet file of rows (text/File-v0)
-    held_out: str = ""  # a second file of held-out rows ("": the hash rule of held_out_every)
-    held_out_every: int = 0  # k of the hash rule: a prompt is held out iff blake2b(prompt) % k == 0 (task default 10)
-    prompt_column: str = "prompt"  # the row field holding the prompt text
-    answer_column: str = "answer"  # the row field holding the reference answer (compared by the rubric)
-    answer_after: str = ""  # the answer is the text after the last such marker, stripped (GSM8K: "####"); "": the whole field
-    completion_column: str = "completion"  # the row field holding a reference completion (optional; SFT)
-    prompt_len: int = 0  # prompt tokens, chat template included (longer rows are dropped and counted)
-    completion_len: int = 0  # the most completion tokens (the episode's cap; a reference completion + eos must fit)
-    answer_bytes: int = 0  # the longest answer, in UTF-8 bytes
-    completion_bytes: int = 0  # completion bytes the rubric reads (0: completion_len x the longest token)
-    reward: dict = dataclasses.field(default_factory=dict)  # the rubric: {answer, extract, tag, format_weight, ...}
-    system_prompt: str | None = None  # a system message (null: env.tokenizer.system_prompt)
-    num_train: int = 0  # procedural tasks: training prompts generated (task default 4096)
-    num_held_out: int = 0  # procedural tasks: held-out prompts generated (task default 512)
-    seed: int | None = None  # procedural tasks: the generator's seed (task default 0)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -387,26 +366,16 @@ def _check_env(env: EnvConfig) -> None:
         raise ConfigError("env.params.held_out: training on the held-out split would leave no unseen prompts to "
                           "evaluate on; evaluation uses it already (env.eval_params)")
     if env.text is not None:
-        _check_text(env.text)
+        try:
+            check_text(env.text)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
     c = env.curriculum
     if c is not None:
         if c.start > c.stop:
             raise ConfigError(f"env.curriculum.stop: must be >= start ({c.start}), got {c.stop}")
         if c.step < 1:
             raise ConfigError(f"env.curriculum.step: must be >= 1, got {c.step}")
-
-
-def _check_text(text: TextConfig) -> None:
-    """``env.text`` before anything is read (files, rubric and keys are checked at build)."""
-    for name in ("held_out_every", "prompt_len", "completion_len", "answer_bytes", "completion_bytes", "num_train", "num_held_out", "seed"):
-        if (value := getattr(text, name)) is not None and value < 0:
-            raise ConfigError(f"env.text.{name}: must be >= 0 (0: the task's default), got {value}")
-    if text.held_out_every == 1:
-        raise ConfigError("env.text.held_out_every: the hash rule needs k >= 2 (k = 1 holds out every prompt)")
-    if text.held_out and text.held_out_every:
-        raise ConfigError("env.text.held_out_every: a held-out file (env.text.held_out) is given; use one or the other")
-    if text.held_out and not text.train:
-        raise ConfigError("env.text.held_out: needs env.text.train (the training rows)")
 
 
 def _check_train(train: TrainConfig) -> None:

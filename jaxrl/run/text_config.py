@@ -1,0 +1,46 @@
+"""``env.text``: a text task's rows, lengths and rubric (:mod:`jaxrl.text.task`, docs/text_tasks.md).
+
+The section's dataclass and the checks that need no file: :func:`check_text` runs when a config
+is read (:mod:`jaxrl.run.config` turns its ``ValueError`` into a ``ConfigError``); the files,
+the rubric and the task's own keys are checked when the run is built (:mod:`jaxrl.run.build`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+
+@dataclasses.dataclass(frozen=True)
+class TextConfig:
+    """A text task's rows, lengths and reward (:mod:`jaxrl.text.task`, docs/text_tasks.md); 0, "", null: the task's."""
+
+    train: str = ""  # a JSONL or Parquet file of rows (text/File-v0)
+    held_out: str = ""  # a second file of held-out rows ("": the hash rule of held_out_every)
+    held_out_every: int = 0  # k of the hash rule: a prompt is held out iff blake2b(prompt) % k == 0 (task default 10)
+    prompt_column: str = "prompt"  # the row field holding the prompt text
+    answer_column: str = "answer"  # the row field holding the reference answer (compared by the rubric)
+    answer_after: str = ""  # the answer is the text after the last such marker, stripped (GSM8K: "####"); "": the whole field
+    completion_column: str = "completion"  # the row field holding a reference completion (optional; SFT)
+    prompt_len: int = 0  # prompt tokens, chat template included (longer rows are dropped and counted)
+    completion_len: int = 0  # the most completion tokens (the episode's cap; a reference completion + eos must fit)
+    answer_bytes: int = 0  # the longest answer, in UTF-8 bytes
+    completion_bytes: int = 0  # completion bytes the rubric reads (0: completion_len x the longest token)
+    reward: dict = dataclasses.field(default_factory=dict)  # the rubric: {answer, extract, tag, format_weight, ...}
+    system_prompt: str | None = None  # a system message (null: env.tokenizer.system_prompt)
+    num_train: int = 0  # procedural tasks: training prompts generated (task default 4096)
+    num_held_out: int = 0  # procedural tasks: held-out prompts generated (task default 512)
+    seed: int | None = None  # procedural tasks: the generator's seed (task default 0)
+
+
+
+def check_text(text: TextConfig) -> None:
+    """``env.text`` before anything is read (files, rubric and keys are checked at build)."""
+    for name in ("held_out_every", "prompt_len", "completion_len", "answer_bytes", "completion_bytes", "num_train", "num_held_out", "seed"):
+        if (value := getattr(text, name)) is not None and value < 0:
+            raise ValueError(f"env.text.{name}: must be >= 0 (0: the task's default), got {value}")
+    if text.held_out_every == 1:
+        raise ValueError("env.text.held_out_every: the hash rule needs k >= 2 (k = 1 holds out every prompt)")
+    if text.held_out and text.held_out_every:
+        raise ValueError("env.text.held_out_every: a held-out file (env.text.held_out) is given; use one or the other")
+    if text.held_out and not text.train:
+        raise ValueError("env.text.held_out: needs env.text.train (the training rows)")
