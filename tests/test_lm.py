@@ -108,7 +108,9 @@ def test_cached_prefill_extend_decode_equal_full_forward(loaded):
     cached, cache = jax.jit(functools.partial(_cached_logits, model))(params, ids, mask)
     assert np.asarray(cache.count).tolist() == mask.sum(1).tolist()
     assert np.asarray(cache.valid).sum(1).tolist() == mask.sum(1).tolist()
-    assert float(np.abs(np.asarray(cached) - full)[mask].max()) <= 1e-5, name
+    # float32 rounding of two op orders (cache vs one pass): up to 1.2e-5 on this project's CI
+    # CPU model; a wrong mask or position is off by orders of magnitude more
+    assert float(np.abs(np.asarray(cached) - full)[mask].max()) <= 3e-5, name
 
 
 def test_bf16_within_bf16_rounding(loaded):
