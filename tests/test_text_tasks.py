@@ -285,3 +285,17 @@ def test_env_text_builds_a_file_task_and_errors_name_the_key(tmp_path, capsys):
             _env_setup(tmp_path, bad)
     with pytest.raises(ConfigError, match="env.text: only text tasks"):
         _env_setup(tmp_path, {"prompt_len": 8}, env_id="text/Reverse-v0")
+
+
+def test_parquet_rows_read_like_jsonl(tmp_path, tok):
+    """A Parquet file gives the same rows (extra columns kept) and the same arrays as the
+    JSONL of those rows (runs where pyarrow is installed: the [parquet] extra)."""
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    rows = [{"prompt": "What is 2 + 3?", "answer": "5", "source": "a"}, {"prompt": "Übung: 10 - 4?", "answer": "6", "source": "b"}]
+    pq.write_table(pa.Table.from_pylist(rows), str(tmp_path / "rows.parquet"))
+    read = data.read_rows(str(tmp_path / "rows.parquet"))
+    assert read == rows
+    a = data.encode_rows(read, tok, prompt_len=32, answer_bytes=8, source="parquet")
+    b = data.encode_rows(data.read_rows(write_jsonl(tmp_path / "rows.jsonl", rows)), tok, prompt_len=32, answer_bytes=8, source="jsonl")
+    assert (a.prompts == b.prompts).all() and (a.answers == b.answers).all() and a.texts == b.texts
