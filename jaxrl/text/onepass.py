@@ -421,7 +421,9 @@ def _score_many(cfg: _Cfg, rest: tuple, answer, answer_len, ids) -> tuple[Array,
     (``lax.map``; each chunk's loop ends at its own longest completion), restore the order."""
     pp = jax.vmap(functools.partial(_prep, cfg))(ids, answer, answer_len)
     count = ids.shape[0]
-    chunk = min(count, _CHUNK)
+    # chunks pay on a CPU (each loop stops at its own longest completion); an accelerator runs
+    # the whole batch in one loop (16 sequential loops of 1,024 left an H200 2.5x slower)
+    chunk = min(count, _CHUNK) if jax.default_backend() == "cpu" else count
     chunks = -(-count // chunk)
     if chunks == 1:  # one chunk: no sorting (less to compile for small batches)
         return _score_batch(cfg, rest, False, pp)
