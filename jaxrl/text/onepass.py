@@ -6,8 +6,9 @@ dozens of passes over the data; here each byte is read once and a few dozen scal
 per completion are updated: a cursor over the ids (decode without compaction), a shift
 register of the last bytes (tags by word compares), the tag / boxed regions, format counts
 and the number grammar, the current number compared digit by digit with the answer's
-canonical number. Under ``vmap`` the score takes the whole batch (``custom_vmap``): sorted by
-byte count and split into chunks, each chunk's ``while_loop`` ends at its longest completion.
+canonical number. Under ``vmap`` the score takes the whole batch (``custom_vmap``): on a CPU
+sorted by byte count and split into chunks, each chunk's ``while_loop`` ending at its longest
+completion; on an accelerator one ``while_loop`` over the whole batch.
 difflib's ratio (similarity) is searched level by level for all pieces of a chunk at once.
 Equal to :mod:`jaxrl.text.reference` (tests/test_text_verifiers.py); the timings are in
 ``bench/results/text_scoring.md``.
