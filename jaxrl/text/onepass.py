@@ -423,7 +423,7 @@ def _score_many(cfg: _Cfg, rest: tuple, answer, answer_len, ids) -> tuple[Array,
     pp = jax.vmap(functools.partial(_prep, cfg))(ids, answer, answer_len)
     count = ids.shape[0]
     # chunks pay on a CPU (each loop stops at its own longest completion); an accelerator runs
-    # the whole batch in one loop (16 sequential loops of 1,024 left an H200 2.5x slower)
+    # the whole batch in one loop (sequential small loops leave it idle: docs/text_tasks.md)
     chunk = min(count, _CHUNK) if jax.default_backend() == "cpu" else count
     chunks = -(-count // chunk)
     if chunks == 1:  # one chunk: no sorting (less to compile for small batches)
