@@ -13,13 +13,12 @@ never held whole.
 
 from __future__ import annotations
 
-import functools
 
 import jax
 import jax.numpy as jnp
 
 from jaxrl.core.tokens import turn_tokens_written
-from jaxrl.models.lm.model import precision
+from jaxrl.models.lm.head import chunked_head
 
 Array = jax.Array
 
@@ -31,10 +30,8 @@ def completion_mask(completions: Array, end_of_turn: int) -> Array:
     return jnp.arange(completions.shape[1])[None, :] < written[:, None]
 
 
-def _chunk(weight: Array, h: Array, t: Array, *, tied: bool) -> tuple[Array, Array]:
-    """log p(t) float32 ``[B, C]`` and whether ``t`` is the argmax, of one chunk ``h [B, C, D]``."""
-    spec = "bcd,vd->bcv" if tied else "bcd,dv->bcv"
-    logits = jnp.einsum(spec, h, weight, preferred_element_type=jnp.float32, precision=precision(h.dtype))
+def _logp_hit(logits: Array, t: Array) -> tuple[Array, Array]:
+    """log p(t) float32 ``[B, C]`` and whether ``t`` is the argmax."""
     target = jnp.take_along_axis(logits, t[..., None], axis=-1)[..., 0]
     hit = target >= jnp.max(logits, axis=-1)
     return target - jax.nn.logsumexp(logits, axis=-1), jax.lax.stop_gradient(hit)
@@ -42,20 +39,9 @@ def _chunk(weight: Array, h: Array, t: Array, *, tied: bool) -> tuple[Array, Arr
 
 def token_stats(params: dict, hidden: Array, targets: Array, chunk_size: int) -> tuple[Array, Array]:
     """``(log p(targets) float32 [B, L], target is the top logit bool [B, L])`` from final-normed
-    ``hidden [B, L, D]``, the LM head applied ``chunk_size`` positions at a time (recomputed in
-    the backward pass, one chunk's logits alive at a time)."""
-    b, length, d = hidden.shape
-    chunk = max(1, min(chunk_size, length))
-    n = -(-length // chunk)
-    pad = n * chunk - length
-    h = jnp.pad(hidden, ((0, 0), (0, pad), (0, 0))).reshape(b, n, chunk, d).swapaxes(0, 1)
-    t = jnp.pad(targets.astype(jnp.int32), ((0, 0), (0, pad))).reshape(b, n, chunk).swapaxes(0, 1)
-    tied = "lm_head" not in params
-    weight = params["embed_tokens"] if tied else params["lm_head"]["kernel"]
-    body = jax.checkpoint(functools.partial(_chunk, tied=tied))
-    _, (logp, hit) = jax.lax.scan(lambda c, xs: (c, body(weight, xs[0], xs[1])), None, (h, t))
-    unchunk = lambda x: x.swapaxes(0, 1).reshape(b, n * chunk)[:, :length]  # noqa: E731
-    return unchunk(logp), unchunk(hit)
+    ``hidden [B, L, D]``, the LM head applied ``chunk_size`` positions at a time
+    (:func:`jaxrl.models.lm.head.chunked_head`: one chunk's logits alive at a time)."""
+    return chunked_head(params, hidden, targets, chunk_size, _logp_hit)
 
 
 def completion_hidden(model, base, adapters, prompts: Array, completions: Array, pad_id: int) -> Array:
