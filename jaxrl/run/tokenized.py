@@ -9,12 +9,9 @@ and split around it into the prefix and suffix ids every prompt is wrapped in.
 
 from __future__ import annotations
 
-import json
-import os
-
 from jaxrl.adapters.tokenized import TokenizedTask, tokenize_task
 from jaxrl.core.tokens import TokenTask
-from jaxrl.text import chat
+from jaxrl.text import chat, data
 from jaxrl.text.chat import render_chat_affixes
 
 __all__ = ["render_chat_affixes", "tokenizer_task"]  # render_chat_affixes lives in jaxrl.text.chat
@@ -25,18 +22,8 @@ def tokenizer_task(inner: TokenTask, path: str, chat_template: bool = True, syst
     from jaxrl.models.lm import load_tokenizer
 
     tok = load_tokenizer(path)
-    eot, pad = tok.special_tokens.get("eos_token"), tok.special_tokens.get("pad_token")
-    if eot is None or tok.token_id(eot) is None:
-        raise ValueError(f"{path}: tokenizer_config.json names no eos_token in the vocabulary (the end of a turn)")
-    if pad is None or tok.token_id(pad) is None:
-        raise ValueError(f"{path}: tokenizer_config.json names no pad_token in the vocabulary (prompts are left-padded with it)")
-    if pad == eot:
-        raise ValueError(f"{path}: pad_token and eos_token are both {pad!r}; the end of a turn must be visible to the model")
-    model_config = os.path.join(path, "config.json")
-    vocab = tok.vocab_size
-    if os.path.isfile(model_config):
-        with open(model_config, encoding="utf-8") as f:
-            vocab = int(json.load(f).get("vocab_size", vocab))
+    pad_id, eot_id = data.special_ids(tok, path)
+    vocab = data.model_vocab_size(path, tok)
     prefix = suffix = ""
     if chat_template:
         try:
@@ -47,6 +34,6 @@ def tokenizer_task(inner: TokenTask, path: str, chat_template: bool = True, syst
     elif system_prompt:
         raise ValueError("system_prompt needs chat_template: true")
     return tokenize_task(
-        inner, tok.encode, tok.decode, vocab_size=vocab, pad_id=tok.token_id(pad), end_of_turn_id=tok.token_id(eot),
+        inner, tok.encode, tok.decode, vocab_size=vocab, pad_id=pad_id, end_of_turn_id=eot_id,
         prefix=tok.encode(prefix) if prefix else (), suffix=tok.encode(suffix) if suffix else (),
     )
