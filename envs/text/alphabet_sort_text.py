@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import random
 
+from jaxrl.text.data import distinct_rows
 from jaxrl.text.task import TextTask, procedural_task
 from jaxrl_envs.text.text_file import TOKENIZER
 
@@ -31,18 +32,13 @@ DEFAULT_REWARD = {"answer": "similarity", "extract": "whole", "power": 4.0}
 
 def generate_rows(seed: int, count: int) -> list[dict]:
     """``count`` rows ``{prompt, answer, completion}`` (distinct prompts) from ``seed``."""
-    rng = random.Random(seed)
-    rows, seen = [], set()
-    for _ in range(count * 50):
-        if len(rows) == count:
-            break
+
+    def draw(rng: random.Random) -> dict:
         names = rng.sample(NAMES, rng.choice((3, 4)))
-        prompt = PROMPT.format(names=", ".join(names))
-        if prompt not in seen:
-            seen.add(prompt)
-            answer = ", ".join(sorted(names))
-            rows.append({"prompt": prompt, "answer": answer, "completion": answer})
-    return rows
+        answer = ", ".join(sorted(names))
+        return {"prompt": PROMPT.format(names=", ".join(names)), "answer": answer, "completion": answer}
+
+    return distinct_rows(seed, count, draw)
 
 
 def AlphabetSortText(**options) -> TextTask:

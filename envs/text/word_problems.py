@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import random
 
+from jaxrl.text.data import distinct_rows
 from jaxrl.text.task import TextTask, procedural_task
 from jaxrl_envs.text.text_file import TOKENIZER
 
@@ -57,16 +58,12 @@ def make_problem(rng: random.Random) -> tuple[str, int]:
 
 def generate_rows(seed: int, count: int) -> list[dict]:
     """``count`` rows ``{prompt, answer, completion}`` (distinct prompts) from ``seed``."""
-    rng = random.Random(seed)
-    rows, seen = [], set()
-    for _ in range(count * 50):
-        if len(rows) == count:
-            break
+
+    def draw(rng: random.Random) -> dict:
         prompt, answer = make_problem(rng)
-        if prompt not in seen:
-            seen.add(prompt)
-            rows.append({"prompt": prompt, "answer": str(answer), "completion": f"<answer>{answer}</answer>"})
-    return rows
+        return {"prompt": prompt, "answer": str(answer), "completion": f"<answer>{answer}</answer>"}
+
+    return distinct_rows(seed, count, draw)
 
 
 def WordProblems(**options) -> TextTask:

@@ -23,6 +23,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import random
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -243,6 +244,22 @@ def encode_rows(
     )
 
 
+def distinct_rows(seed: int, count: int, draw: Callable[[random.Random], dict]) -> list[dict]:
+    """``count`` rows of a procedural generator, distinct by ``prompt``: ``draw(rng)`` makes one
+    row from a ``random.Random(seed)`` (plain Python: the same rows on every machine); gives up
+    after ``50 * count`` draws (fewer rows when the generator has fewer distinct prompts)."""
+    rng = random.Random(seed)
+    rows, seen = [], set()
+    for _ in range(count * 50):
+        if len(rows) == count:
+            break
+        row = draw(rng)
+        if row["prompt"] not in seen:
+            seen.add(row["prompt"])
+            rows.append(row)
+    return rows
+
+
 def special_ids(tokenizer: Any, source: str = "the tokenizer") -> tuple[int, int]:
     """``(pad_id, eos_id)`` of a loaded tokenizer, checked: both named in its config, in its
     vocabulary, and different (the end of a turn must be visible to the model)."""
@@ -268,6 +285,6 @@ def model_vocab_size(path: str, tokenizer: Any) -> int:
 
 
 __all__ = [
-    "BadLine", "Columns", "Encoded", "RowReport", "encode_rows", "is_held_out", "model_vocab_size", "read_rows",
+    "BadLine", "Columns", "Encoded", "RowReport", "distinct_rows", "encode_rows", "is_held_out", "model_vocab_size", "read_rows",
     "special_ids", "split_rows",
 ]
