@@ -1,4 +1,4 @@
-"""Any registered jaxrl env as a Gymnasium ``Env`` or ``VectorEnv`` (NumPy in, NumPy out).
+"""``jaxrl.interop.gymnasium``: any registered jaxrl env as a Gymnasium ``Env`` or ``VectorEnv`` (NumPy in, NumPy out).
 
 For tools built on Gymnasium's API (Stable-Baselines3, CleanRL, RLlib, evaluation scripts)::
 
@@ -29,7 +29,7 @@ try:
     from gymnasium.vector import AutoresetMode
     from gymnasium.vector.utils import batch_space
 except ModuleNotFoundError as exc:  # pragma: no cover - exercised only without gymnasium
-    raise ModuleNotFoundError("jaxrl.interop needs gymnasium: pip install 'jaxrl[gymnasium]'") from exc
+    raise ModuleNotFoundError("jaxrl.interop.gymnasium needs gymnasium: pip install 'jaxrl[gymnasium]'") from exc
 
 from jaxrl.core import registry, spaces
 from jaxrl.core.vector import VectorEnv
