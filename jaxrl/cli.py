@@ -223,6 +223,22 @@ def _add_export_hf(sub) -> None:
     p.set_defaults(func=_lazy("jaxrl.run.export", "main_export_hf"))
 
 
+def _add_serve(sub) -> None:
+    p = sub.add_parser(
+        "serve", help="serve a registered env over OpenEnv's HTTP/WebSocket protocol, sessions batched on device",
+        epilog="needs pip install 'jaxrl[serve]'; protocol, seeds and limits: docs/serving.md",
+    )
+    p.add_argument("env_id", metavar="ENV_ID", help="a registered id, e.g. CartPole-v1 (see `jaxrl list`)")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="configure the env as in train, e.g. env.params.max_steps_in_episode=200")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1; 0.0.0.0 for every interface)")
+    p.add_argument("--port", type=int, default=8000, help="TCP port (default 8000; 0 picks a free one, printed on the ready line)")
+    p.add_argument("--max-sessions", type=count, default=64, help="concurrent sessions (WebSocket clients), the pool's capacity (default 64)")
+    p.add_argument("--slots-per-session", type=count, default=1, help="envs each session steps together (default 1)")
+    p.add_argument("--window-ms", type=float, default=2.0, help="batching window: steps arriving within it share one device call (default 2)")
+    p.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"], help="uvicorn's log level (default warning)")
+    p.set_defaults(func=_lazy("jaxrl.serve.main", "main_serve"))
+
+
 def _add_config(sub) -> None:
     p = sub.add_parser("config", help="print every config key of a run of ALGO: type, default, meaning")
     p.add_argument("algo", metavar="ALGO", help="a registered algorithm, e.g. ppo or grpo")
@@ -252,6 +268,7 @@ COMMANDS: list[Callable] = [
     _add_render,
     _add_export_hf,
     _add_config,
+    _add_serve,
 ]
 
 

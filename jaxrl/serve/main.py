@@ -1,0 +1,150 @@
+"""``jaxrl serve ENV_ID``: build the env as ``train`` would, compile the pool, serve it.
+
+``--set env.params.NAME=VALUE`` (and any other ``env.*`` key of a run config) configures
+the env exactly as in ``train``. The port is bound before anything compiles, so a port in
+use, an unknown id or a bad ``--set`` each fail fast with one line. The pool's program is
+compiled before the ready line is printed (the first client does not pay for it). SIGTERM
+or Ctrl-C stops accepting sessions, closes the open ones and exits 0.
+"""
+
+from __future__ import annotations
+
+import errno
+import math
+import socket
+import sys
+import types
+
+from jaxrl.run.config import ConfigError
+
+EXIT_IO = 3
+
+
+def env_from_args(env_id: str, overrides) -> tuple:
+    """``(env, params, description)`` for ``env_id`` with ``--set env.*`` overrides,
+    resolved as ``train`` resolves a config's env section."""
+    from jaxrl.core import registry
+    from jaxrl.run import build
+    from jaxrl.run import config as config_lib
+
+    raw = config_lib.apply_overrides({"env": {"id": env_id}}, overrides or ())
+    others = sorted(k for k in raw if k != "env")
+    if others:
+        raise ConfigError(f"--set {others[0]}...: jaxrl serve reads only env.* keys (e.g. env.params.max_steps_in_episode=200)")
+    if raw["env"].get("id") != env_id:
+        raise ConfigError("--set env.id: give the env id as the ENV_ID argument instead")
+    env_cfg = config_lib.convert(raw["env"], config_lib.EnvConfig, "env")
+    config_lib._check_env(env_cfg)
+    setup = build.env_setup(types.SimpleNamespace(env=env_cfg))
+    return setup.env, setup.params, registry.spec(env_id).description
+
+
+def check_args(args) -> None:
+    """Range checks of the numeric options (one :class:`ConfigError` line each)."""
+    if args.max_sessions < 1:
+        raise ConfigError(f"--max-sessions: must be >= 1, got {args.max_sessions}")
+    if args.slots_per_session < 1:
+        raise ConfigError(f"--slots-per-session: must be >= 1, got {args.slots_per_session}")
+    if not (math.isfinite(args.window_ms) and 0 <= args.window_ms <= 1000):
+        raise ConfigError(f"--window-ms: must be in 0..1000, got {args.window_ms}")
+    if not 0 <= args.port <= 65535:
+        raise ConfigError(f"--port: must be in 0..65535, got {args.port}")
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening socket on ``host:port`` (``port`` 0: any free port)."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise ConfigError(f"--host {host!r}: {exc.strerror}") from None
+    family, _, _, _, address = infos[0]
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(address)
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise _Unavailable(f"port {port} on {host} is in use; pick another with --port (or --port 0 for any free one)") from None
+        raise _Unavailable(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    sock.listen(2048)
+    sock.setblocking(False)
+    return sock
+
+
+class _Unavailable(Exception):
+    """The address cannot be served (exit 3)."""
+
+
+def main_serve(args) -> int:
+    """The ``jaxrl serve`` handler (see the module docstring)."""
+    try:
+        import fastapi  # noqa: F401
+        import uvicorn
+    except ModuleNotFoundError as exc:
+        print(f"jaxrl serve needs {exc.name}: pip install 'jaxrl[serve]'", file=sys.stderr)
+        return 2
+    check_args(args)
+    try:
+        sock = bind(args.host, args.port)
+    except _Unavailable as exc:
+        print(f"jaxrl serve: {exc}", file=sys.stderr)
+        return EXIT_IO
+    try:
+        return _serve(args, sock, uvicorn)
+    finally:
+        sock.close()
+
+
+def _serve(args, sock: socket.socket, uvicorn) -> int:
+    from jaxrl.serve.app import Server, create_app
+    from jaxrl.serve.pool import SlotPool
+
+    env, params, description = env_from_args(args.env_id, args.set)
+    pool = SlotPool(env, params, args.max_sessions, args.slots_per_session)
+    pool.run({}, {})  # compile the one program now, not on the first client's request
+    server = Server(pool, args.env_id, args.window_ms / 1e3, description)
+    app = create_app(server)
+    config = uvicorn.Config(app, log_level=args.log_level, ws_ping_interval=None, lifespan="on", timeout_graceful_shutdown=5)
+    userver = _graceful(uvicorn)(config)
+    host, port = sock.getsockname()[:2]
+    shown = f"[{host}]" if ":" in host else host
+    slots = f"{args.slots_per_session} slot{'s' if args.slots_per_session > 1 else ''}"
+    print(
+        f"jaxrl serve: {args.env_id} on http://{shown}:{port} (WebSocket ws://{shown}:{port}/ws): "
+        f"{args.max_sessions} sessions x {slots}, batching window {args.window_ms:g} ms",
+        flush=True,
+    )
+    userver.run(sockets=[sock])
+    why = f" on {userver.signal_name}" if userver.signal_name else ""
+    print(f"jaxrl serve: stopped{why} after {server.batcher.batches if server.batcher else 0} batches", flush=True)
+    return 0
+
+
+def _graceful(uvicorn):
+    """uvicorn's ``Server`` whose SIGTERM/SIGINT handling stops serving and returns (uvicorn
+    re-raises the signal after its shutdown, which would kill the process instead)."""
+    import contextlib
+    import signal
+    import threading
+
+    class GracefulServer(uvicorn.Server):
+        signal_name = None
+
+        def handle_exit(self, sig, frame) -> None:
+            self.signal_name = signal.Signals(sig).name
+            super().handle_exit(sig, frame)
+
+        @contextlib.contextmanager
+        def capture_signals(self):
+            if threading.current_thread() is not threading.main_thread():
+                yield
+                return
+            previous = {sig: signal.signal(sig, self.handle_exit) for sig in (signal.SIGINT, signal.SIGTERM)}
+            try:
+                yield
+            finally:
+                for sig, handler in previous.items():
+                    signal.signal(sig, handler)
+
+    return GracefulServer

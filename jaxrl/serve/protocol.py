@@ -1,0 +1,111 @@
+"""OpenEnv's message shapes, as ``jaxrl serve`` speaks them (plain dicts; no pydantic needed).
+
+WebSocket ``/ws``, client -> server (OpenEnv's ``WS*Message``)::
+
+    {"type": "reset", "data": {"seed": 3, "episode_id": "a"}}   # both optional
+    {"type": "step",  "data": {"action": 1}}                   # int, float or nested lists
+    {"type": "state"}
+    {"type": "close"}                                          # frees the slot; no reply
+
+server -> client (``WSObservationResponse`` / ``WSStateResponse`` / ``WSErrorResponse``)::
+
+    {"type": "observation", "data": {"observation": OBS, "reward": r, "done": d}}
+    {"type": "state", "data": {"episode_id": "a", "step_count": 4, "seed": 3, ...}}
+    {"type": "error", "data": {"message": "...", "code": "VALIDATION_ERROR"}}
+
+``OBS`` is ``{"obs", "final_obs", "terminated", "truncated", "episode_return",
+"episode_length"}`` (``VectorEnv``'s contract: where ``done``, ``obs`` starts the next episode
+and ``final_obs`` is the last one). ``reward`` is ``None`` after a reset. With N slots per
+session every value carries a leading ``[N]`` axis (``reward`` and ``done`` become lists).
+Error codes are OpenEnv's ``WSErrorCode`` values.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+
+INVALID_JSON, UNKNOWN_TYPE, VALIDATION_ERROR = "INVALID_JSON", "UNKNOWN_TYPE", "VALIDATION_ERROR"
+EXECUTION_ERROR, CAPACITY_REACHED, SESSION_ERROR = "EXECUTION_ERROR", "CAPACITY_REACHED", "SESSION_ERROR"
+MESSAGE_TYPES = ("reset", "step", "state", "close")
+
+
+def dumps(message: dict) -> str:
+    """Compact JSON (NaN and infinities spelt as Python's ``json`` does)."""
+    return json.dumps(message, separators=(",", ":"))
+
+
+def error(code: str, message: str, **extra: Any) -> str:
+    """A ``WSErrorResponse``: ``{"type": "error", "data": {"message", "code", ...}}``."""
+    return dumps({"type": "error", "data": {"message": message, "code": code, **extra}})
+
+
+def _plain(x: Any, single: bool) -> Any:
+    """A NumPy row as JSON values, without the slot axis when a session has one slot."""
+    x = np.asarray(x)
+    if single:
+        x = x[0]
+    return x.tolist()
+
+
+def observation_payload(row: dict, single: bool, after_reset: bool) -> dict:
+    """``{"observation", "reward", "done"}`` (OpenEnv's ``serialize_observation`` shape) of
+    one session's outputs ``row`` (NumPy leaves ``[N, ...]``)."""
+    done = np.logical_or(row["terminated"], row["truncated"])
+    observation = {
+        "obs": _plain(row["obs"], single),
+        "final_obs": _plain(row["final_obs"], single),
+        "terminated": _plain(row["terminated"], single),
+        "truncated": _plain(row["truncated"], single),
+        "episode_return": _plain(row["episode_return"], single),
+        "episode_length": _plain(row["episode_length"], single),
+    }
+    reward = None if after_reset else _plain(row["reward"], single)
+    return {"observation": observation, "reward": reward, "done": _plain(done, single)}
+
+
+def observation_message(row: dict, single: bool, after_reset: bool) -> str:
+    """A ``WSObservationResponse``."""
+    return dumps({"type": "observation", "data": observation_payload(row, single, after_reset)})
+
+
+def state_message(state: dict) -> str:
+    """A ``WSStateResponse``."""
+    return dumps({"type": "state", "data": state})
+
+
+def action_schema(spec: dict) -> dict:
+    """The JSON schema of a step's data, ``{"action": ...}``, for ``/schema``."""
+    if spec.get("kind") == "Discrete":
+        value = {"type": "integer", "minimum": 0, "maximum": spec["n"] - 1}
+    else:
+        value = {"type": ["number", "array"], "description": f"numbers of shape {spec.get('shape')}"}
+    return {
+        "title": "JaxrlAction", "type": "object", "additionalProperties": False, "required": ["action"],
+        "properties": {"action": value, "metadata": {"type": "object"}}, "x-jaxrl-space": spec,
+    }
+
+
+def observation_schema(spec: dict) -> dict:
+    """The JSON schema of ``observation`` in a reply, for ``/schema``."""
+    array = {"type": ["number", "array"], "description": f"shape {spec.get('shape')}"}
+    flag, number = {"type": ["boolean", "array"]}, {"type": ["number", "array"]}
+    return {
+        "title": "JaxrlObservation", "type": "object",
+        "properties": {
+            "obs": array, "final_obs": array, "terminated": flag, "truncated": flag,
+            "episode_return": number, "episode_length": number,
+        },
+        "x-jaxrl-space": spec,
+    }
+
+
+STATE_SCHEMA = {
+    "title": "JaxrlState", "type": "object", "additionalProperties": True,
+    "properties": {
+        "episode_id": {"type": ["string", "null"]}, "step_count": {"type": "integer", "minimum": 0},
+        "seed": {"type": ["integer", "null"]}, "slots": {"type": "integer"}, "episodes_done": {"type": "integer"},
+    },
+}
