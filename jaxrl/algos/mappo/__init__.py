@@ -1,0 +1,100 @@
+"""MAPPO and IPPO: multi-agent PPO with one policy shared by every agent.
+
+Runs on any :class:`~jaxrl.core.multiagent.MultiAgentEnv` (``jaxmarl/<id>``, or an env of
+your own). ``algo: mappo`` values the global state (a centralised critic), ``algo: ippo``
+each agent's own observation (``critic: decentralised``); both are one config class
+(:mod:`~jaxrl.algos.mappo.config`) and one program, so ``jaxrl train / eval``, ``--seeds``,
+``--resume``, checkpoints and ``devices:`` work as for PPO. Pieces:
+:mod:`~jaxrl.algos.mappo.network` (actor, critic, masking), :mod:`~jaxrl.algos.mappo.update`
+(rollout, GAE per agent, the loss, one update) and :mod:`~jaxrl.algos.mappo.evaluate`.
+``docs/multi_agent.md`` has the contract and the recipes.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+
+from jaxrl.algos.common import optim
+from jaxrl.algos.contract import AlgoEntry, BatchSize, EnvSetup, EvalReport, Policy, Program, no_carry, replicated_axes
+from jaxrl.algos.mappo import config, evaluate, network, update
+from jaxrl.algos.mappo.config import IPPOConfig, MAPPOConfig, hyperparams
+from jaxrl.algos.mappo.update import MAPPOState, Setup
+from jaxrl.core import spaces
+from jaxrl.core.multiagent import MultiAgentEnv, training_env
+
+__all__ = ["ENTRY", "IPPO_ENTRY", "IPPOConfig", "MAPPOConfig", "MAPPOState", "Setup", "act", "build", "config",
+           "evaluate", "hyperparams", "make_setup", "network", "update"]
+
+
+def make_setup(env: MultiAgentEnv, env_params, cfg: MAPPOConfig) -> Setup:
+    """The static pieces of a run on ``env`` (a ``ValueError`` naming the key if it does not fit)."""
+    if not isinstance(env, MultiAgentEnv):
+        raise ValueError(f"env: {env.name} is a single-agent env; mappo / ippo need a multi-agent env "
+                         "(jaxmarl/<id>, docs/multi_agent.md); use algo: ppo for it")
+    space = env.action_space(env_params)
+    if not isinstance(space, spaces.Discrete):
+        raise ValueError(f"env: mappo needs a Discrete action space per agent, got {space!r}")
+    plan = config.plan(cfg)
+    net = network.MultiAgentActorCritic(space.n, tuple(cfg.hidden), cfg.activation)
+    sched = optim.per_update(plan.num_updates, plan.grad_steps_per_update, cfg.anneal_lr)
+    return Setup(training_env(env), env_params, net, cfg, plan, sched, update.make_optimizer(cfg, plan))
+
+
+def batch_axes(state: MAPPOState) -> MAPPOState:
+    """The env batch is axis 0 of the env carry; everything else is replicated."""
+    return replicated_axes(state).replace(env=jax.tree_util.tree_map(lambda _: 0, state.env))
+
+
+def act(setup: Setup, params, carry, obs, key, deterministic: bool):
+    """:attr:`Policy.act`: every agent's action for one env's ``obs [A, F]`` (no mask: all
+    actions count as available; the global state a centralised critic reads is not needed)."""
+    logits, _ = setup.network.apply(params, network.actor_input(setup.cfg.agent_id, obs),
+                                    network.critic_input("decentralised", setup.cfg.agent_id, obs, None)
+                                    if setup.cfg.critic == "decentralised" else _dummy_critic(setup, params, obs))
+    dist = network.masked(logits, None)
+    return carry, dist.mode() if deterministic else dist.sample(key)
+
+
+def _dummy_critic(setup: Setup, params, obs):
+    """A zero critic input of the right width (acting never reads the value)."""
+    width = params["params"]["critic"]["dense_0"]["kernel"].shape[0]
+    return jnp.zeros(obs.shape[:-1] + (width,), jnp.float32)
+
+
+def _eval_max_steps(envs: EnvSetup, cfg: MAPPOConfig) -> int:
+    if cfg.eval_max_steps is not None:
+        return cfg.eval_max_steps
+    bound = envs.env.episode_bound(envs.eval_params)
+    if bound is None:
+        raise ValueError(f"eval_max_steps: {envs.env.name} has no episode bound; set eval_max_steps")
+    return int(bound)
+
+
+def build(envs: EnvSetup, cfg: MAPPOConfig) -> Program:
+    """MAPPO / IPPO on ``envs.env`` as a :class:`~jaxrl.algos.contract.Program`."""
+    if envs.curriculum is not None:
+        raise ValueError("env.curriculum: mappo does not run a curriculum; remove it")
+    setup = make_setup(envs.env, envs.params, cfg)
+    return Program(
+        init=functools.partial(update.init, setup),
+        update=functools.partial(update.update, setup),
+        evaluate=functools.partial(evaluate.evaluate, setup, envs.env, envs.eval_params, _eval_max_steps(envs, cfg)),
+        plan=setup.plan,
+        batch_axes=batch_axes,
+        batch=BatchSize("num_envs", cfg.num_envs, "envs"),
+        policy=Policy(envs.env, lambda s: s.params, no_carry, functools.partial(act, setup)),
+        report=EvalReport({"episode_returns": "deterministic", "episode_returns_stochastic": "stochastic"},
+                          metric="team return"),
+        hyperparams=functools.partial(hyperparams, cfg),
+        init_with=functools.partial(update.init, setup),
+        load_params=lambda fresh, trained: fresh.replace(params=trained.params),
+    )
+
+
+ENTRY = AlgoEntry("mappo", MAPPOConfig, build,
+                  "MAPPO: shared-parameter multi-agent PPO, centralised critic on the global state (multi-agent envs)")
+IPPO_ENTRY = AlgoEntry("ippo", IPPOConfig, build,
+                       "IPPO: shared-parameter multi-agent PPO, each agent's critic on its own observation (multi-agent envs)")

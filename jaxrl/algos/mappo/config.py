@@ -1,0 +1,121 @@
+"""MAPPO's and IPPO's configuration: the ``mappo:`` / ``ippo:`` sections, checks, counts.
+
+The defaults are JaxMARL's IPPO hyperparameters for MPE (``baselines/IPPO/config/
+ippo_ff_mpe.yaml``: 16 envs x 128 steps, 4 epochs x 4 minibatches, lr 2.5e-4 annealed per
+update, clip 0.2 on the ratio and the value, entropy 0.01, tanh 64x64 actor and critic).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import jax
+from flax import struct
+
+from jaxrl.algos.common.optim import traced_values
+from jaxrl.algos.contract import AlgoConfig, Plan, check, check_mlp
+
+CRITICS = ("centralised", "decentralised")
+
+
+@dataclasses.dataclass(frozen=True)
+class MAPPOConfig(AlgoConfig):
+    """Multi-agent PPO with one policy shared by every agent (the ``mappo:`` section).
+
+    ``critic: centralised`` (MAPPO) values the global state plus the agent's one-hot id;
+    ``decentralised`` (IPPO) values the agent's own observation. Static: the counts,
+    ``anneal_lr``, ``adam_eps``, ``hidden``, ``activation``, ``critic``, ``agent_id``,
+    ``normalize_advantages``, ``eval_*`` and whether ``vf_clip_eps`` is ``None``. Traced
+    (in the train state, sweepable): ``lr``, ``max_grad_norm``, ``gamma``, ``gae_lambda``,
+    ``clip_eps``, ``vf_clip_eps``, ``ent_coef``, ``vf_coef``.
+    """
+
+    # --- rollout and loop counts (static) ---
+    num_envs: int = 16  # parallel envs B (each holds every agent)
+    num_steps: int = 128  # rollout length T; a batch is B * T env steps, B * T * A agent samples
+    total_env_steps: int = 10_000_000  # whole run (env steps, as JaxMARL counts TOTAL_TIMESTEPS)
+    update_epochs: int = 4  # passes over each batch
+    num_minibatches: int = 4  # minibatches per epoch; must divide B * T
+    # --- optimisation ---
+    lr: float = 2.5e-4  # Adam learning rate (initial value when annealed)
+    anneal_lr: bool = True  # static: linear decay to 0, one notch per update (JaxMARL's schedule)
+    max_grad_norm: float = 0.5  # global-norm gradient clipping threshold
+    adam_eps: float = 1e-5  # static: Adam epsilon
+    # --- PPO objective (traced) ---
+    gamma: float = 0.99  # discount
+    gae_lambda: float = 0.95  # GAE lambda
+    clip_eps: float = 0.2  # surrogate clip range
+    vf_clip_eps: float | None = 0.2  # value clip range (JaxMARL clips with CLIP_EPS); None: off
+    ent_coef: float = 0.01  # entropy bonus coefficient
+    vf_coef: float = 0.5  # value loss coefficient
+    normalize_advantages: bool = True  # static: per minibatch, zero mean and unit std
+    # --- network (static) ---
+    critic: str = "centralised"  # "centralised" (global state + agent id) | "decentralised" (own obs)
+    agent_id: bool = False  # append the agent's one-hot id to the actor's observation
+    hidden: tuple[int, ...] = (64, 64)  # hidden widths of the actor's and the critic's MLP
+    activation: str = "tanh"  # one of networks.ACTIVATIONS
+    # --- evaluation (static) ---
+    eval_episodes: int = 16  # episodes per policy (greedy and sampling)
+    eval_max_steps: int | None = None  # episode cap; None: the env's episode bound
+
+    def validate(self) -> None:
+        for key in ("num_envs", "num_steps", "total_env_steps", "update_epochs", "num_minibatches", "eval_episodes"):
+            value = getattr(self, key)
+            check(isinstance(value, int) and not isinstance(value, bool) and value > 0, key,
+                  f"expected a positive integer, got {value!r}")
+        batch = self.num_envs * self.num_steps
+        if self.total_env_steps % batch:
+            lo = max(self.total_env_steps // batch, 1) * batch
+            check(False, "total_env_steps",
+                  f"{self.total_env_steps} is not a multiple of num_envs * num_steps = {batch} (e.g. use {lo} or {lo + batch})")
+        check(batch % self.num_minibatches == 0, "num_minibatches",
+              f"{self.num_minibatches} does not divide the batch num_envs * num_steps = {batch}")
+        check(0.0 < self.gamma <= 1.0, "gamma", f"expected 0 < gamma <= 1, got {self.gamma}")
+        check(0.0 <= self.gae_lambda <= 1.0, "gae_lambda", f"expected 0 <= gae_lambda <= 1, got {self.gae_lambda}")
+        for key in ("lr", "clip_eps", "max_grad_norm", "adam_eps"):
+            check(getattr(self, key) > 0.0, key, f"expected {key} > 0, got {getattr(self, key)}")
+        for key in ("ent_coef", "vf_coef"):
+            check(getattr(self, key) >= 0.0, key, f"expected {key} >= 0, got {getattr(self, key)}")
+        check(self.vf_clip_eps is None or self.vf_clip_eps > 0.0, "vf_clip_eps",
+              f"expected null (no value clipping) or > 0, got {self.vf_clip_eps}")
+        check(self.critic in CRITICS, "critic", f"expected one of {list(CRITICS)}, got {self.critic!r}")
+        check_mlp(self.hidden, self.activation)
+        check(self.eval_max_steps is None or (isinstance(self.eval_max_steps, int) and self.eval_max_steps > 0),
+              "eval_max_steps", f"expected null or a positive integer, got {self.eval_max_steps!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class IPPOConfig(MAPPOConfig):
+    """IPPO (the ``ippo:`` section): :class:`MAPPOConfig` with a decentralised critic by default."""
+
+    critic: str = "decentralised"  # "decentralised" (own obs, IPPO) | "centralised" (MAPPO)
+
+
+@struct.dataclass
+class MAPPOHyperparams:
+    """The loss's traced hyperparameters (float32 ``[]`` each, ``[S]`` under a vmap)."""
+
+    clip_eps: jax.Array
+    vf_clip_eps: jax.Array  # unused when MAPPOConfig.vf_clip_eps is None
+    ent_coef: jax.Array
+    vf_coef: jax.Array
+    gamma: jax.Array
+    gae_lambda: jax.Array
+
+
+TRACED = ("lr", "max_grad_norm", "clip_eps", "vf_clip_eps", "ent_coef", "vf_coef", "gamma", "gae_lambda")
+
+
+def hyperparams(cfg: MAPPOConfig, **overrides) -> dict:
+    """``{name: float32 array}`` of every traced hyperparameter, ``overrides`` applied."""
+    values = {n: getattr(cfg, n) for n in TRACED}
+    if values["vf_clip_eps"] is None:
+        values["vf_clip_eps"] = math.inf
+    return traced_values(values, overrides, "MAPPO")
+
+
+def plan(cfg: MAPPOConfig) -> Plan:
+    """Static counts: updates, env steps (every agent acts in one env step), optimiser steps."""
+    batch = cfg.num_envs * cfg.num_steps
+    return Plan(cfg.total_env_steps // batch, batch, cfg.update_epochs * cfg.num_minibatches)

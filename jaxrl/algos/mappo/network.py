@@ -1,0 +1,73 @@
+"""The shared actor and the critic of MAPPO / IPPO, and their inputs.
+
+One set of parameters serves every agent (parameter sharing): the agent axis is folded
+into the batch. The actor reads the agent's observation (plus its one-hot id with
+``agent_id``); a centralised critic reads the global state plus the one-hot id (so agents
+with different rewards get different values), a decentralised one the actor's input.
+Unavailable actions get a logit of :data:`MASKED_LOGIT` (probability 0 in float32, never
+sampled, finite entropy): a local masked categorical over
+:class:`~jaxrl.models.distributions.Categorical`.
+"""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from jaxrl.models import distributions
+from jaxrl.models.networks import MLP, kernel_gain, orthogonal
+
+#: The logit of an unavailable action: ``exp`` of it minus any finite log-sum-exp is 0.
+MASKED_LOGIT = -1e9
+
+
+def _dense(features: int, name: str, deferred: bool) -> nn.Dense:
+    init = nn.initializers.zeros if deferred else orthogonal(kernel_gain(name))
+    return nn.Dense(features, kernel_init=init, bias_init=nn.initializers.zeros, name=name)
+
+
+class MultiAgentActorCritic(nn.Module):
+    """``(actor_in [..., Fa], critic_in [..., Fc]) -> (logits [..., n], value [...])``,
+    separate MLP torsos (``actor``, ``critic``) with orthogonal init (heads 0.01 and 1)."""
+
+    action_dim: int
+    hidden: tuple[int, ...] = (64, 64)
+    activation: str = "tanh"
+    deferred_kernels: bool = False  # zero kernels, filled by networks.init_params
+
+    @nn.compact
+    def __call__(self, actor_in: jax.Array, critic_in: jax.Array) -> tuple[jax.Array, jax.Array]:
+        pi = MLP(self.hidden, self.activation, self.deferred_kernels, name="actor")(actor_in)
+        v = MLP(self.hidden, self.activation, self.deferred_kernels, name="critic")(critic_in)
+        logits = _dense(self.action_dim, "policy_head", self.deferred_kernels)(pi)
+        return logits, _dense(1, "value_head", self.deferred_kernels)(v)[..., 0]
+
+
+def _with_id(x: jax.Array, num_agents: int) -> jax.Array:
+    """``x [..., A, F]`` with the one-hot agent id appended: ``[..., A, F + A]``."""
+    ids = jnp.broadcast_to(jnp.eye(num_agents, dtype=jnp.float32), x.shape[:-1] + (num_agents,))
+    return jnp.concatenate([x, ids], axis=-1)
+
+
+def actor_input(agent_id: bool, obs: jax.Array) -> jax.Array:
+    """float32 ``[..., A, F (+ A)]``: the agents' observations (with their ids)."""
+    obs = jnp.asarray(obs, jnp.float32)
+    return _with_id(obs, obs.shape[-2]) if agent_id else obs
+
+
+def critic_input(critic: str, agent_id: bool, obs: jax.Array, state: jax.Array) -> jax.Array:
+    """float32 ``[..., A, Fc]``: the global state and the agent's id (``centralised``) or the
+    actor's input (``decentralised``)."""
+    if critic == "decentralised":
+        return actor_input(agent_id, obs)
+    a = obs.shape[-2]
+    state = jnp.asarray(state, jnp.float32)
+    return _with_id(jnp.broadcast_to(state[..., None, :], state.shape[:-1] + (a, state.shape[-1])), a)
+
+
+def masked(logits: jax.Array, avail: jax.Array | None) -> distributions.Categorical:
+    """A categorical over ``logits [..., n]`` with the actions where ``avail`` is False removed."""
+    if avail is None:
+        return distributions.Categorical(logits)
+    return distributions.Categorical(jnp.where(avail, logits, MASKED_LOGIT))
