@@ -64,6 +64,7 @@ OPTIONAL_NAMESPACES = {
     "mjx": ("mujoco.mjx", "physics"),
     "gymnax": ("gymnax", "gymnax"),
     "jumanji": ("jumanji", "jumanji"),
+    "jaxmarl": ("jaxmarl", "jaxmarl"),
     "craftax": ("craftax", "craftax"),
     "playground": ("mujoco_playground", "playground"),
 }
