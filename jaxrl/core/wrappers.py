@@ -16,6 +16,9 @@
 ``ClipAction``      Clips continuous actions into the action space's box.
 ``RescaleAction``   Exposes a ``[low, high]`` action box (default ``[-1, 1]``) and maps it
                     affinely onto the env's box (then clips).
+``FrameStack``      Observations are the last ``K`` ones concatenated along the last
+                    (channel) axis, oldest first; put it inside the auto-reset, so the final
+                    observation is the ending episode's stack and a new episode starts afresh.
 ``VmapEnv``         A batch of ``num_envs`` independent copies: one key in, per-env keys split
                     inside; params shared, or batched along axis 0 with ``params_axis=0``.
 =================== ===========================================================================
@@ -144,6 +147,51 @@ class RescaleAction(Wrapper):
         frac = (action - self.low) / (self.high - self.low)
         scaled = inner.low + frac * (inner.high - inner.low)
         return self.env.step(key, state, jnp.clip(scaled, inner.low, inner.high), params)
+
+
+@struct.dataclass
+class FrameStackState:
+    env_state: object
+    frames: jax.Array  # [*obs_shape[:-1], K * C]: the last K observations, oldest first
+
+
+class FrameStack(Wrapper):
+    """Stacks the last ``num_frames`` observations along the last axis, oldest first.
+
+    ``[..., C]`` observations become ``[..., K * C]`` (an image ``(H, W, C)`` becomes
+    ``(H, W, K * C)``, a vector ``(F,)`` becomes ``(K * F,)``); at ``reset`` every slot holds
+    the first observation (Gymnasium's ``FrameStackObservation`` padding ``"reset"``). Wrap
+    the env *inside* the auto-reset (:class:`AutoReset`, ``VectorEnv``): a finished
+    episode's final observation is then its own stack, and the next one starts from a
+    fresh one.
+    """
+
+    def __init__(self, env: Environment, num_frames: int):
+        super().__init__(env)
+        self.num_frames = positive_int("FrameStack", "num_frames", num_frames)
+
+    def observation_space(self, params):
+        inner = self.env.observation_space(params)
+        if not isinstance(inner, spaces.Box) or len(inner.shape) == 0:
+            raise ValueError(f"FrameStack stacks Box observations with at least one axis, got {inner!r}")
+        k = self.num_frames
+        shape = inner.shape[:-1] + (inner.shape[-1] * k,)
+        tile = lambda b: jnp.concatenate([b] * k, axis=-1)  # noqa: E731
+        return spaces.Box(tile(inner.low), tile(inner.high), shape, inner.dtype)
+
+    def reset(self, key, params):
+        env_state, ts = self.env.reset(key, params)
+        frames = jnp.concatenate([ts.obs] * self.num_frames, axis=-1)
+        return FrameStackState(env_state, frames), ts.replace(obs=frames)
+
+    def step(self, key, state, action, params):
+        env_state, ts = self.env.step(key, state.env_state, action, params)
+        channels = ts.obs.shape[-1]
+        frames = jnp.concatenate([state.frames[..., channels:], ts.obs], axis=-1)
+        return FrameStackState(env_state, frames), ts.replace(obs=frames)
+
+    def render(self, state, params):
+        return self.env.render(state.env_state, params)
 
 
 class VmapEnv(Wrapper):

@@ -1,5 +1,7 @@
 """Actor-critic MLPs (flax linen), applied as pure functions of a params pytree.
 
+Image observations may go through a conv torso first (:mod:`jaxrl.models.conv`).
+
 :class:`ActorCritic` maps observations ``[..., *obs_shape]`` to an action distribution
 (:mod:`jaxrl.models.distributions`) and a value ``float32[...]``. Leading axes are free, so the
 same params act on one env, a ``[B]`` batch or a whole ``[T, B]`` trajectory.
@@ -30,6 +32,8 @@ import jax.numpy as jnp
 from jaxrl.core import prng
 
 from jaxrl.models import distributions
+from jaxrl.models.conv import ConvTorso
+
 ACTIVATIONS = {"tanh": nn.tanh, "relu": nn.relu, "gelu": nn.gelu, "silu": nn.silu, "elu": nn.elu}
 DISTRIBUTIONS = ("categorical", "gaussian", "tanh_gaussian")
 LOG_STD_MODES = ("state_independent", "learned")
@@ -123,7 +127,8 @@ def init_params(network: nn.Module, key: jax.Array, *inputs: jax.Array) -> dict:
     """``network.init(key, *inputs)`` with every ``Dense`` kernel drawn in one batch.
 
     For modules with a ``deferred_kernels`` field (:class:`MLP`, :class:`ActorCritic`):
-    the module is initialised with zero kernels, then each kernel is replaced by
+    the module is initialised with zero kernels, then each kernel (conv kernels
+    ``[kh, kw, in, out]`` as ``[kh * kw * in, out]`` matrices) is replaced by
     ``kernel_gain(layer) * Q`` (gain 1 inside a :data:`RECURRENT_SCOPE`) with the ``Q`` s
     from :func:`orthogonal_matrices` (same distribution as per-layer :func:`orthogonal`,
     different draws). Inside a vmapped
@@ -135,11 +140,13 @@ def init_params(network: nn.Module, key: jax.Array, *inputs: jax.Array) -> dict:
     init_key, kernel_key = jax.random.split(key)
     params = network.clone(deferred_kernels=True).init(init_key, *inputs)
     flat = traverse_util.flatten_dict(params)
-    paths = [path for path, leaf in flat.items() if path[-1] == "kernel" and leaf.ndim == 2]
-    mats = orthogonal_matrices(kernel_key, [tuple(flat[path].shape) for path in paths])
+    # dense [in, out] and conv [kh, kw, in, out] kernels; a conv kernel is drawn as [kh*kw*in, out]
+    paths = [path for path, leaf in flat.items() if path[-1] == "kernel" and leaf.ndim in (2, 4)]
+    shapes = [(math.prod(flat[path].shape[:-1]), flat[path].shape[-1]) for path in paths]
+    mats = orthogonal_matrices(kernel_key, shapes)
     for path, q in zip(paths, mats):
         gain = 1.0 if RECURRENT_SCOPE in path else kernel_gain(path[-2])
-        flat[path] = (gain * q).astype(flat[path].dtype)
+        flat[path] = (gain * q).reshape(flat[path].shape).astype(flat[path].dtype)
     return traverse_util.unflatten_dict(flat)
 
 
@@ -173,6 +180,10 @@ class ActorCritic(nn.Module):
       obs_ndim: number of trailing observation axes, flattened into features.
       deferred_kernels: initialise ``Dense`` kernels to zero (set by
         :func:`init_params`, which then draws them all at once).
+      conv: ``None`` (flatten the observation) or a :data:`jaxrl.models.conv.KINDS` torso
+        over image observations ``[..., H, W, C]`` (``obs_ndim`` 3), shared by both heads'
+        MLPs.
+      channels: the conv torso's widths (``None``: its published ones).
     """
 
     action_dim: int
@@ -184,12 +195,20 @@ class ActorCritic(nn.Module):
     init_log_std: float = 0.0
     obs_ndim: int = 1
     deferred_kernels: bool = False
+    conv: str | None = None
+    channels: tuple[int, ...] | None = None
+
+    def features(self, obs: jax.Array) -> jax.Array:
+        """float32 ``[..., F]``: the conv torso's output, or the flattened observation."""
+        x = jnp.asarray(obs, jnp.float32)
+        if self.conv is not None:
+            return ConvTorso(self.conv, self.channels, self.deferred_kernels, name="conv")(x)
+        return jnp.reshape(x, x.shape[: x.ndim - self.obs_ndim] + (-1,))
 
     @nn.compact
     def __call__(self, obs: jax.Array) -> tuple[distributions.Distribution, jax.Array]:
         """``obs [..., *obs_shape]`` -> ``(distribution over [...], value float32[...])``."""
-        x = jnp.asarray(obs, jnp.float32)
-        x = jnp.reshape(x, x.shape[: x.ndim - self.obs_ndim] + (-1,))
+        x = self.features(obs)
         if self.shared_torso:
             pi_h = v_h = MLP(self.hidden, self.activation, self.deferred_kernels, name="torso")(x)
         else:

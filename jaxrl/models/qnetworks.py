@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxrl.models import distributions
+from jaxrl.models.conv import ConvTorso
 from jaxrl.models.networks import ACTIVATIONS
 
 
@@ -43,6 +44,9 @@ class QNetwork(nn.Module):
     ``dueling``: ``Q = V + A - mean(A)`` from two heads on one torso (Wang et al. 2016).
     ``layer_norm``: LayerNorm after each hidden layer (what PQN needs for stable TD
     without a target network, Gallici et al. 2024).
+    ``conv``: a :data:`jaxrl.models.conv.KINDS` torso over image observations ``[..., H, W, C]``
+    before the hidden layers (LeCun-normal kernels too), ``channels`` its widths;
+    ``None`` flattens the observation.
     """
 
     num_actions: int
@@ -51,10 +55,16 @@ class QNetwork(nn.Module):
     layer_norm: bool = False
     dueling: bool = False
     obs_ndim: int = 1
+    conv: str | None = None
+    channels: tuple[int, ...] | None = None
 
     @nn.compact
     def __call__(self, obs: jax.Array) -> jax.Array:
-        h = Torso(self.hidden, self.activation, self.layer_norm)(_flatten(obs, self.obs_ndim))
+        if self.conv is None:
+            x = _flatten(obs, self.obs_ndim)
+        else:
+            x = ConvTorso(self.conv, self.channels, lecun_init=True, name="conv")(obs)
+        h = Torso(self.hidden, self.activation, self.layer_norm)(x)
         if not self.dueling:
             return nn.Dense(self.num_actions, name="q_head")(h)
         adv = nn.Dense(self.num_actions, name="advantage_head")(h)

@@ -16,6 +16,7 @@ The GRU has flax ``GRUCell``'s params and maths, but applies the input transform
 ``T`` steps in one matmul before its scan and the three recurrent ones as one matmul per
 step (fewer, larger kernels); the LSTM is flax's ``LSTMCell`` scanned.
 
+With ``conv`` set, image observations go through the conv torso before the embedding.
 Kernels follow :mod:`jaxrl.models.networks`: orthogonal, drawn in one batch by
 :func:`jaxrl.models.networks.init_params`, with gain 1 inside the cell
 (:data:`jaxrl.models.networks.RECURRENT_SCOPE`) and zero biases; flax's own orthogonal
@@ -198,8 +199,7 @@ class RecurrentActorCritic(ActorCritic):
         one; for ``T = 1`` they may be omitted, and the caller then records the action it
         takes with :meth:`record_action`.
         """
-        x = jnp.asarray(obs, jnp.float32)
-        x = jnp.reshape(x, x.shape[: x.ndim - self.obs_ndim] + (-1,))
+        x = self.features(obs)  # the conv torso's features, or the flattened observation
         start = jnp.asarray(start, bool)
         cell, prev = carry, None
         if self.prev_action:
