@@ -189,7 +189,7 @@ async def _population(listen: int) -> tuple[list, list[dict]]:
 
 
 def test_two_replicas_behind_nginx_serve_one_population(cluster):
-    listen, ports = cluster
+    listen, _ = cluster
     results, counts = asyncio.run(_population(listen))
     active = [c["active_sessions"] for c in counts]
     assert all(a > 0 for a in active), f"a replica got no session: {active}"

@@ -26,7 +26,7 @@ import os
 import random
 import sys
 import uuid
-from typing import Any, Optional
+from typing import Any
 
 from openenv.core.env_server import create_app
 from openenv.core.env_server.interfaces import Environment
@@ -77,13 +77,13 @@ class CartPoleEnvironment(Environment):
         self._state = CartPoleState(episode_id=None, step_count=0)
         self._phys = (0.0, 0.0, 0.0, 0.0)
 
-    def reset(self, seed: Optional[int] = None, episode_id: Optional[str] = None, **kwargs: Any) -> CartPoleObservation:
+    def reset(self, seed: int | None = None, episode_id: str | None = None, **kwargs: Any) -> CartPoleObservation:
         rng = random.Random(seed)
         self._phys = tuple(rng.uniform(-0.05, 0.05) for _ in range(4))
         self._state = CartPoleState(episode_id=episode_id or str(uuid.uuid4()), step_count=0)
         return CartPoleObservation(observation=list(self._phys), reward=0.0, done=False)
 
-    def step(self, action: CartPoleAction, timeout_s: Optional[float] = None, **kwargs: Any) -> CartPoleObservation:
+    def step(self, action: CartPoleAction, timeout_s: float | None = None, **kwargs: Any) -> CartPoleObservation:
         self._phys = cartpole_step(self._phys, action.action)
         self._state.step_count += 1
         x, _, theta, _ = self._phys
