@@ -148,3 +148,44 @@ def _graceful(uvicorn):
                     signal.signal(sig, handler)
 
     return GracefulServer
+
+
+class Background:
+    """A server on a thread of this process (tests, notebooks, benchmarks)::
+
+        with Background(Server(pool, "CartPole-v1", 0.002)) as url:   # "http://127.0.0.1:PORT"
+            ...
+
+    Leaving the block stops it as SIGTERM would (open sessions are closed).
+    """
+
+    def __init__(self, server, host: str = "127.0.0.1", port: int = 0):
+        self.server, self.host, self.port = server, host, port
+        self.url = None
+
+    def __enter__(self) -> str:
+        import threading
+        import time
+
+        import uvicorn
+
+        from jaxrl.serve.app import create_app
+
+        self._sock = bind(self.host, self.port)
+        config = uvicorn.Config(create_app(self.server), log_level="warning", ws_ping_interval=None, lifespan="on", timeout_graceful_shutdown=5)
+        self._userver = uvicorn.Server(config)
+        self._thread = threading.Thread(target=self._userver.run, kwargs={"sockets": [self._sock]}, daemon=True)
+        self._thread.start()
+        deadline = time.monotonic() + 60
+        while not self._userver.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("the background server did not start")
+            time.sleep(0.01)
+        host, port = self._sock.getsockname()[:2]
+        self.url = f"http://{host}:{port}"
+        return self.url
+
+    def __exit__(self, *exc) -> None:
+        self._userver.should_exit = True
+        self._thread.join(timeout=30)
+        self._sock.close()

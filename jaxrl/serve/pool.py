@@ -107,9 +107,10 @@ class SlotPool:
         self.observation_space = env.observation_space(params)
         self.traces: list = []
         self._tick = jax.jit(functools.partial(tick, self.venv, params, self.traces), donate_argnums=(0,))
-        seeds = jnp.zeros((self.capacity,), jnp.uint32)
-        keys, state, _ = jax.jit(jax.vmap(functools.partial(_reset_one, self.venv, params)))(seeds)
-        self.carry = Carry(state, keys)
+        seeds = jax.ShapeDtypeStruct((self.capacity,), jnp.uint32)
+        shapes = jax.eval_shape(jax.vmap(functools.partial(_reset_one, self.venv, params)), seeds)[:2]
+        keys, state = jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+        self.carry = Carry(state, keys)  # placeholders: every session resets before it steps
         dtype = np.dtype(self.action_space.dtype)
         self._actions = np.zeros((self.capacity, self.slots, *self.action_space.shape), dtype)
         self._low = self._high = None
