@@ -223,6 +223,25 @@ def _add_export_hf(sub) -> None:
     p.set_defaults(func=_lazy("jaxrl.run.export", "main_export_hf"))
 
 
+def _add_compare(sub) -> None:
+    p = sub.add_parser(
+        "compare", help="compare runs over seeds and tasks: IQM, mean, median, optimality gap, P(X > Y), "
+        "stratified bootstrap 95%% intervals (docs/compare.md)",
+    )
+    p.add_argument("runs", nargs="*", metavar="RUN", help="run directories; runs equal apart from env and seeds form one method")
+    p.add_argument("--method", action="append", metavar="NAME=RUN,RUN", help="name a method and its runs (repeatable)")
+    p.add_argument("--normalize", action="append", metavar="TASK=LOW:HIGH", help="score range of a task, e.g. Acrobot-v1=-500:0")
+    p.add_argument("--raw", action="store_true", help="aggregate raw scores, not normalised ones")
+    p.add_argument("--gamma", type=float, help="optimality-gap threshold (default 1 on normalised scores)")
+    p.add_argument("--metric", help="score runs by this metrics.jsonl metric instead of eval.json")
+    p.add_argument("--last", type=count, default=1, help="with --metric: average its last N records (default 1)")
+    p.add_argument("--reps", type=count, default=2000, help="bootstrap resamples (default 2000)")
+    p.add_argument("--seed", type=int, default=0, help="PRNG seed of the bootstrap (default 0)")
+    p.add_argument("--plot", metavar="FILE.png", help="write an interval plot")
+    p.add_argument("--json", metavar="FILE", help="write every figure as JSON")
+    p.set_defaults(func=_lazy("jaxrl.run.aggregate", "main_compare"))
+
+
 def _add_serve(sub) -> None:
     p = sub.add_parser(
         "serve", help="serve a registered env over OpenEnv's HTTP/WebSocket protocol, sessions batched on device",
@@ -269,6 +288,7 @@ COMMANDS: list[Callable] = [
     _add_export_hf,
     _add_config,
     _add_serve,
+    _add_compare,
 ]
 
 
