@@ -11,7 +11,7 @@ To add a command::
     def _add_train(sub):
         p = sub.add_parser("train", help="train from a YAML config")
         p.add_argument("config")
-        p.set_defaults(func=_lazy("jaxrl.run.trainer", "main_train"))
+        p.set_defaults(func=_lazy("jaxrl.run.commands", "main_train"))
 
     COMMANDS = [..., _add_train]
 
@@ -185,7 +185,7 @@ def _add_train(sub) -> None:
         help="with --resume: continue although RUN_DIR/config.yaml differs from the config of the checkpoint "
         "(the change is recorded in RUN_DIR/config_changes.jsonl)",
     )
-    p.set_defaults(func=_lazy("jaxrl.run.trainer", "main_train"))
+    p.set_defaults(func=_lazy("jaxrl.run.commands", "main_train"))
     # --coordinator-address / --num-processes / --process-id come from jaxrl.parallel.distributed,
     # which imports JAX: build_parser adds them only when the command is `train`.
 

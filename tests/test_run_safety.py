@@ -12,6 +12,7 @@ import errno
 import glob
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -547,6 +548,23 @@ def test_the_memory_estimate_refuses_impossible_sizes_before_writing(ppo_run, tm
     assert "the train state of 1 seed needs " in _one_line(capsys.readouterr().err)
     assert cli.main(["eval", str(ppo_run), "--episodes", "1e11"]) == 3
     assert "and evaluation " in _one_line(capsys.readouterr().err)
+    assert not out.exists()
+
+
+def test_the_compiled_program_refuses_buffers_the_state_estimate_cannot_see(ppo_run, tmp_path, capsys, monkeypatch):
+    """`--seeds 1000000` once passed the train-state estimate and then ran out of memory in
+    the rollout: the compiled chunk's own buffers are checked before anything is allocated."""
+    from jaxrl.run import guards
+
+    monkeypatch.setattr(guards, "host_memory", lambda: 8 * 1024)  # the tiny state (~1.7 KiB) fits, its rollout does not
+    out = tmp_path / "tight"
+    assert cli.main(["train", CARTPOLE, *_sets(TINY_PPO), "--out", str(out)]) == 3
+    line = _one_line(capsys.readouterr().err)
+    assert line.startswith("jaxrl: not enough memory: one chunk of 1 seed needs "), line
+    buffers = re.search(r"rollout and update buffers ([0-9.,]+) KiB", line)
+    rollout_obs = 32 * 4 * 4 * 4  # ppo.num_steps x num_envs x CartPole's 4 float32 observations, a floor
+    assert buffers and float(buffers.group(1).replace(",", "")) * 1024 >= rollout_obs, line
+    assert "more than the 8.0 KiB of host memory available" in line
     assert not out.exists()
 
 

@@ -10,6 +10,8 @@
   against the memory available (the devices' ``bytes_limit``, or host memory on CPU via
   ``psutil`` when installed, else ``/proc/meminfo`` or ``os.sysconf``). It refuses only
   sizes that cannot fit: the state is a floor of what a run needs, not a prediction.
+* :func:`check_compiled_memory`: the compiled chunk's own buffers (XLA's buffer assignment:
+  state, rollout, minibatches), checked before the state is allocated.
 * :class:`InterruptFlag`: the host loop's Ctrl-C handling. The first SIGINT sets a flag
   that the loop reads after each chunk (the state it then holds is consistent and can be
   checkpointed); a second SIGINT raises ``KeyboardInterrupt`` at once.
@@ -195,6 +197,32 @@ def check_memory(cfg, built, available: tuple[int, str] | None = None) -> None:
     raise ResourceError(
         f"not enough memory: {parts}, more than the {_gib(have)} of {where} available; "
         f"lower train.seeds or the sizes in the {cfg.algo} section"
+    )
+
+
+def check_compiled_memory(cfg, compiled, n_devices: int = 1, available: tuple[int, str] | None = None) -> None:
+    """Raise :class:`ResourceError` when the compiled chunk's buffers on each of ``n_devices``
+    (its arguments, the outputs not written in place of them, and its temporaries: the
+    rollout, the minibatches) need more than the memory available. The train-state estimate
+    of :func:`check_memory` cannot see the temporaries; XLA's buffer assignment can."""
+    try:
+        stats = compiled.memory_analysis()
+    except Exception:  # a backend without memory analysis: the state estimate stands alone
+        return
+    if stats is None:
+        return
+    state = int(stats.argument_size_in_bytes)
+    temps = int(stats.temp_size_in_bytes) + int(stats.output_size_in_bytes) - int(stats.alias_size_in_bytes)
+    need = (state + max(0, temps)) * max(1, n_devices)
+    have, where = available or available_memory(cfg.devices)
+    if need <= have:
+        return
+    seeds = cfg.train.seeds
+    raise ResourceError(
+        f"not enough memory: one chunk of {seeds:,} seed{'s' if seeds > 1 else ''} needs {_gib(need)} "
+        f"(train state {_gib(state * max(1, n_devices))}, rollout and update buffers {_gib(max(0, temps) * max(1, n_devices))}, "
+        f"from the compiled program), more than the {_gib(have)} of {where} available; "
+        f"lower train.seeds or the batch sizes in the {cfg.algo} section"
     )
 
 

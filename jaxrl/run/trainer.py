@@ -1,21 +1,14 @@
-"""The training program and the host loop around it.
+"""The host loop of ``jaxrl train``: chunks, logs, checkpoints, the end of a run.
 
-Two ways to train from a :class:`~jaxrl.run.config.RunConfig`:
-
-* :func:`make_train` returns a pure ``train(key) -> (state, metrics)`` (for Jupyter):
-  ``init`` then ``num_updates`` updates in one ``lax.scan``; ``metrics`` are stacked
-  ``[num_updates]``. ``jax.jit(jax.vmap(train))(keys)`` trains many seeds in one program.
-* :func:`run` is the command-line loop: it vmaps ``init`` over ``train.seeds`` seeds and
-  calls one jitted *chunk* (:func:`make_chunk`: ``K`` updates in a ``lax.scan``, the state
-  donated) again and again. After each chunk the host checks that the losses and the
-  state are finite, appends the chunk's per-update metrics (``[S, K]``, fixed size, so
-  memory does not grow with the run) to ``metrics.jsonl``, advances the progress bar,
-  and saves periodic checkpoints. At the end it saves a final checkpoint, evaluates and
-  plots the learning curve.
-
-Chunking never changes the math: the chunk runs ``update`` exactly ``n_active <= K``
-times (``lax.cond`` skips the rest), so any ``K`` and any resume point give the same
-states bit for bit. ``n_active`` is an argument, so the chunk compiles once per run.
+:func:`run` vmaps ``init`` over ``train.seeds`` seeds and calls one jitted *chunk*
+(:func:`jaxrl.run.program.make_chunk`: ``K`` updates in a ``lax.scan``, the state
+donated) again and again. After each chunk the host checks that the losses and the
+state are finite, appends the chunk's per-update metrics (``[S, K]``, fixed size, so
+memory does not grow with the run) to ``metrics.jsonl``, advances the progress bar,
+and saves periodic checkpoints. At the end it saves a final checkpoint, evaluates and
+plots the learning curve. The pure ``train`` for Jupyter and the chunk itself live in
+:mod:`jaxrl.run.program`; ``--resume`` and ``--init-from`` in :mod:`jaxrl.run.resume`;
+the command's handler in :mod:`jaxrl.run.commands` (all re-exported here).
 
 Run directory layout: ``config.yaml`` (the resolved config), ``metrics.jsonl``,
 ``learning_curve.png``, ``checkpoints/<updates done>/``, ``eval.json``, ``.lock`` (the
@@ -27,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 import io
 import json
 import os
@@ -36,11 +28,9 @@ import time
 from typing import Any, Callable
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
-from jaxrl.algos.common.lm import model_mismatch
-from jaxrl.algos.common.train import COMPILER_OPTIONS, over_seeds, train
+from jaxrl.algos.common.train import COMPILER_OPTIONS
 from jaxrl.parallel import distributed, sharding
 from jaxrl.run import config as config_lib
 from jaxrl.run import evaluate as eval_lib
@@ -52,123 +42,20 @@ from jaxrl.run.config import ConfigError, RunConfig
 from jaxrl.run.files import (
     CHANGES_FILE, CHECKPOINT_DIR, CONFIG_FILE, CURVE_FILE, EVAL_FILE, METRICS_FILE, RUN_FILES, STOP_FILE, INIT_FROM_FILE,
 )
+from jaxrl.run.program import chunk_fn, make_chunk, make_layout, make_train, no_nan, prepare_chunk, trace_mesh
+from jaxrl.run.resume import (
+    OPERATIONAL_KEYS, check_config_drift, initial_from, resolve_resume, restart_without_checkpoint,
+)
 
 __all__ = [
     "CHANGES_FILE", "CHECKPOINT_DIR", "CONFIG_FILE", "CURVE_FILE", "EVAL_FILE", "METRICS_FILE", "RUN_FILES",
-    "Built", "NonFiniteError", "RunResult", "build", "make_chunk", "make_layout", "make_train", "run", "seed_keys",
+    "Built", "COMPILER_OPTIONS", "NonFiniteError", "OPERATIONAL_KEYS", "RunResult", "build", "chunk_fn", "initial_from", "make_chunk",
+    "make_layout", "make_train", "no_nan", "run", "seed_keys",
 ]
-#: Config keys that change where and how a run reports, never its results: a resume may
-#: change them without --accept-config-change.
-OPERATIONAL_KEYS = ("train.progress", "train.out_dir", "train.keep_checkpoints", "train.checkpoint_every", "train.loggers")
 
 
 class NonFiniteError(RuntimeError):
     """A loss or a state leaf went NaN/inf; the message says where and what was kept."""
-
-
-def make_train(cfg: RunConfig, num_updates: int | None = None) -> Callable[..., tuple[Any, dict]]:
-    """A pure ``train(key, hyper=None) -> (final state, per-update metrics)`` for ``cfg``.
-
-    One seed, the whole run (or ``num_updates``) in one scan; ``hyper`` is a dict of traced
-    hyperparameters from ``build(cfg).program.hyperparams(...)`` (every algorithm's
-    learning rate and clipping among them), so seeds x values sweep in one program:
-
-    >>> train = make_train(load_config("configs/ppo_cartpole.yaml"))
-    >>> state, metrics = jax.jit(jax.vmap(train))(jax.random.split(jax.random.PRNGKey(0), 8))
-
-    ``jaxrl train`` compiles its chunks with :data:`jaxrl.algos.common.train.COMPILER_OPTIONS`;
-    jit with the same ``compiler_options`` to get its results bit for bit.
-    """
-    built = build(cfg)
-    n = built.derived.num_updates if num_updates is None else int(num_updates)
-    if n <= 0:
-        raise ValueError(f"num_updates: expected a positive integer, got {num_updates!r}")
-    return functools.partial(train, built.program, n)
-
-
-def _skip_update(update: Callable, state):
-    """The ``n_active``-exceeded branch: state unchanged, zero metrics of the right shape."""
-    _, shapes = jax.eval_shape(update, state)
-    return state, jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
-
-
-def _chunk_body(update: Callable, n_active: jax.Array, state, i):
-    return jax.lax.cond(i < n_active, update, functools.partial(_skip_update, update), state)
-
-
-def no_nan(tree) -> jax.Array:
-    """bool ``[]``: no inexact leaf of ``tree`` holds a NaN.
-
-    Infinities are not flagged: a state may hold a legitimate ``inf`` (e.g. "no clipping"
-    as an infinite clip range); a diverged parameter or optimiser moment turns NaN within
-    an update or two (``inf - inf``, ``0 * inf``), and losses are checked for any
-    non-finite value separately.
-    """
-    leaves = [x for x in jax.tree_util.tree_leaves(tree) if jnp.issubdtype(jnp.result_type(x), jnp.inexact)]
-    if not leaves:
-        return jnp.array(True)
-    return jnp.logical_not(jnp.any(jnp.stack([jnp.any(jnp.isnan(x)) for x in leaves])))
-
-
-def chunk_fn(update: Callable, k: int, state, n_active: jax.Array):
-    """``n_active <= k`` updates of one seed's state in a ``k``-step scan.
-
-    Returns ``(state, metrics [k] per name (zeros past n_active), no NaN in state bool[])``.
-    """
-    body = functools.partial(_chunk_body, update, n_active)
-    state, metrics = jax.lax.scan(body, state, jnp.arange(k))
-    return state, metrics, no_nan(state)
-
-
-def make_chunk(update: Callable, k: int, layout: sharding.Layout | None = None) -> Callable:
-    """The jitted chunk over a ``[S, ...]`` batch of seed states, state donated.
-
-    ``chunk(states, n_active int32[]) -> (states, metrics {name: [S, k]}, finite bool[S])``.
-    With a ``layout`` (:func:`make_layout`) the state stays sharded over its mesh and the
-    metrics come back replicated: one program over every device.
-    """
-    per_seed = over_seeds(functools.partial(chunk_fn, update, k))
-    if layout is None:
-        return jax.jit(per_seed, donate_argnums=0, compiler_options=COMPILER_OPTIONS)
-    rep = layout.replicated
-    return jax.jit(
-        per_seed, in_shardings=(layout.state, rep), out_shardings=(layout.state, rep, rep), donate_argnums=0,
-        compiler_options=COMPILER_OPTIONS,
-    )
-
-
-def make_layout(cfg: RunConfig, built: Built, keys: jax.Array) -> sharding.Layout:
-    """Where the ``[S, ...]`` train state lives on the ``cfg.devices`` mesh.
-
-    ``shard: seeds`` (or ``auto`` when ``S`` divides over the devices, with more than one
-    device): whole seeds per device, no collectives. ``shard: envs`` (or ``auto`` otherwise):
-    the leaves the program's ``batch_axes`` marks are split over the devices (its ``batch``
-    count must divide), everything else is replicated; ``mesh.model > 1`` splits the leaves
-    the program's ``model_params`` declares. Raises :class:`ConfigError` when ``devices`` is
-    not available or a split does not divide.
-    """
-    try:
-        mesh = sharding.make_mesh(cfg.devices, cfg.mesh.model)
-        specs = sharding.model_specs(mesh, jax.eval_shape(built.program.init, keys[0]), cfg.mesh.strategy, built.program.model_params)
-    except ValueError as exc:
-        raise ConfigError(str(exc) if str(exc).startswith("mesh.") else f"devices: {exc}") from None
-    program = built.program
-    shapes = jax.eval_shape(jax.vmap(program.init), keys)
-    n_dev, n_seeds = sharding.mesh_size(mesh), int(keys.shape[0])
-    if cfg.shard == "seeds" or (cfg.shard == "auto" and n_dev > 1 and n_seeds % n_dev == 0):
-        try:
-            return sharding.seed_layout(mesh, shapes, specs)
-        except ValueError as exc:
-            raise ConfigError(f"shard: seeds: {exc}") from None
-    try:
-        if program.batch is not None:
-            b = program.batch
-            sharding.check_divisible(b.size, mesh, f"{cfg.algo}.{b.key}", unit=b.unit)
-    except ValueError as exc:
-        raise ConfigError(f"devices: {exc}") from None
-    one_seed = jax.eval_shape(program.init, keys[0])
-    axes = jax.tree_util.tree_map(lambda a: a + 1 if a >= 0 else -1, program.batch_axes(one_seed))  # seeds in front
-    return sharding.make_layout(mesh, shapes, axes, specs)
 
 
 def save_checkpoint(ckpts: Checkpoints, step: int, state) -> None:
@@ -258,16 +145,6 @@ def check_finite(metrics: dict, finite: np.ndarray, first_update: int, num_activ
         )
 
 
-def _resolve_resume(cfg: RunConfig | None, resume: str) -> RunConfig:
-    path = os.path.join(resume, CONFIG_FILE)
-    if not os.path.lexists(path):
-        raise ConfigError(f"--resume {resume!r}: no {CONFIG_FILE} there (not a run directory)")
-    saved, given = config_lib.load_config(path), cfg and config_lib.config_to_dict(cfg)
-    if given and rundir.config_diff(config_lib.config_to_dict(saved), given, ignore=OPERATIONAL_KEYS):
-        raise ConfigError(f"--resume {resume!r}: the given config differs from the run's {CONFIG_FILE}")
-    return saved if cfg is None else cfg  # differs at most in OPERATIONAL_KEYS (train.progress...)
-
-
 def _recent_return(records: list[dict], key: str | None = None) -> float | None:
     """The latest training return (or ``key``), skipping updates in which no episode ended."""
     key = key or log_lib.return_key({k for r in records for k in r})
@@ -299,7 +176,7 @@ def run(
     """
     out = sys.stdout if out is None else out  # looked up per call (redirected streams)
     if resume is not None:
-        cfg = _resolve_resume(cfg, resume)
+        cfg = resolve_resume(cfg, resume)
         run_dir = resume
     if cfg is None:
         raise ValueError("run() needs a config or a run directory to resume")
@@ -316,14 +193,15 @@ def run(
     guards.check_memory(cfg, built)  # before anything is written or allocated
     keys = seed_keys(cfg.train.seed, cfg.train.seeds)
     layout = make_layout(cfg, built, keys)
+    chunk = prepare_chunk(cfg, built, keys, layout)  # compiled; its memory checked
     primary = distributed.is_primary()  # only process 0 writes files and prints
     with rundir.RunLock(run_dir) if primary else contextlib.nullcontext():
         if fresh:
             check_fresh_run_dir(run_dir)  # again under the lock: a writer may have started meanwhile
-        return _run_locked(cfg, built, keys, layout, run_dir, resume, evaluate, out, accept_config_change, init_from)
+        return _run_locked(cfg, built, keys, layout, chunk, run_dir, resume, evaluate, out, accept_config_change, init_from)
 
 
-def _run_locked(cfg, built, keys, layout, run_dir, resume, evaluate, out, accept_config_change, init_from=None) -> RunResult:
+def _run_locked(cfg, built, keys, layout, chunk, run_dir, resume, evaluate, out, accept_config_change, init_from=None) -> RunResult:
     """The body of :func:`run` once the checks passed and the lock is held."""
     d = built.derived
     primary = distributed.is_primary()
@@ -345,7 +223,7 @@ def _run_locked(cfg, built, keys, layout, run_dir, resume, evaluate, out, accept
         template = jax.eval_shape(jax.vmap(built.program.init), keys)
         restored = ckpts.restore_verified(template)  # the newest that verifies (warns if it fell back)
         done = restored.step
-        _check_config_drift(cfg, restored.record, run_dir, done, accept_config_change, primary, out)
+        check_config_drift(cfg, restored.record, run_dir, done, accept_config_change, primary, out)
         if primary:
             ckpts.discard_after(done)  # damaged newer steps: this run redoes them
         state = sharding.put(to_storable(restored.state), template, layout.state)  # same file, every process
@@ -363,12 +241,12 @@ def _run_locked(cfg, built, keys, layout, run_dir, resume, evaluate, out, accept
                 rundir.write_text(os.path.join(run_dir, INIT_FROM_FILE), json.dumps(source) + "\n")
             print(f"jaxrl: starting from the parameters of {init_from} (update {source['update']})", file=out)
         if primary and resume is not None:
-            _restart_without_checkpoint(run_dir, metrics_path)
+            restart_without_checkpoint(run_dir, metrics_path)
     if primary:
         rundir.write_text(os.path.join(run_dir, CONFIG_FILE), config_lib.dump_config(cfg))
     distributed.barrier("run-dir")
     try:
-        state, done = _loop(cfg, built, state, done, wall_offset, ckpts, metrics_path, layout)
+        state, done = _loop(cfg, built, chunk, state, done, wall_offset, ckpts, metrics_path, layout)
         if not ckpts.steps() or ckpts.latest_step() != done:
             save_checkpoint(ckpts, done, state)
     except guards.Interrupted as stop:
@@ -389,77 +267,6 @@ def _run_locked(cfg, built, keys, layout, run_dir, resume, evaluate, out, accept
             eval_lib.write_summary(summary, os.path.join(run_dir, EVAL_FILE))
             print(eval_lib.format_summary(summary), file=out)
     return RunResult(run_dir, state, done, summary)
-
-
-def _restart_without_checkpoint(run_dir: str, metrics_path: str) -> None:
-    """``--resume`` found no checkpoint: say so, and set aside the metrics of the lost updates."""
-    note = ""
-    if os.path.lexists(metrics_path) and os.path.getsize(metrics_path) > 0:
-        kept = rundir.set_aside(metrics_path)
-        note = f"; its earlier metrics were kept as {os.path.basename(kept)}"
-    print(f"jaxrl: warning: {run_dir} has no checkpoint to resume from: starting at update 0{note}", file=sys.stderr)
-
-
-def initial_from(cfg: RunConfig, built: Built, fresh, keys, source_dir: str, layout):
-    """``(state, record)``: ``fresh`` (seeds ``[S, ...]``) with the learned parameters of the
-    run in ``source_dir`` put in by the program's ``load_params``; the source must have the same network
-    shapes (another algorithm's: the same loaded model, ``model_mismatch``) and train 1 or S seeds."""
-    from jaxrl.run.evaluate import load_run
-
-    load = built.program.load_params
-    if load is None:
-        raise ConfigError(f"--init-from: {cfg.algo} cannot start from another run's parameters")
-    src_cfg, _, trained, step = load_run(source_dir)
-    if src_cfg.algo != cfg.algo and (why := model_mismatch(src_cfg.algo, src_cfg.algo_config, cfg.algo, cfg.algo_config)):
-        raise ConfigError(f"--init-from: {source_dir!r} trained {src_cfg.algo}, this run is {cfg.algo}: {why}")
-    n_src, n = src_cfg.train.seeds, cfg.train.seeds
-    if n_src not in (1, n):
-        raise ConfigError(f"--init-from: {source_dir!r} trained {n_src} seeds; this run needs 1 or {n}")
-    if n_src != n:
-        trained = jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x, (n,) + x.shape[1:]), trained)
-    template = jax.eval_shape(jax.vmap(built.program.init), keys)
-    try:
-        loaded = jax.eval_shape(jax.vmap(load), template, trained)
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(f"--init-from: {source_dir!r}'s parameters do not fit this config: {exc}") from None
-    diff = _tree_mismatch(template, loaded)
-    if diff:
-        raise ConfigError(f"--init-from: {source_dir!r}'s parameters do not fit this config (network shapes differ): {diff}")
-    host = to_storable(jax.device_get(jax.jit(jax.vmap(load))(sharding.local_copy(fresh) if jax.process_count() > 1 else fresh, trained)))
-    state = sharding.put(host, template, layout.state)
-    return state, {"run_dir": os.path.abspath(source_dir), "update": int(step), "seeds": n_src}
-
-
-def _tree_mismatch(a, b) -> str | None:
-    """The first leaf (path) whose shape or dtype differs between two abstract trees."""
-    if jax.tree_util.tree_structure(a) != jax.tree_util.tree_structure(b):
-        return "different structure"
-    for (path, x), y in zip(jax.tree_util.tree_flatten_with_path(a)[0], jax.tree_util.tree_leaves(b)):
-        if x.shape != y.shape or x.dtype != y.dtype:
-            return f"{jax.tree_util.keystr(path)}: {x.dtype}{list(x.shape)} vs {y.dtype}{list(y.shape)}"
-    return None
-
-
-def _check_config_drift(cfg: RunConfig, record: dict, run_dir: str, step: int, accept: bool, primary: bool, out) -> None:
-    """Refuse (or, with ``accept``, record) a resume whose config differs from the one
-    checkpoint ``step`` was trained with (its record's ``meta.config``)."""
-    trained = (record.get("meta") or {}).get("config")
-    if not isinstance(trained, dict):
-        raise ConfigError(f"--resume {run_dir!r}: checkpoint {step} records no config; cannot check config.yaml")
-    diff = rundir.config_diff(trained, config_lib.config_to_dict(cfg), ignore=OPERATIONAL_KEYS)
-    if not diff:
-        return
-    changes = rundir.describe_diff(diff)
-    if not accept:
-        raise ConfigError(
-            f"--resume {run_dir!r}: {CONFIG_FILE} differs from the config checkpoint {step} was trained with: "
-            f"{changes}; restore it, or pass --accept-config-change to continue with the new values"
-        )
-    if primary:
-        when = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-        entry = {"update": step, "time": when, "changes": {k: [a, b] for k, (a, b) in diff.items()}}
-        rundir.append_jsonl(os.path.join(run_dir, CHANGES_FILE), entry)
-    print(f"jaxrl: config changed at update {step} (accepted, recorded in {CHANGES_FILE}): {changes}", file=out)
 
 
 def _save_on_interrupt(ckpts: Checkpoints, stop: guards.Interrupted, run_dir: str) -> None:
@@ -497,13 +304,12 @@ def record_stop(stop: config_lib.StopAt, record: dict, run_dir: str) -> None:
 
 
 def _loop(
-    cfg: RunConfig, built: Built, state, done: int, wall_offset: float, ckpts: Checkpoints, metrics_path: str,
+    cfg: RunConfig, built: Built, chunk: Callable, state, done: int, wall_offset: float, ckpts: Checkpoints, metrics_path: str,
     layout: sharding.Layout | None = None,
 ):
     """Run chunks from ``done`` updates to the end; returns ``(state, updates done)``."""
     d = built.derived
     k = d.updates_per_chunk
-    chunk = make_chunk(built.program.update, k, layout)
     where = None if layout is None else layout.replicated
     n_dev = {n: jax.device_put(np.int32(n), where) for n in {k, d.num_updates % k or k}}
     primary = distributed.is_primary()
@@ -516,14 +322,13 @@ def _loop(
     watch = alerts_lib.Watch(built.program.alerts, os.path.dirname(metrics_path), primary)
     start = time.perf_counter()
     chunks_since_save = 0
-    trace_mesh = layout.mesh if layout is not None and layout.mode == "envs" else None
+    mesh = trace_mesh(layout)
     last = (done, state)  # the state after `done` updates, all logged: what a Ctrl-C checkpoints
-    guards.check_stop_metric(cfg.train.stop_at, chunk, state, n_dev[k], trace_mesh)
     try:
         with guards.InterruptFlag() as ctrl_c:
             while done < d.num_updates:
                 n = min(k, d.num_updates - done)
-                with jax.transfer_guard("disallow"), sharding.use_mesh(trace_mesh):
+                with jax.transfer_guard("disallow"), sharding.use_mesh(mesh):
                     state, metrics, finite = chunk(state, n_dev[n])  # env split: traced under the mesh (constrain_batch)
                 metrics, finite = jax.device_get((metrics, finite))
                 check_finite(metrics, finite, done, n, ckpts)
@@ -552,49 +357,3 @@ def _loop(
         bar.close()
         log.close()
     return state, done
-
-
-# ------------------------------------------------------------------------------------------
-# CLI entry point: `jaxrl train CONFIG [--set k=v ...] [--seeds N] [--out DIR] [--resume DIR]`
-# ------------------------------------------------------------------------------------------
-
-
-def config_from_args(args) -> RunConfig | None:
-    """The config named on the command line with ``--set``/``--seeds`` applied (or None)."""
-    overrides = list(args.set or [])
-    if getattr(args, "seeds", None) is not None:
-        overrides.append(f"train.seeds={args.seeds}")
-    if args.config is None:  # with --resume, the keys that only change reporting may be set
-        if overrides and not (args.resume and all(o.partition("=")[0].strip() in OPERATIONAL_KEYS for o in overrides)):
-            raise ConfigError(f"--set/--seeds need a CONFIG; with --resume only {', '.join(OPERATIONAL_KEYS)} may be set")
-        return config_lib.load_config(os.path.join(args.resume, CONFIG_FILE), overrides) if overrides else None
-    return config_lib.load_config(args.config, overrides)
-
-
-def join_processes(args) -> bool:
-    """``jax.distributed.initialize`` from ``--coordinator-address/--num-processes/
-    --process-id``, the ``JAXRL_*`` environment variables or a detected cluster (SLURM...);
-    a no-op for a single process. Must run before anything touches a device."""
-    try:
-        spec = distributed.resolve_spec(
-            getattr(args, "coordinator_address", None), getattr(args, "num_processes", None),
-            getattr(args, "process_id", None),
-        )
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from None
-    return distributed.initialize(spec)
-
-
-def main_train(args) -> int:
-    """``jaxrl train``: returns 0; failures (config error 2, non-finite stop 1, Ctrl-C 130,
-    I/O or memory 3) raise and reach the one-line handler of :func:`jaxrl.cli.main`."""
-    if args.config is None and args.resume is None:
-        raise ConfigError("train needs a CONFIG file or --resume RUN_DIR")
-    join_processes(args)
-    cfg = config_from_args(args)
-    accept = bool(getattr(args, "accept_config_change", False))
-    if accept and args.resume is None:
-        raise ConfigError("--accept-config-change only applies with --resume RUN_DIR")
-    result = run(cfg, run_dir=args.out, resume=args.resume, accept_config_change=accept, init_from=getattr(args, "init_from", None))
-    print(f"jaxrl: done: {result.updates} updates; run directory {result.run_dir}")
-    return 0

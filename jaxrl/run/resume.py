@@ -1,0 +1,112 @@
+"""Continuing a run: ``--resume`` (the same run, from its newest verified checkpoint) and
+``--init-from`` (a new run from another run's learned parameters).
+
+A resume uses the run's own ``config.yaml``; it is refused when that file differs from the
+config the checkpoint was trained with, except in :data:`OPERATIONAL_KEYS` (where and how
+the run reports), unless the change is accepted and recorded in ``config_changes.jsonl``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+
+from jaxrl.algos.common.lm import model_mismatch
+from jaxrl.parallel import sharding
+from jaxrl.run import config as config_lib
+from jaxrl.run import rundir
+from jaxrl.run.build import Built
+from jaxrl.run.checkpoint import to_storable
+from jaxrl.run.config import ConfigError, RunConfig
+from jaxrl.run.files import CHANGES_FILE, CONFIG_FILE
+
+__all__ = ["OPERATIONAL_KEYS", "check_config_drift", "initial_from", "resolve_resume", "restart_without_checkpoint"]
+
+#: Config keys that change where and how a run reports, never its results: a resume may
+#: change them without --accept-config-change.
+OPERATIONAL_KEYS = ("train.progress", "train.out_dir", "train.keep_checkpoints", "train.checkpoint_every", "train.loggers")
+
+
+def resolve_resume(cfg: RunConfig | None, resume: str) -> RunConfig:
+    path = os.path.join(resume, CONFIG_FILE)
+    if not os.path.lexists(path):
+        raise ConfigError(f"--resume {resume!r}: no {CONFIG_FILE} there (not a run directory)")
+    saved, given = config_lib.load_config(path), cfg and config_lib.config_to_dict(cfg)
+    if given and rundir.config_diff(config_lib.config_to_dict(saved), given, ignore=OPERATIONAL_KEYS):
+        raise ConfigError(f"--resume {resume!r}: the given config differs from the run's {CONFIG_FILE}")
+    return saved if cfg is None else cfg  # differs at most in OPERATIONAL_KEYS (train.progress...)
+
+
+def restart_without_checkpoint(run_dir: str, metrics_path: str) -> None:
+    """``--resume`` found no checkpoint: say so, and set aside the metrics of the lost updates."""
+    note = ""
+    if os.path.lexists(metrics_path) and os.path.getsize(metrics_path) > 0:
+        kept = rundir.set_aside(metrics_path)
+        note = f"; its earlier metrics were kept as {os.path.basename(kept)}"
+    print(f"jaxrl: warning: {run_dir} has no checkpoint to resume from: starting at update 0{note}", file=sys.stderr)
+
+
+def initial_from(cfg: RunConfig, built: Built, fresh, keys, source_dir: str, layout):
+    """``(state, record)``: ``fresh`` (seeds ``[S, ...]``) with the learned parameters of the
+    run in ``source_dir`` put in by the program's ``load_params``; the source must have the same network
+    shapes (another algorithm's: the same loaded model, ``model_mismatch``) and train 1 or S seeds."""
+    from jaxrl.run.evaluate import load_run
+
+    load = built.program.load_params
+    if load is None:
+        raise ConfigError(f"--init-from: {cfg.algo} cannot start from another run's parameters")
+    src_cfg, _, trained, step = load_run(source_dir)
+    if src_cfg.algo != cfg.algo and (why := model_mismatch(src_cfg.algo, src_cfg.algo_config, cfg.algo, cfg.algo_config)):
+        raise ConfigError(f"--init-from: {source_dir!r} trained {src_cfg.algo}, this run is {cfg.algo}: {why}")
+    n_src, n = src_cfg.train.seeds, cfg.train.seeds
+    if n_src not in (1, n):
+        raise ConfigError(f"--init-from: {source_dir!r} trained {n_src} seeds; this run needs 1 or {n}")
+    if n_src != n:
+        trained = jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x, (n,) + x.shape[1:]), trained)
+    template = jax.eval_shape(jax.vmap(built.program.init), keys)
+    try:
+        loaded = jax.eval_shape(jax.vmap(load), template, trained)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"--init-from: {source_dir!r}'s parameters do not fit this config: {exc}") from None
+    diff = _tree_mismatch(template, loaded)
+    if diff:
+        raise ConfigError(f"--init-from: {source_dir!r}'s parameters do not fit this config (network shapes differ): {diff}")
+    host = to_storable(jax.device_get(jax.jit(jax.vmap(load))(sharding.local_copy(fresh) if jax.process_count() > 1 else fresh, trained)))
+    state = sharding.put(host, template, layout.state)
+    return state, {"run_dir": os.path.abspath(source_dir), "update": int(step), "seeds": n_src}
+
+
+def _tree_mismatch(a, b) -> str | None:
+    """The first leaf (path) whose shape or dtype differs between two abstract trees."""
+    if jax.tree_util.tree_structure(a) != jax.tree_util.tree_structure(b):
+        return "different structure"
+    for (path, x), y in zip(jax.tree_util.tree_flatten_with_path(a)[0], jax.tree_util.tree_leaves(b)):
+        if x.shape != y.shape or x.dtype != y.dtype:
+            return f"{jax.tree_util.keystr(path)}: {x.dtype}{list(x.shape)} vs {y.dtype}{list(y.shape)}"
+    return None
+
+
+def check_config_drift(cfg: RunConfig, record: dict, run_dir: str, step: int, accept: bool, primary: bool, out) -> None:
+    """Refuse (or, with ``accept``, record) a resume whose config differs from the one
+    checkpoint ``step`` was trained with (its record's ``meta.config``)."""
+    trained = (record.get("meta") or {}).get("config")
+    if not isinstance(trained, dict):
+        raise ConfigError(f"--resume {run_dir!r}: checkpoint {step} records no config; cannot check config.yaml")
+    diff = rundir.config_diff(trained, config_lib.config_to_dict(cfg), ignore=OPERATIONAL_KEYS)
+    if not diff:
+        return
+    changes = rundir.describe_diff(diff)
+    if not accept:
+        raise ConfigError(
+            f"--resume {run_dir!r}: {CONFIG_FILE} differs from the config checkpoint {step} was trained with: "
+            f"{changes}; restore it, or pass --accept-config-change to continue with the new values"
+        )
+    if primary:
+        when = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+        entry = {"update": step, "time": when, "changes": {k: [a, b] for k, (a, b) in diff.items()}}
+        rundir.append_jsonl(os.path.join(run_dir, CHANGES_FILE), entry)
+    print(f"jaxrl: config changed at update {step} (accepted, recorded in {CHANGES_FILE}): {changes}", file=out)
