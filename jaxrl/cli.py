@@ -198,6 +198,10 @@ def _add_eval(sub) -> None:
     p.add_argument("-n", "--prompts", type=count, help="token tasks: sample this many held-out prompts (with -r)")
     p.add_argument("-r", "--rollouts", type=count, help="token tasks: completions sampled per prompt: mean, std, pass@k (with -n)")
     p.add_argument("--step", type=count, metavar="N", help="evaluate checkpoint N (updates done) instead of the newest")
+    p.add_argument(
+        "--remote", metavar="URL",
+        help="step the policy against an env served at URL (e.g. ws://host:8000 from `jaxrl serve`), host-stepped",
+    )
     p.set_defaults(func=_lazy("jaxrl.run.evaluate", "main_eval"))
 
 

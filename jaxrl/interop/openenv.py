@@ -129,7 +129,8 @@ class OpenEnvClient:
             except ModuleNotFoundError:
                 raise ModuleNotFoundError(INSTALL_HINT) from None
             try:
-                self._ws = connect(self.url, open_timeout=self.connect_timeout, max_size=None, proxy=None)
+                # Entered as a context manager (closed by close()): websockets 17.1 deprecates bare use.
+                self._ws = connect(self.url, open_timeout=self.connect_timeout, max_size=None, proxy=None).__enter__()
             except Exception as exc:
                 raise _connect_error(self.url, exc) from None
         return self
@@ -137,7 +138,10 @@ class OpenEnvClient:
     def _call(self, message: str) -> dict:
         self.connect()
         try:
-            self._ws.send(message)
+            try:
+                self._ws.send(message)
+            except Exception:  # closed by the server: a reply it sent first (e.g. CAPACITY_REACHED) is still readable
+                pass
             raw = self._ws.recv(timeout=self.message_timeout)
         except TimeoutError:
             raise TimeoutError(f"{self.url} sent no reply within {self.message_timeout:g} s") from None
@@ -200,7 +204,10 @@ class AsyncOpenEnvClient:
 
         await self.connect()
         try:
-            await self._ws.send(message)
+            try:
+                await self._ws.send(message)
+            except Exception:  # as in OpenEnvClient._call: read what the server sent before closing
+                pass
             raw = await asyncio.wait_for(self._ws.recv(), self.message_timeout)
         except asyncio.TimeoutError:
             raise TimeoutError(f"{self.url} sent no reply within {self.message_timeout:g} s") from None

@@ -203,6 +203,8 @@ def main_eval(args) -> int:
     out_path = os.path.join(args.run_dir, EVAL_FILE)
     rundir.refuse_link(out_path)  # before the work, not after it
     guards.check_seed(args.seed, "--seed", guards.MAX_SEED - EVAL_SEED_OFFSET)
+    if getattr(args, "remote", None):
+        return main_remote(args, out_path)
     n, r = getattr(args, "prompts", None), getattr(args, "rollouts", None)
     if n is not None or r is not None:
         return main_sampled(args, out_path, n, r)
@@ -242,6 +244,106 @@ def main_sampled(args, out_path: str, n: int | None, r: int | None) -> int:
             previous = {}
     write_summary({**(previous if isinstance(previous, dict) else {}), "sampled": summary}, out_path)
     print(sampled.format_sampled(summary))
+    return 0
+
+
+def remote_action_map(policy_space, remote: dict):
+    """``policy action -> action the server takes``: identity, or for a policy acting in a
+    box of other bounds (PPO's ``[-1, 1]``) a clip and an affine map onto the server's box
+    (as :class:`~jaxrl.core.wrappers.RescaleAction`)."""
+    from jaxrl.core import spaces
+
+    kind = remote.get("kind")
+    if isinstance(policy_space, spaces.Discrete):
+        if kind != "Discrete" or remote.get("n") != policy_space.n:
+            raise ConfigError(f"--remote: the policy acts in {policy_space!r}, the server's action space is {_space_line(remote)}")
+        return lambda a: int(np.asarray(a))
+    if kind != "Box" or list(remote.get("shape", [])) != list(policy_space.shape):
+        raise ConfigError(f"--remote: the policy acts in {policy_space!r}, the server's action space is {_space_line(remote)}")
+    low, high = np.asarray(policy_space.low, np.float64), np.asarray(policy_space.high, np.float64)
+    r_low, r_high = np.asarray(remote["low"], np.float64), np.asarray(remote["high"], np.float64)
+    if np.array_equal(low, r_low) and np.array_equal(high, r_high):
+        return lambda a: np.asarray(a, np.float64).tolist()
+    return lambda a: (r_low + (np.clip(np.asarray(a, np.float64), low, high) - low) / (high - low) * (r_high - r_low)).tolist()
+
+
+def _space_line(spec: dict) -> str:
+    return f"Discrete({spec.get('n')})" if spec.get("kind") == "Discrete" else f"{spec.get('kind')}(shape={spec.get('shape')})"
+
+
+def remote_returns(act, url: str, episodes: int, seed: int, obs_dtype, action_map, max_steps: int = 1_000_000) -> list[float]:
+    """Returns of ``episodes`` host-stepped episodes on the OpenEnv server at ``url``:
+    episode ``i`` is ``reset(seed=seed + i)``; ``act(key, obs)`` acts (a fresh actor per
+    episode from ``act()``), step ``t`` with ``fold_in(PRNGKey(seed + i), t)``."""
+    from jaxrl.interop.openenv import OpenEnvClient
+
+    returns = []
+    with OpenEnvClient(url) as client:
+        for i in range(episodes):
+            actor, key = act(), jax.random.PRNGKey(seed + i)
+            result, total, t = client.reset(seed=seed + i), 0.0, 0
+            while t == 0 or not result.done:
+                if t >= max_steps:
+                    raise ConfigError(f"--remote: episode {i} did not end within {max_steps} steps")
+                action = actor(jax.random.fold_in(key, t), np.asarray(result.obs, obs_dtype))
+                result = client.step(action_map(action))
+                total, t = total + float(result.reward), t + 1
+            returns.append(total)
+    return returns
+
+
+def _fresh_actor(policy, agent, step):
+    """An episode's ``act(key, obs)``: a fresh carry, the one compiled ``step``."""
+    carry = [policy.init_carry(agent)]
+
+    def act(key, obs):
+        carry[0], action = step(carry[0], key, obs)
+        return action
+
+    return act
+
+
+def main_remote(args, out_path: str) -> int:
+    """``jaxrl eval RUN --remote URL``: the run's deterministic policy against a served env
+    (``jaxrl serve`` or any OpenEnv server speaking jaxrl's observation shape), stepped from
+    this host; the summary goes into ``eval.json`` under ``"remote"``."""
+    from jaxrl.interop import openenv
+
+    if getattr(args, "prompts", None) is not None or getattr(args, "rollouts", None) is not None:
+        raise ConfigError("--remote does not combine with -n/-r")
+    cfg, built, states, step = load_run(args.run_dir, step=getattr(args, "step", None))
+    policy = built.program.policy
+    if policy is None:
+        raise ConfigError(f"--remote: {cfg.algo} on {cfg.env.id} has no acting policy to step a remote env with")
+    episodes = args.episodes if args.episodes is not None else int(getattr(cfg.algo_config, "eval_episodes", 10))
+    if episodes < 2:
+        raise ConfigError(f"--episodes: need at least 2 episodes for a confidence interval, got {episodes}")
+    try:
+        schema = openenv.schema(args.remote)
+    except (ConnectionError, ValueError) as exc:
+        raise ConfigError(f"--remote: {exc}") from None
+    remote_space = (schema.get("action") or {}).get("x-jaxrl-space")
+    if not remote_space:
+        raise ConfigError(f"--remote {args.remote}: the server's /schema names no x-jaxrl-space (not a jaxrl serve server)")
+    action_map = remote_action_map(policy.env.action_space(built.envs.eval_params), remote_space)
+    obs_space = policy.env.observation_space(built.envs.eval_params)
+    agent = policy.params(jax.tree_util.tree_map(lambda x: x[0], states))
+    act = functools.partial(_fresh_actor, policy, agent, jax.jit(functools.partial(_act, policy, agent, True)))
+    try:
+        returns = remote_returns(act, args.remote, episodes, args.seed + EVAL_SEED_OFFSET, np.dtype(obs_space.dtype), action_map)
+    except (ConnectionError, openenv.OpenEnvError, TimeoutError) as exc:
+        raise ConfigError(f"--remote {args.remote}: {exc}") from None
+    stats = {**return_stats(returns), "label": "remote deterministic return"}
+    summary = {"policies": {"deterministic": stats}, "metric": "return", "remote": args.remote, "checkpoint_update": step}
+    previous = {}
+    if os.path.exists(out_path):
+        try:
+            with open(out_path) as f:
+                previous = json.load(f)
+        except (OSError, ValueError):
+            previous = {}
+    write_summary({**(previous if isinstance(previous, dict) else {}), "remote": summary}, out_path)
+    print(format_summary(summary))
     return 0
 
 

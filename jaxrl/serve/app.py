@@ -322,7 +322,7 @@ def create_app(server: Server):
         session = server.acquire()
         if session is None:
             await websocket.send_text(server.capacity_error())
-            await websocket.close(code=1013)
+            await websocket.close(code=1013, reason=f"no free session (--max-sessions {server.pool.capacity})")
             return
         try:
             while True:
