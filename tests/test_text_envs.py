@@ -288,3 +288,36 @@ def test_alphabet_sort_num_letters_restricts_the_names():
     for prompt, answer in zip(prompts[:32], np.asarray(tasks.answer)[:32]):
         names = decode(prompt[:-1]).split(",")
         assert decode(answer) == ",".join(sorted(names))
+
+
+def test_a_token_task_that_forgets_an_abstract_member_cannot_be_built():
+    """TokenEnv's members are abstract: a task without ``prompt_len`` (or a digit task without
+    ``answer``) fails when it is built, not at its first reset."""
+    import dataclasses
+
+    from jaxrl_envs.text.base import DigitListTask, TokenEnv
+
+    @dataclasses.dataclass(frozen=True)
+    class NoPromptLen(TokenEnv):
+        name = "test/NoPromptLen-v0"
+        default_params = None
+        max_completion_len = 2
+
+        @property
+        def verifier(self):
+            return None
+
+        def generate(self, key, params):
+            return None
+
+    with pytest.raises(TypeError, match="prompt_len"):
+        NoPromptLen()
+
+    @dataclasses.dataclass(frozen=True)
+    class NoAnswer(DigitListTask):
+        max_digits: int = 3
+        rubric: str = "dense"
+        name = "test/NoAnswer-v0"
+
+    with pytest.raises(TypeError, match="answer"):
+        NoAnswer()

@@ -23,7 +23,7 @@ from flax import struct
 
 from jaxrl.core.env import Range
 from jaxrl.verifiers import PAD, Task
-from jaxrl_envs.text.base import TokenEnv, digit_potential, digit_rubric, set_free_token
+from jaxrl_envs.text.base import DigitTask, set_free_token
 from jaxrl_envs.text.vocab import DIGIT0, PLUS, SEP
 
 
@@ -46,14 +46,11 @@ class AdditionParams:
 
 
 @dataclasses.dataclass(frozen=True)
-class Addition(TokenEnv):
+class Addition(DigitTask):
     max_digits: int = 2
     rubric: str = "dense"
 
-    def __post_init__(self):
-        if not 1 <= self.max_digits <= 8:  # a + b must fit in int32
-            raise ValueError(f"Addition needs 1 <= max_digits <= 8, got {self.max_digits}")
-        digit_rubric(self.rubric)
+    SIZE = ("max_digits", 1, 8)  # a + b must fit in int32
 
     @property
     def name(self) -> str:
@@ -70,13 +67,6 @@ class Addition(TokenEnv):
     @property
     def max_completion_len(self) -> int:
         return self.max_digits + 2
-
-    @property
-    def verifier(self):
-        return digit_rubric(self.rubric)
-
-    def potential(self, metrics, params):
-        return digit_potential(self.rubric, metrics)
 
     def generate(self, key, params) -> Task:
         k_nd, k_digits, k_free = jax.random.split(key, 3)

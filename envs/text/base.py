@@ -35,12 +35,15 @@ prompt, and both splits are uniform over their prompts. :func:`is_held_out` reco
 
 from __future__ import annotations
 
+import abc
+from typing import ClassVar
+
 import jax
 import jax.numpy as jnp
 from flax import struct
 
 from jaxrl.core import spaces
-from jaxrl.core.env import check_action_shape, first_timestep, transition
+from jaxrl.core.env import Range, check_action_shape, first_timestep, transition
 from jaxrl.core.tokens import TokenTask
 from jaxrl.verifiers import EOS, PAD, Task, Verifier
 from jaxrl_envs.text.vocab import DIGIT0, LETTER_A, SEP, VOCAB_SIZE
@@ -111,25 +114,30 @@ def set_free_token(key: Array, prompt: Array, held_out: Array) -> Array:
 class TokenEnv(TokenTask):
     """Base of the token tasks. Subclasses are frozen dataclasses of static sizes that define
     ``prompt_len``, ``max_completion_len``, ``default_params``, ``generate(key, params) ->
-    Task`` (honouring ``params.held_out``) and ``verifier``."""
+    Task`` (honouring ``params.held_out``) and ``verifier``; a subclass that leaves one out
+    cannot be instantiated (they are abstract)."""
 
     invalid_action_rule = "token ids are clipped into [0, VOCAB_SIZE)"
     vocab_size = VOCAB_SIZE
 
     @property
+    @abc.abstractmethod
     def prompt_len(self) -> int:
-        raise NotImplementedError
+        """Tokens of the (left-padded) prompt."""
 
     @property
+    @abc.abstractmethod
     def max_completion_len(self) -> int:
-        raise NotImplementedError
+        """Most tokens of a completion, EOS included."""
 
     @property
+    @abc.abstractmethod
     def verifier(self) -> Verifier:
-        raise NotImplementedError
+        """The total reward function ``(task, completion) -> (reward, metrics)``."""
 
+    @abc.abstractmethod
     def generate(self, key: Array, params) -> Task:
-        raise NotImplementedError
+        """A task of the split ``params.held_out`` asks for: a pure function of ``key``."""
 
     def decode(self, tokens) -> str:
         from jaxrl_envs.text.vocab import decode
@@ -197,6 +205,68 @@ class TokenEnv(TokenTask):
 
     def action_space(self, params):
         return spaces.Discrete(VOCAB_SIZE)
+
+
+@struct.dataclass
+class DigitParams:
+    num_digits: int = 8  # digits per prompt, 1 .. max_digits (a curriculum may raise it)
+    held_out: bool = False  # draw prompts from the held-out split (evaluation only)
+    step_rewards: int = 0  # 1: pay the rubric's partial credit token by token (same return)
+    max_digits: int = struct.field(pytree_node=False, default=8)  # set by the env: the buffers' size
+
+    bounds: ClassVar[dict] = {"num_digits": Range(ge=1, le="max_digits"), "step_rewards": Range(ge=0, le=1)}
+
+
+class DigitTask(TokenEnv):
+    """Base of the digit tasks (reverse, sort, addition, parity): the reward is a
+    :func:`digit_rubric` named by the ``rubric`` field, its partial credit
+    :func:`digit_potential`, and the size field ``SIZE = (name, low, high)`` is checked at
+    construction. Subclasses are frozen dataclasses with the size field and ``rubric``."""
+
+    SIZE: ClassVar[tuple[str, int, int]]
+
+    def __post_init__(self):
+        field, low, high = self.SIZE
+        value = getattr(self, field)
+        if not low <= value <= high:
+            raise ValueError(f"{type(self).__name__} needs {low} <= {field} <= {high}, got {value}")
+        digit_rubric(self.rubric)  # validates the name
+
+    @property
+    def verifier(self) -> Verifier:
+        return digit_rubric(self.rubric)
+
+    def potential(self, metrics, params):
+        return digit_potential(self.rubric, metrics)
+
+
+class DigitListTask(DigitTask):
+    """A digit task whose prompt is ``d1 ... dK =`` (:func:`digit_prompt`, K =
+    ``params.num_digits``) and whose answer is K digits computed from it by :meth:`answer`,
+    then EOS. Its params carry ``num_digits``, ``held_out``, ``step_rewards``."""
+
+    SIZE = ("max_digits", 1, 32)
+
+    @property
+    def default_params(self):
+        return DigitParams(num_digits=self.max_digits, max_digits=self.max_digits)
+
+    @property
+    def prompt_len(self) -> int:
+        return self.max_digits + 1
+
+    @property
+    def max_completion_len(self) -> int:
+        return self.max_digits + 1
+
+    @abc.abstractmethod
+    def answer(self, prompt: Array, num_digits: Array) -> Array:
+        """int32 ``[max_digits]``: the answer's ``num_digits`` tokens, PAD after."""
+
+    def generate(self, key, params) -> Task:
+        prompt = digit_prompt(key, params.num_digits, self.max_digits, params.held_out)
+        nd = jnp.clip(jnp.asarray(params.num_digits, jnp.int32), 1, self.max_digits)
+        return Task(prompt, self.answer(prompt, nd).astype(jnp.int32), nd)
 
 
 def right_align(content: Array, length: Array, width: int) -> Array:

@@ -22,7 +22,7 @@ from flax import struct
 
 from jaxrl.core.env import Range
 from jaxrl.verifiers import PAD, Task
-from jaxrl_envs.text.base import TokenEnv, _mix, digit_potential, digit_rubric
+from jaxrl_envs.text.base import DigitTask, _mix
 from jaxrl_envs.text.vocab import DIGIT0, SEP
 
 
@@ -41,14 +41,11 @@ def held_out_patterns(num_bits: int) -> jax.Array:
 
 
 @dataclasses.dataclass(frozen=True)
-class Parity(TokenEnv):
+class Parity(DigitTask):
     num_bits: int = 6
     rubric: str = "dense"
 
-    def __post_init__(self):
-        if not 2 <= self.num_bits <= 16:
-            raise ValueError(f"Parity needs 2 <= num_bits <= 16, got {self.num_bits}")
-        digit_rubric(self.rubric)  # validates the name
+    SIZE = ("num_bits", 2, 16)
 
     @property
     def name(self) -> str:
@@ -65,13 +62,6 @@ class Parity(TokenEnv):
     @property
     def max_completion_len(self) -> int:
         return 2
-
-    @property
-    def verifier(self):
-        return digit_rubric(self.rubric)
-
-    def potential(self, metrics, params):
-        return digit_potential(self.rubric, metrics)
 
     def generate(self, key, params) -> Task:
         split = held_out_patterns(self.num_bits) == jnp.asarray(params.held_out)

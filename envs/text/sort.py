@@ -11,50 +11,22 @@ import dataclasses
 
 import jax.numpy as jnp
 
-from jaxrl.verifiers import PAD, Task
-from jaxrl_envs.text.base import TokenEnv, digit_potential, digit_prompt, digit_rubric
-from jaxrl_envs.text.reverse import DigitParams
+from jaxrl.verifiers import PAD
+from jaxrl_envs.text.base import DigitListTask
+from jaxrl_envs.text.base import DigitParams  # noqa: F401  (importable from here as before)
 
 
 @dataclasses.dataclass(frozen=True)
-class Sort(TokenEnv):
+class Sort(DigitListTask):
     max_digits: int = 6
     rubric: str = "dense"
-
-    def __post_init__(self):
-        if not 1 <= self.max_digits <= 32:
-            raise ValueError(f"Sort needs 1 <= max_digits <= 32, got {self.max_digits}")
-        digit_rubric(self.rubric)
 
     @property
     def name(self) -> str:
         return "text/Sort-v0"
 
-    @property
-    def default_params(self) -> DigitParams:
-        return DigitParams(num_digits=self.max_digits, max_digits=self.max_digits)
-
-    @property
-    def prompt_len(self) -> int:
-        return self.max_digits + 1
-
-    @property
-    def max_completion_len(self) -> int:
-        return self.max_digits + 1
-
-    @property
-    def verifier(self):
-        return digit_rubric(self.rubric)
-
-    def potential(self, metrics, params):
-        return digit_potential(self.rubric, metrics)
-
-    def generate(self, key, params) -> Task:
-        prompt = digit_prompt(key, params.num_digits, self.max_digits, params.held_out)
-        nd = jnp.clip(jnp.asarray(params.num_digits, jnp.int32), 1, self.max_digits)
-        body = prompt[:-1]
+    def answer(self, prompt, num_digits):
         # PAD (0) sorts before every digit: the nd digits are the last nd sorted entries.
-        ordered = jnp.sort(body)
+        ordered = jnp.sort(prompt[:-1])
         j = jnp.arange(self.max_digits)
-        answer = jnp.where(j < nd, ordered[jnp.clip(self.max_digits - nd + j, 0, self.max_digits - 1)], PAD)
-        return Task(prompt, answer.astype(jnp.int32), nd)
+        return jnp.where(j < num_digits, ordered[jnp.clip(self.max_digits - num_digits + j, 0, self.max_digits - 1)], PAD)
