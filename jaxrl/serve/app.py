@@ -22,8 +22,13 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import numpy as np
+
 from jaxrl.serve import protocol
 from jaxrl.serve.pool import MAX_SEED, ActionError, SlotPool, space_spec
+from jaxrl.serve.text import TextCodec
+
+MAX_TEXT = 100_000  # characters of a text action
 
 
 class Batcher:
@@ -112,6 +117,7 @@ class Server:
         self.batcher: Batcher | None = None
         self.window_s = window_s
         self.stopping = False
+        self.codec = TextCodec.of(pool.env) if pool.slots == 1 else None  # text tasks speak text too
 
     # ----------------------------------------------------------------- entries
 
@@ -163,11 +169,30 @@ class Server:
         extra = sorted(set(data) - {"action", "metadata"})
         if extra:
             raise ValueError(f"unknown field(s) in step data: {', '.join(extra)} (expected 'action')")
+        if isinstance(data["action"], str):
+            return await self.step_text(session, data["action"])
         action = self.pool.check_action(data["action"])
         row = await self.batcher.submit(session.entry, "step", action)
         session.step_count += 1
         session.episodes_done += int(row["terminated"].sum() + row["truncated"].sum())
         return row
+
+    async def step_text(self, session: Session, text: str) -> dict:
+        """A completion as text: its tokens stepped one by one until the episode ends; the
+        last step's outputs with the summed reward (:mod:`jaxrl.serve.text`)."""
+        if self.codec is None:
+            raise ValueError(f"{self.env_id} takes numbers as actions; text actions need a text task (e.g. text/WordProblems-v0) with 1 slot per session")
+        if len(text) > MAX_TEXT:
+            raise ValueError(f"the action text is {len(text)} characters; at most {MAX_TEXT}")
+        total, row = 0.0, None
+        for token in self.codec.encode(text):
+            row = await self.batcher.submit(session.entry, "step", self.pool.check_action(token))
+            session.step_count += 1
+            total += float(row["reward"].sum())
+            if row["terminated"].any() or row["truncated"].any():
+                session.episodes_done += 1
+                break
+        return {**row, "reward": np.full_like(row["reward"], total)}
 
     async def handle(self, session: Session, text: str) -> str | None:
         """The reply to one WebSocket message (``None`` for ``close``)."""
@@ -186,10 +211,10 @@ class Server:
         try:
             if kind == "reset":
                 row = await self.reset(session, message.get("data"))
-                return protocol.observation_message(row, single, after_reset=True)
+                return protocol.observation_message(row, single, after_reset=True, codec=self.codec)
             if kind == "step":
                 row = await self.step(session, message.get("data"))
-                return protocol.observation_message(row, single, after_reset=False)
+                return protocol.observation_message(row, single, after_reset=False, codec=self.codec)
             if kind == "state":
                 return protocol.state_message(session.state(self.pool.slots))
             self.release(session)
@@ -215,8 +240,12 @@ class Server:
 
     def schema(self) -> dict:
         """OpenEnv's ``SchemaResponse``: JSON schemas of action, observation and state."""
+        action = protocol.action_schema(space_spec(self.pool.action_space))
+        if self.codec is not None:
+            text = {"type": "string", "description": "a completion, tokenized with the task's tokenizer"}
+            action["properties"]["action"] = {"anyOf": [action["properties"]["action"], text]}
         return {
-            "action": protocol.action_schema(space_spec(self.pool.action_space)),
+            "action": action,
             "observation": protocol.observation_schema(space_spec(self.pool.observation_space)),
             "state": protocol.STATE_SCHEMA,
         }
@@ -294,7 +323,7 @@ def create_app(server: Server):
 
         async def run(session):
             row = await server.reset(session, data)
-            return protocol.observation_payload(row, server.pool.slots == 1, after_reset=True)
+            return protocol.observation_payload(row, server.pool.slots == 1, after_reset=True, codec=server.codec)
 
         return await borrowed(run)
 
@@ -308,7 +337,7 @@ def create_app(server: Server):
         async def run(session):
             await server.reset(session, {"seed": data.get("seed", 0)})
             row = await server.step(session, data["action"])
-            return protocol.observation_payload(row, server.pool.slots == 1, after_reset=False)
+            return protocol.observation_payload(row, server.pool.slots == 1, after_reset=False, codec=server.codec)
 
         return await borrowed(run)
 

@@ -17,6 +17,7 @@ server -> client (``WSObservationResponse`` / ``WSStateResponse`` / ``WSErrorRes
 "episode_length"}`` (``VectorEnv``'s contract: where ``done``, ``obs`` starts the next episode
 and ``final_obs`` is the last one). ``reward`` is ``None`` after a reset. With N slots per
 session every value carries a leading ``[N]`` axis (``reward`` and ``done`` become lists).
+Text tasks add ``text``/``final_text`` and take string actions (:mod:`jaxrl.serve.text`).
 Error codes are OpenEnv's ``WSErrorCode`` values.
 """
 
@@ -50,9 +51,10 @@ def _plain(x: Any, single: bool) -> Any:
     return x.tolist()
 
 
-def observation_payload(row: dict, single: bool, after_reset: bool) -> dict:
+def observation_payload(row: dict, single: bool, after_reset: bool, codec=None) -> dict:
     """``{"observation", "reward", "done"}`` (OpenEnv's ``serialize_observation`` shape) of
-    one session's outputs ``row`` (NumPy leaves ``[N, ...]``)."""
+    one session's outputs ``row`` (NumPy leaves ``[N, ...]``); with a text ``codec``
+    (:mod:`jaxrl.serve.text`) the observation also carries ``text`` and ``final_text``."""
     done = np.logical_or(row["terminated"], row["truncated"])
     observation = {
         "obs": _plain(row["obs"], single),
@@ -62,13 +64,16 @@ def observation_payload(row: dict, single: bool, after_reset: bool) -> dict:
         "episode_return": _plain(row["episode_return"], single),
         "episode_length": _plain(row["episode_length"], single),
     }
+    if codec is not None and single:
+        observation["text"] = codec.decode(row["obs"][0])
+        observation["final_text"] = codec.decode(row["final_obs"][0])
     reward = None if after_reset else _plain(row["reward"], single)
     return {"observation": observation, "reward": reward, "done": _plain(done, single)}
 
 
-def observation_message(row: dict, single: bool, after_reset: bool) -> str:
+def observation_message(row: dict, single: bool, after_reset: bool, codec=None) -> str:
     """A ``WSObservationResponse``."""
-    return dumps({"type": "observation", "data": observation_payload(row, single, after_reset)})
+    return dumps({"type": "observation", "data": observation_payload(row, single, after_reset, codec)})
 
 
 def state_message(state: dict) -> str:
