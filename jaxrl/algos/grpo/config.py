@@ -30,8 +30,8 @@ from flax import struct
 
 from jaxrl.algos.common.optim import traced_values
 from jaxrl.algos.contract import AlgoConfig, check
+from jaxrl.algos.grpo.variants import LOSS_TYPES  # the variant table's keys
 
-LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "rloo", "cispo", "gspo")
 
 
 @dataclasses.dataclass(frozen=True)

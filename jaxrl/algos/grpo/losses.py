@@ -2,7 +2,7 @@
 
 Group-relative advantages (std-scaled, mean-centred or leave-one-out, per sequence or per
 token), the clipped surrogates of the six variants with token-, sequence- or
-constant-normalised means, the k3 KL estimator, DAPO's overlong shaping and dynamic-sampling
+constant-normalised means (one table: :mod:`jaxrl.algos.grpo.variants`), the k3 KL estimator, DAPO's overlong shaping and dynamic-sampling
 selection. Which paper or TRL convention each follows: ``docs/grpo_losses.md``.
 """
 
@@ -11,7 +11,9 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from jaxrl.algos.grpo.config import LOSS_TYPES, GRPOHyper
+from jaxrl.algos.grpo.config import GRPOHyper
+from jaxrl.algos.grpo.variants import seq_mean as _seq_mean
+from jaxrl.algos.grpo.variants import token_mean as _token_mean, variant
 
 Array = jax.Array
 ADV_EPS = 1e-4  # TRL's epsilon in (R - mean) / (std + eps)
@@ -143,12 +145,13 @@ def advantage_kind(loss_type: str, scale_rewards: str = "auto") -> str:
     ``rloo``, the group mean otherwise) and ``scale_rewards`` (TRL's: ``"group"`` std,
     ``"batch"`` std or ``"none"``; ``"auto"``: none for ``dr_grpo`` and ``rloo``, group for
     the others)."""
+    v = variant(loss_type)
     if scale_rewards == "auto":
-        scale_rewards = "none" if loss_type in ("dr_grpo", "rloo") else "group"
+        scale_rewards = v.auto_scale
     if scale_rewards not in ("group", "batch", "none"):
         raise ValueError(f"unknown scale_rewards {scale_rewards!r}: expected 'auto', 'group', 'batch' or 'none'")
     suffix = {"group": "std", "batch": "batch_std", "none": ""}[scale_rewards]
-    if loss_type == "rloo":
+    if v.centring == "loo":
         return "loo_" + suffix if suffix else "loo"
     return suffix or "mean"
 
@@ -157,23 +160,6 @@ def k3_kl(logp: Array, ref_logp: Array) -> Array:
     """Per-token k3 estimate of KL(pi || ref): ``exp(ref - logp) - (ref - logp) - 1 >= 0``."""
     d = ref_logp - logp
     return jnp.exp(d) - d - 1.0
-
-
-def _seq_mean(x: Array, mask: Array) -> Array:
-    """Mean over sequences that have a valid token of each one's token mean. ``[N, T] -> []``."""
-    m = mask.astype(jnp.float32)
-    per_seq = jnp.sum(x * m, axis=1) / jnp.maximum(jnp.sum(m, axis=1), 1.0)
-    has = (jnp.sum(m, axis=1) > 0).astype(jnp.float32)
-    return jnp.sum(per_seq * has) / jnp.maximum(jnp.sum(has), 1.0)
-
-
-def _token_mean(x: Array, mask: Array) -> Array:
-    m = mask.astype(jnp.float32)
-    return jnp.sum(x * m) / jnp.maximum(jnp.sum(m), 1.0)
-
-
-def _constant_mean(x: Array, mask: Array) -> Array:
-    return jnp.sum(x * mask.astype(jnp.float32)) / (x.shape[0] * x.shape[1])
 
 
 def _clip_metrics(ratio: Array, adv: Array, eps_low: Array, eps_high: Array, reduce) -> dict:
@@ -203,23 +189,22 @@ def policy_loss(
         (:func:`token_advantages`; not for ``gspo``).
       mask: bool ``[N, T]``, valid tokens.
       hyper: clip ranges ``eps_low``/``eps_high`` and KL coefficient ``beta``.
-      loss_type: one of :data:`LOSS_TYPES` (static).
+      loss_type: a key of :data:`jaxrl.algos.grpo.variants.VARIANTS` (static).
       cispo_clip_low: ``cispo`` only (static): clip the weight below at ``1 - eps_low`` too;
         False (the default, TRL's and the CISPO paper's) caps it above at ``1 + eps_high`` only.
     Returns:
       ``(loss [], metrics)`` with ``loss/policy``, ``kl`` and the clip ratios.
     """
-    if loss_type not in LOSS_TYPES:
-        raise ValueError(f"unknown loss_type {loss_type!r}: expected one of {LOSS_TYPES}")
+    v = variant(loss_type)
     old_logp = jax.lax.stop_gradient(old_logp)
     adv = advantages[:, None] if advantages.ndim == 1 else advantages
     kl = k3_kl(logp, jax.lax.stop_gradient(ref_logp)) if ref_logp is not None else jnp.zeros_like(logp)
-    reduce = {"grpo": _seq_mean, "rloo": _seq_mean, "dr_grpo": _constant_mean}.get(loss_type, _token_mean)
+    reduce = v.reduce
     eps_low, eps_high = hyper.eps_low, hyper.eps_high
-    if loss_type == "gspo":
+    if v.surrogate == "sequence":
         return _gspo_loss(logp, old_logp, kl, advantages, mask, hyper)
     ratio = jnp.exp(logp - old_logp)
-    if loss_type == "cispo":
+    if v.surrogate == "cispo":
         low = 1.0 - eps_low if cispo_clip_low else None
         weight = jax.lax.stop_gradient(jnp.clip(ratio, low, 1.0 + eps_high))
         per_token = -weight * adv * logp
