@@ -222,6 +222,37 @@ def test_http_routes(served):
     assert get(url, "/state") == {"episode_id": None, "step_count": 0}
 
 
+def test_a_failed_device_batch_is_reported_and_the_server_recovers(served, monkeypatch):
+    """A batch that fails after donating the pool's buffers: its sessions hear EXECUTION_ERROR,
+    their lost episodes refuse to step (SESSION_ERROR) until reset, and the server goes on."""
+    url, server, env, params = served
+    ws_url = url.replace("http", "ws") + "/ws"
+    with websockets_sync.connect(ws_url) as ws:
+
+        def ask(message):
+            ws.send(json.dumps(message))
+            return json.loads(ws.recv(timeout=10))
+
+        ask({"type": "reset", "data": {"seed": 1}})
+        working = server.pool._tick
+
+        def broken(carry, *args):
+            jax.tree_util.tree_map(lambda x: x.delete(), carry)  # donated, then the device failed
+            raise RuntimeError("injected device fault")
+
+        monkeypatch.setattr(server.pool, "_tick", broken)
+        reply = ask({"type": "step", "data": {"action": 1}})
+        assert reply["data"]["code"] == "EXECUTION_ERROR" and "injected device fault" in reply["data"]["message"]
+        monkeypatch.setattr(server.pool, "_tick", working)
+        reply = ask({"type": "step", "data": {"action": 1}})
+        assert reply["data"]["code"] == "SESSION_ERROR" and "reset" in reply["data"]["message"]
+        want = reference(env, params, 2, [0])
+        first = ask({"type": "reset", "data": {"seed": 2}})["data"]
+        assert_same(first["observation"], first["reward"], first["done"], want[0], True)
+        step = ask({"type": "step", "data": {"action": 0}})["data"]
+        assert_same(step["observation"], step["reward"], step["done"], want[1], False)
+
+
 def test_pool_compiles_once_as_sessions_come_and_go(served):
     """The retrace guard: one trace of the batched step for the whole module's traffic."""
     pytest.importorskip("websockets")

@@ -99,6 +99,7 @@ class Session:
         self.seed: int | None = None
         self.step_count = 0
         self.episodes_done = 0
+        self.generation = 0  # the pool's generation when this episode started
 
     def state(self, slots: int) -> dict:
         return {
@@ -158,12 +159,15 @@ class Server:
             raise ValueError("episode_id must be a string of at most 255 characters")
         row = await self.batcher.submit(session.entry, "reset", seed)
         session.started, session.seed, session.step_count = True, seed, 0
+        session.generation = self.pool.generation
         session.episode_id = episode_id or uuid.uuid4().hex
         return row
 
     async def step(self, session: Session, data: Any) -> dict:
         if not session.started:
             raise PermissionError("step before reset: send {\"type\": \"reset\"} first")
+        if session.generation != self.pool.generation:
+            raise PermissionError("this episode was lost when a batch failed on the device; send reset to start a new one")
         if not isinstance(data, dict) or "action" not in data:
             raise ValueError("step data must be a JSON object {\"action\": ...}")
         extra = sorted(set(data) - {"action", "metadata"})

@@ -105,7 +105,7 @@ def _serve(args, sock: socket.socket, uvicorn) -> int:
     pool.run({}, {})  # compile the one program now, not on the first client's request
     server = Server(pool, args.env_id, args.window_ms / 1e3, description)
     app = create_app(server)
-    config = uvicorn.Config(app, log_level=args.log_level, ws_ping_interval=None, lifespan="on", timeout_graceful_shutdown=5)
+    config = uvicorn.Config(app, log_level=args.log_level, lifespan="on", timeout_graceful_shutdown=5)
     userver = _graceful(uvicorn)(config)
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
@@ -172,7 +172,7 @@ class Background:
         from jaxrl.serve.app import create_app
 
         self._sock = bind(self.host, self.port)
-        config = uvicorn.Config(create_app(self.server), log_level="warning", ws_ping_interval=None, lifespan="on", timeout_graceful_shutdown=5)
+        config = uvicorn.Config(create_app(self.server), log_level="warning", lifespan="on", timeout_graceful_shutdown=5)
         self._userver = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._userver.run, kwargs={"sockets": [self._sock]}, daemon=True)
         self._thread.start()

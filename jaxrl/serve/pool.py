@@ -107,16 +107,21 @@ class SlotPool:
         self.observation_space = env.observation_space(params)
         self.traces: list = []
         self._tick = jax.jit(functools.partial(tick, self.venv, params, self.traces), donate_argnums=(0,))
-        seeds = jax.ShapeDtypeStruct((self.capacity,), jnp.uint32)
-        shapes = jax.eval_shape(jax.vmap(functools.partial(_reset_one, self.venv, params)), seeds)[:2]
-        keys, state = jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
-        self.carry = Carry(state, keys)  # placeholders: every session resets before it steps
+        self.carry = self._placeholders()
+        self.generation = 0  # bumped when a failed batch loses the states (sessions must reset)
         dtype = np.dtype(self.action_space.dtype)
         self._actions = np.zeros((self.capacity, self.slots, *self.action_space.shape), dtype)
         self._low = self._high = None
         if isinstance(self.action_space, spaces.Box):
             self._low = np.asarray(self.action_space.low)
             self._high = np.asarray(self.action_space.high)
+
+    def _placeholders(self) -> Carry:
+        """Zeros of the carry's shapes: every session resets before it steps."""
+        seeds = jax.ShapeDtypeStruct((self.capacity,), jnp.uint32)
+        shapes = jax.eval_shape(jax.vmap(functools.partial(_reset_one, self.venv, self.params)), seeds)[:2]
+        keys, state = jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+        return Carry(state, keys)
 
     def check_action(self, value: Any) -> np.ndarray:
         """``value`` (JSON: a number or nested lists) as one session's action array
@@ -158,8 +163,13 @@ class SlotPool:
         for i, seed in resets.items():
             seeds[i] = seed
             reset_mask[i] = True
-        self.carry, out = self._tick(self.carry, self._actions, step_mask, reset_mask, seeds)
-        out = jax.device_get(out)  # one transfer for the whole batch
+        try:
+            self.carry, out = self._tick(self.carry, self._actions, step_mask, reset_mask, seeds)
+            out = jax.device_get(out)  # one transfer for the whole batch
+        except Exception:
+            if any(x.is_deleted() for x in jax.tree_util.tree_leaves(self.carry) if hasattr(x, "is_deleted")):
+                self.carry, self.generation = self._placeholders(), self.generation + 1  # donated, then failed
+            raise
         return {i: {k: v[i] for k, v in out.items()} for i in set(steps) | set(resets)}
 
 
