@@ -158,7 +158,7 @@ RETURNS = {
 LR = {"fast": "6e-3", "slow": "1e-3"}
 
 
-def write_run(path, env_id, per_seed, lr="6e-3", log_seeds="per_seed"):
+def write_run(path, env_id, per_seed, lr="6e-3", log_seeds="per_seed", extra=()):
     """A run directory as the trainer writes it: config.yaml (dump_config), eval.json
     (evaluate.summarise + write_summary of PPO's report) and metrics.jsonl (chunk_records)."""
     from jaxrl.algos.contract import EvalReport
@@ -170,7 +170,7 @@ def write_run(path, env_id, per_seed, lr="6e-3", log_seeds="per_seed"):
 
     seeds = len(per_seed)
     cfg = config_lib.load_config(os.path.join(REPO, "configs", "ppo_cartpole.yaml"),
-                                 [f"env.id={env_id}", f"ppo.lr={lr}", f"train.seeds={seeds}", f"train.log_seeds={log_seeds}"])
+                                 [f"env.id={env_id}", f"ppo.lr={lr}", f"train.seeds={seeds}", f"train.log_seeds={log_seeds}", *extra])
     os.makedirs(path)
     rundir.write_text(os.path.join(path, CONFIG_FILE), config_lib.dump_config(cfg))
     episodes = np.array(per_seed)[:, None] + np.array([-5.0, 5.0])  # [S, 2]
@@ -252,6 +252,10 @@ def test_bad_input_is_one_line(runs, tmp_path, capsys):
     _fails(["compare", *cart, "--metric", "nope"], capsys, "no records of --metric 'nope'")
     mean_logged = write_run(tmp_path / "mean_logged", "CartPole-v1", [1.0, 2.0], log_seeds="mean")
     _fails(["compare", mean_logged, "--metric", "episode_return"], capsys, "train.log_seeds=per_seed")
+    short_poles = [write_run(tmp_path / f"short_{i}", "CartPole-v1", [1.0, 2.0, 3.0], lr=lr,
+                             extra=["env.params={max_steps_in_episode: 200}"]) for i, lr in enumerate(("6e-3", "1e-3"))]
+    acrobot = [runs[("fast", "Acrobot-v1")], runs[("slow", "Acrobot-v1")]]
+    _fails(["compare", *short_poles, *acrobot], capsys, "no score range for CartPole-v1 (its env params changed)")
     no_eval = write_run(tmp_path / "no_eval", "CartPole-v1", [1.0, 2.0])
     os.remove(os.path.join(no_eval, "eval.json"))
     _fails(["compare", no_eval], capsys, "has no eval.json: run `jaxrl eval")

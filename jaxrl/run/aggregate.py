@@ -33,7 +33,7 @@ from typing import Callable
 
 import numpy as np
 
-from jaxrl.run import rundir
+from jaxrl.run import rundir, yamlio
 from jaxrl.run.files import CONFIG_FILE, EVAL_FILE, METRICS_FILE
 from jaxrl.run.rundir import RunDirError
 
@@ -262,8 +262,6 @@ def metric_scores(run_dir: str, metric: str, seeds: int, last: int = 1) -> tuple
 def read_run(run_dir: str, metric: str | None = None, last: int = 1) -> RunScores:
     """A run directory's task (``env.id``) and final per-seed scores: ``eval.json`` by
     default, ``metric`` from ``metrics.jsonl`` when given."""
-    from jaxrl.run import yamlio
-
     if not os.path.isdir(run_dir):
         raise CompareError(f"run {run_dir!r} does not exist or is not a directory")
     try:
@@ -318,20 +316,15 @@ def auto_methods(runs: list[RunScores]) -> list[tuple[str, list[RunScores]]]:
     """Runs whose configs agree apart from ``env`` and :data:`NOT_METHOD_KEYS` form one
     method, named by the keys in which the methods differ (``ppo.lr=0.0015``), or by the
     algorithm when there is one method (by its first run's folder when the name gets long)."""
-    groups: list[tuple[dict, list[RunScores]]] = []
+    found: dict[str, tuple[dict, list[RunScores]]] = {}
     for run in runs:
         key = _method_key(run)
-        match = next((g for g in groups if g[0] == key), None)
-        if match is None:
-            groups.append((key, [run]))
-        else:
-            match[1].append(run)
+        found.setdefault(json.dumps(key, sort_keys=True, default=str), (key, []))[1].append(run)
+    groups = list(found.values())
     differ = sorted({k for key, _ in groups for k in key if any(other.get(k) != key.get(k) for other, _ in groups)})
-    from jaxrl.run.yamlio import short
-
     out, taken = [], set()
     for key, members in groups:
-        name = ", ".join(f"{k}={short(key.get(k))}" for k in differ) or str(key.get("algo", "method"))
+        name = ", ".join(f"{k}={yamlio.short(key.get(k))}" for k in differ) or str(key.get("algo", "method"))
         if len(name) > 48 or name in taken:
             name = os.path.basename(os.path.normpath(members[0].path))
         while name in taken:
@@ -370,8 +363,9 @@ def check_tasks(methods: list[Method]) -> tuple[str, ...]:
     return tasks
 
 
-def parse_ranges(items: list[str] | None, tasks: tuple[str, ...], raw: bool = False) -> dict | None:
-    """``{task: (low, high)}`` from ``--normalize TASK=LOW:HIGH`` over :data:`DEFAULT_RANGES`,
+def parse_ranges(items: list[str] | None, tasks: tuple[str, ...], raw: bool = False, changed=()) -> dict | None:
+    """``{task: (low, high)}`` from ``--normalize TASK=LOW:HIGH`` over :data:`DEFAULT_RANGES`
+    (not for the ``changed`` tasks, whose env params were changed: their range may differ),
     or None for raw scores (``raw``, or one task with no range)."""
     given = {}
     for item in items or []:
@@ -390,12 +384,12 @@ def parse_ranges(items: list[str] | None, tasks: tuple[str, ...], raw: bool = Fa
         if given:
             raise CompareError("--raw and --normalize exclude each other")
         return None
-    ranges = {t: given.get(t, DEFAULT_RANGES.get(t)) for t in tasks}
+    ranges = {t: given.get(t, None if t in changed else DEFAULT_RANGES.get(t)) for t in tasks}
     missing = [t for t, r in ranges.items() if r is None]
     if missing and len(tasks) == 1:
         return None
     if missing:
-        raise CompareError(f"no score range for {', '.join(missing)}: scores are pooled across tasks only after "
+        raise CompareError(f"no score range for {', '.join(t + (' (its env params changed)' if t in changed else '') for t in missing)}: scores are pooled across tasks only after "
                            f"normalising; pass --normalize {missing[0]}=LOW:HIGH (or --raw)")
     return ranges
 
@@ -584,7 +578,8 @@ def main_compare(args) -> int:
             raise CompareError(line)
     methods = load_methods(args.runs, args.method, args.metric, args.last)
     tasks = check_tasks(methods)
-    ranges = parse_ranges(args.normalize, tasks, args.raw)
+    changed = {r.task for m in methods for r in m.runs if r.config["env"].get("params") or r.config["env"].get("eval_params")}
+    ranges = parse_ranges(args.normalize, tasks, args.raw, changed)
     gamma = args.gamma if args.gamma is not None else (1.0 if ranges is not None else None)
     result = compare(methods, ranges, gamma, args.reps, args.seed)
     print(format_comparison(result))
