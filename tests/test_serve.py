@@ -26,7 +26,7 @@ from jaxrl.serve.app import Server  # noqa: E402
 from jaxrl.serve.main import Background  # noqa: E402
 from jaxrl.serve.pool import SlotPool  # noqa: E402
 
-ENV_ID, MAX_STEPS, CAPACITY = "CartPole-v1", 9, 4
+ENV_ID, MAX_STEPS, CAPACITY = "CartPole-v1", 9, 8
 
 
 @pytest.fixture(scope="module")
@@ -81,12 +81,12 @@ def post(url: str, route: str, body: dict):
 
 
 def test_openenv_client_gets_the_in_process_trajectories(served):
-    """Four concurrent OpenEnv GenericEnvClients, episodes crossing auto-resets and a mid-run
+    """Eight concurrent OpenEnv GenericEnvClients, episodes crossing auto-resets and a mid-run
     reset, each replayed in-process and compared step by step (no two sessions mixed)."""
     client_mod = pytest.importorskip("openenv.core.generic_client")
     url, server, env, params = served
     rng = np.random.default_rng(0)
-    plans = {seed: rng.integers(0, 2, size=14).tolist() for seed in (11, 12, 13, 14)}
+    plans = {seed: rng.integers(0, 2, size=14).tolist() for seed in range(11, 11 + CAPACITY)}
     batches_before = server.batcher.batches
 
     async def drive(seed, actions):
