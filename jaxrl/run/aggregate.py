@@ -29,7 +29,7 @@ import json
 import math
 import os
 import zlib
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
@@ -570,8 +570,8 @@ def main_compare(args) -> int:
         (args.reps >= 100, f"--reps: need at least 100 bootstrap resamples, got {args.reps}"),
         (args.seed >= 0, f"--seed: must be >= 0, got {args.seed}"), (args.last >= 1, f"--last: must be >= 1, got {args.last}"),
         (args.gamma is None or math.isfinite(args.gamma), f"--gamma: must be finite, got {args.gamma}"),
-        *((os.path.isdir(os.path.dirname(os.path.abspath(out))), f"{out!r}: its folder does not exist")
-          for out in (args.json, args.plot) if out),
+        *((os.path.isdir(os.path.dirname(os.path.abspath(out))) and not os.path.isdir(out),
+           f"{out!r}: name a file in an existing folder") for out in (args.json, args.plot) if out),
     ]
     for ok, line in checks:
         if not ok:
