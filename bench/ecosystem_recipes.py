@@ -144,7 +144,7 @@ def _craftax_sides(num_envs: int, steps: int):
     from craftax.craftax_env import make_craftax_env_from_name
 
     import jaxrl
-    from jaxrl.adapters.reset_pool import ResetPoolVectorEnv
+    from jaxrl.core.reset_pool import ResetPoolVectorEnv
     from jaxrl.core.vector import VectorEnv
     from jaxrl.core.wrappers import AutoReset, VmapEnv
 

@@ -9,7 +9,7 @@ actions in ``[-1, 1]`` (the same distribution on every side), inside one ``jit``
   episode_length=1000, batch_size=B)`` (``EpisodeWrapper`` + ``VmapWrapper`` +
   ``AutoResetWrapper``: the time limit folded into ``done``, episodes restarted from a
   cached first state);
-* ``jaxrl_pool``: ``jaxrl.adapters.reset_pool.ResetPoolVectorEnv(BraxEnv(name), B)``:
+* ``jaxrl_pool``: ``jaxrl.core.reset_pool.ResetPoolVectorEnv(BraxEnv(name), B)``:
   terminated and truncated apart, the final observation kept, every new episode started
   from a fresh, independent ``reset`` draw taken from a pool of ``2B`` draws computed in bulk
   and refilled when it runs short (the scheme the adapter recommends for physics envs);
@@ -80,7 +80,7 @@ def batched_env(side: str, name: str, batch: int):
     """Our adapter for Brax env ``name``, batched ``batch`` ways with exact auto-reset as
     ``side`` says: ``jaxrl_pool``, ``jaxrl_vector`` or ``jaxrl_vmap_autoreset``."""
     from jaxrl.adapters.brax import BraxEnv
-    from jaxrl.adapters.reset_pool import ResetPoolVectorEnv
+    from jaxrl.core.reset_pool import ResetPoolVectorEnv
     from jaxrl.core.vector import VectorEnv
     from jaxrl.core.wrappers import AutoReset, VmapEnv
 

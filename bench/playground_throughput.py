@@ -73,7 +73,7 @@ def raw_program(name: str, batch: int, steps: int, full_reset: bool):
 def jaxrl_program(side: str, name: str, batch: int, steps: int):
     """``run(key) -> checksum`` over ``steps`` steps of our batched, auto-reset adapter."""
     from jaxrl.adapters.playground import PlaygroundEnv
-    from jaxrl.adapters.reset_pool import ResetPoolVectorEnv
+    from jaxrl.core.reset_pool import ResetPoolVectorEnv
     from jaxrl.core.wrappers import AutoReset, VmapEnv
 
     from bench.physics_throughput import random_action_program

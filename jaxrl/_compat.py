@@ -26,7 +26,7 @@ import types
 import warnings
 
 #: Releases: the one that moved the names, and the one that removes the old paths.
-MOVED_IN, REMOVED_IN = "0.2.0", "0.4.0"
+MOVED_IN, REMOVED_IN = "0.2.0", "0.5.0"
 
 #: Old module path -> the modules its public names live in now (searched in order).
 MOVED_MODULES: dict[str, tuple[str, ...]] = {
@@ -51,7 +51,11 @@ MOVED_MODULES: dict[str, tuple[str, ...]] = {
     "jaxrl.vector": ("jaxrl.core.vector",),
     "jaxrl.wrappers": ("jaxrl.core.wrappers",),
     "jaxrl.algos.base": ("jaxrl.algos.contract",),
+    "jaxrl.adapters.reset_pool": ("jaxrl.core.reset_pool",),
 }
+
+#: Modules that moved in a later release than :data:`MOVED_IN`: (moved in, removed in).
+MOVED_LATER: dict[str, tuple[str, str]] = {"jaxrl.adapters.reset_pool": ("0.4.0", "0.5.0")}
 
 #: Old paths that are still public under the same name, so they load without a warning
 #: (``jaxrl.spaces`` is re-exported by the package: ``from jaxrl.spaces import Box`` is fine).
@@ -79,7 +83,8 @@ RENAMED_KEYS: dict[str, str] = {
 
 def moved_message(old: str) -> str:
     new = " / ".join(MOVED_MODULES[old])
-    return f"{old} moved to {new} in jaxrl {MOVED_IN}; the old path goes away in {REMOVED_IN}"
+    moved, removed = MOVED_LATER.get(old, (MOVED_IN, REMOVED_IN))
+    return f"{old} moved to {new} in jaxrl {moved}; the old path goes away in {removed}"
 
 
 def _forward(targets: tuple[str, ...], old: str, name: str):
@@ -92,7 +97,8 @@ def _forward(targets: tuple[str, ...], old: str, name: str):
     for module in modules:
         if hasattr(module, name):
             return getattr(module, name)
-    raise AttributeError(f"module {old!r} has no attribute {name!r} (it moved to {' / '.join(targets)} in {MOVED_IN})")
+    moved = MOVED_LATER.get(old, (MOVED_IN,))[0]
+    raise AttributeError(f"module {old!r} has no attribute {name!r} (it moved to {' / '.join(targets)} in {moved})")
 
 
 class _Shim(types.ModuleType):

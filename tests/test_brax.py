@@ -331,7 +331,7 @@ def _pool_rollout(venv, env, params, key):
 
 @pytest.fixture(scope="module")
 def pool_run():
-    from jaxrl.adapters.reset_pool import ResetPoolVectorEnv
+    from jaxrl.core.reset_pool import ResetPoolVectorEnv
 
     env, params = jaxrl.make("CartPole-v1", max_steps_in_episode=3)
     venv = ResetPoolVectorEnv(env, POOL_N, pool_size=POOL_P)
@@ -404,7 +404,7 @@ class _ScaledStart(jaxrl.Environment):
 
 
 def test_reset_pool_redraws_when_params_change():
-    from jaxrl.adapters.reset_pool import ResetPoolVectorEnv
+    from jaxrl.core.reset_pool import ResetPoolVectorEnv
 
     env = _ScaledStart()
     venv = ResetPoolVectorEnv(env, 4, pool_size=64)  # room for 16 steps of 4 resets
@@ -429,7 +429,7 @@ def test_reset_pool_redraws_when_params_change():
 
 
 def test_reset_pool_rejects_bad_sizes():
-    from jaxrl.adapters.reset_pool import ResetPoolVectorEnv
+    from jaxrl.core.reset_pool import ResetPoolVectorEnv
 
     env, _ = jaxrl.make("CartPole-v1")
     with pytest.raises(ValueError, match="positive int num_envs"):
@@ -443,7 +443,7 @@ def test_reset_pool_on_brax_starts_fresh_episodes(env):
     """The pool over Brax inverted_pendulum (what bench/physics_throughput.py times): a
     3-step limit, 8 envs, 40 steps; every episode's first observation is a distinct draw
     from Brax's reset distribution (q, qd uniform in +-0.01)."""
-    from jaxrl.adapters.reset_pool import ResetPoolVectorEnv
+    from jaxrl.core.reset_pool import ResetPoolVectorEnv
 
     params = env.default_params.replace(max_steps_in_episode=3)
     venv = ResetPoolVectorEnv(env, 8)

@@ -121,7 +121,7 @@ def test_bad_path_is_rejected_in_one_line():
 def test_pool_path_declares_only_the_running_envs_as_the_batch():
     """The pool's own leaves ([P] draws, cursor, params) are not per env: every algorithm's
     ``batch_axes`` marks them replicated (a run's layout splits only axes of size N)."""
-    from jaxrl.adapters.reset_pool import ResetPoolState
+    from jaxrl.core.reset_pool import ResetPoolState
     from jaxrl.algos import pqn, sac
 
     cases = [(ppo, "CartPole-v1", ppo.PPOConfig(num_envs=4, num_steps=8, total_env_steps=64, hidden=(8,))),

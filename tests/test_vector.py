@@ -297,7 +297,7 @@ def test_reset_batch_draws_the_same_start_states_in_batches(cartpole):
     """``env.reset_batch`` (Craftax: 16) changes how resets are batched, never which states are
     drawn: the same keys give the same states, shared or per-env params, with a remainder
     batch; wrappers forward it; VectorEnv and the reset pool step the same bits with it."""
-    from jaxrl.adapters.reset_pool import ResetPoolVectorEnv
+    from jaxrl.core.reset_pool import ResetPoolVectorEnv
     from jaxrl.core.env import batched_resets
 
     env, params = cartpole

@@ -9,7 +9,7 @@ which needs a GPU), and adds what the contract needs:
   whose default is the env config's ``episode_length`` (1000). Playground leaves the limit to
   Brax's ``EpisodeWrapper``, which folds it into ``done``; here the two never merge.
 * New episodes come from a real ``reset`` with a fresh key, by our auto-reset wrappers (or
-  :class:`jaxrl.adapters.reset_pool.ResetPoolVectorEnv`), which keep ``info["final_obs"]``.
+  :class:`jaxrl.core.reset_pool.ResetPoolVectorEnv`), which keep ``info["final_obs"]``.
 * The state carries only the ``mjx.Data`` fields that survive a step (:data:`CARRIED`) plus
   Playground's ``info``/``metrics``; ``mjx.step`` recomputes everything else, so the step
   is Playground's own, and checkpoints hold no zero-size arrays.

@@ -8,7 +8,7 @@ PQN and SAC step in training, so the path is chosen in one place (config key
   start states only for the envs that finished (the fast path);
 * ``"autoreset"``: ``VmapEnv(EpisodeStatistics(AutoReset(env)))``, a full ``reset`` per
   env per step (the reference semantics, and the path of runs made before ``env.vector``);
-* ``"pool"``: :class:`jaxrl.adapters.reset_pool.ResetPoolVectorEnv`, start states drawn
+* ``"pool"``: :class:`jaxrl.core.reset_pool.ResetPoolVectorEnv`, start states drawn
   ``2N`` at a time ahead of need (envs whose ``reset`` costs more than a step: physics,
   Craftax's world generation); best on one device with one seed (under ``vmap`` its refill
   runs every step; with envs split over devices the pool is replicated, see
@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import jax
 
-from jaxrl.adapters.reset_pool import ResetPoolState, ResetPoolVectorEnv
+from jaxrl.core.reset_pool import ResetPoolState, ResetPoolVectorEnv
 from jaxrl.core.env import Environment
 from jaxrl.core.vector import VectorEnv
 from jaxrl.core.wrappers import AutoReset, EpisodeStatistics, VmapEnv
