@@ -809,3 +809,10 @@ def test_the_run_id_lives_in_the_lock_and_survives_a_resume(straight, tmp_path):
     with rundir.RunLock(run_dir):
         pass
     assert rundir.run_id(run_dir) == ident
+
+
+def test_the_eval_json_of_training_names_its_checkpoint(ppo_run):
+    """`jaxrl train`'s own eval.json says which checkpoint it scored, as `jaxrl eval`'s does
+    (`jaxrl compare` reports it)."""
+    summary = json.loads(open(os.path.join(ppo_run, "eval.json")).read())
+    assert summary["checkpoint_update"] == 4  # TINY_PPO: 512 steps / (4 envs x 32 steps)

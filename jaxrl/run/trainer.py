@@ -263,7 +263,7 @@ def _run_locked(cfg, built, keys, layout, chunk, run_dir, resume, evaluate, out,
     if evaluate:
         local = sharding.local_copy(state) if jax.process_count() > 1 else state
         if primary:
-            summary = eval_lib.evaluate_run(built, local, seed=cfg.train.seed)
+            summary = {**eval_lib.evaluate_run(built, local, seed=cfg.train.seed), "checkpoint_update": done}
             eval_lib.write_summary(summary, os.path.join(run_dir, EVAL_FILE))
             print(eval_lib.format_summary(summary), file=out)
     return RunResult(run_dir, state, done, summary)
