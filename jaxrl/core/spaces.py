@@ -1,4 +1,5 @@
-"""Observation and action spaces: ``Discrete`` and ``Box``, with ``sample`` and ``contains``.
+"""Observation and action spaces: ``Discrete``, ``MultiDiscrete`` and ``Box``, with ``sample``
+and ``contains``.
 
 Spaces may depend on env params (e.g. a speed limit), so their bounds may be traced
 arrays; ``shape`` and ``dtype`` are always static.
@@ -54,6 +55,40 @@ class Discrete(Space):
 
     def __hash__(self):
         return hash(("Discrete", self.n, str(self.dtype)))
+
+
+class MultiDiscrete(Space):
+    """Vectors of ``D`` integers, component ``d`` in ``0 .. nvec[d]-1`` (int32 ``[D]``).
+
+    A factorised action (e.g. one choice per machine); policies over it are a
+    :class:`jaxrl.models.distributions.MultiCategorical`. ``nvec`` is static.
+    """
+
+    def __init__(self, nvec, dtype=jnp.int32):
+        nvec = tuple(int(n) for n in np.asarray(nvec).ravel())
+        if not nvec or min(nvec) <= 0:
+            raise ValueError(f"MultiDiscrete space needs a non-empty nvec of values > 0, got {nvec}")
+        self.nvec = nvec
+        self.shape = (len(nvec),)
+        self.dtype = jnp.dtype(dtype)
+
+    def sample(self, key):
+        return jax.random.randint(key, self.shape, 0, jnp.asarray(self.nvec, self.dtype), dtype=self.dtype)
+
+    def contains(self, x):
+        x = jnp.asarray(x)
+        if x.shape != self.shape or not jnp.issubdtype(x.dtype, jnp.integer):
+            return jnp.array(False)
+        return jnp.all(jnp.logical_and(x >= 0, x < jnp.asarray(self.nvec)))
+
+    def __repr__(self):
+        return f"MultiDiscrete({list(self.nvec)})"
+
+    def __eq__(self, other):
+        return isinstance(other, MultiDiscrete) and other.nvec == self.nvec and other.dtype == self.dtype
+
+    def __hash__(self):
+        return hash(("MultiDiscrete", self.nvec, str(self.dtype)))
 
 
 def _check_bounds(low, high) -> None:
