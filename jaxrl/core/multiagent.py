@@ -234,11 +234,10 @@ def check_multiagent_env(env: MultiAgentEnv, params: Any = None, *, num_steps: i
     ctx: dict = {}
 
     def jit_check():
-        reset = jax.jit(env.reset)
-        state, ts = reset(key, params)
-        acts = jnp.zeros((env.num_agents,), jnp.int32)
-        ctx["first"] = ts
-        ctx["second"] = jax.jit(env.step)(key, state, acts, params)[1]
+        state, ts = jax.jit(env.reset)(key, params)
+        ctx["step"] = jax.jit(env.step)  # compiled once, reused by invalid_actions
+        ctx["first"], ctx["reset_state"] = ts, state
+        ctx["second"] = ctx["step"](key, state, jnp.zeros((env.num_agents,), jnp.int32), params)[1]
         return PASS, "reset and step compile and run"
 
     def shapes():
@@ -310,9 +309,8 @@ def check_multiagent_env(env: MultiAgentEnv, params: Any = None, *, num_steps: i
         return PASS, "same key, same rollout"
 
     def invalid_actions():
-        state, _ = env.reset(key, params)
         bad = jnp.full((env.num_agents,), env.action_space(params).n + 3, jnp.int32)
-        outs = [jax.jit(env.step)(key, state, a, params)[1] for a in (bad, -bad)]
+        outs = [ctx["step"](key, ctx["reset_state"], a, params)[1] for a in (bad, -bad)]
         for ts in outs:
             _expect(bool(np.isfinite(np.asarray(ts.obs)).all() and np.isfinite(np.asarray(ts.reward)).all()),
                     "an out-of-range action gave NaN or inf")

@@ -15,7 +15,6 @@ from __future__ import annotations
 import functools
 
 import jax
-import jax.numpy as jnp
 
 from jaxrl.algos.common import optim
 from jaxrl.algos.contract import AlgoEntry, BatchSize, EnvSetup, EvalReport, Policy, Program, no_carry, replicated_axes
@@ -50,18 +49,10 @@ def batch_axes(state: MAPPOState) -> MAPPOState:
 
 def act(setup: Setup, params, carry, obs, key, deterministic: bool):
     """:attr:`Policy.act`: every agent's action for one env's ``obs [A, F]`` (no mask: all
-    actions count as available; the global state a centralised critic reads is not needed)."""
-    logits, _ = setup.network.apply(params, network.actor_input(setup.cfg.agent_id, obs),
-                                    network.critic_input("decentralised", setup.cfg.agent_id, obs, None)
-                                    if setup.cfg.critic == "decentralised" else _dummy_critic(setup, params, obs))
-    dist = network.masked(logits, None)
+    actions count as available)."""
+    x = network.actor_input(setup.cfg.agent_id, obs)
+    dist = network.masked(setup.network.apply(params, x, method="logits"), None)
     return carry, dist.mode() if deterministic else dist.sample(key)
-
-
-def _dummy_critic(setup: Setup, params, obs):
-    """A zero critic input of the right width (acting never reads the value)."""
-    width = params["params"]["critic"]["dense_0"]["kernel"].shape[0]
-    return jnp.zeros(obs.shape[:-1] + (width,), jnp.float32)
 
 
 def _eval_max_steps(envs: EnvSetup, cfg: MAPPOConfig) -> int:

@@ -34,7 +34,7 @@ class MAPPOConfig(AlgoConfig):
     # --- rollout and loop counts (static) ---
     num_envs: int = 16  # parallel envs B (each holds every agent)
     num_steps: int = 128  # rollout length T; a batch is B * T env steps, B * T * A agent samples
-    total_env_steps: int = 10_000_000  # whole run (env steps, as JaxMARL counts TOTAL_TIMESTEPS)
+    total_env_steps: int = 9_998_336  # whole run: JaxMARL's 1e7 TOTAL_TIMESTEPS as its script rounds it (4,882 updates)
     update_epochs: int = 4  # passes over each batch
     num_minibatches: int = 4  # minibatches per epoch; must divide B * T
     # --- optimisation ---

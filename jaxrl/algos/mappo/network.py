@@ -29,19 +29,28 @@ def _dense(features: int, name: str, deferred: bool) -> nn.Dense:
 
 class MultiAgentActorCritic(nn.Module):
     """``(actor_in [..., Fa], critic_in [..., Fc]) -> (logits [..., n], value [...])``,
-    separate MLP torsos (``actor``, ``critic``) with orthogonal init (heads 0.01 and 1)."""
+    separate MLP torsos (``actor``, ``critic``) with orthogonal init (heads 0.01 and 1);
+    :meth:`logits` / :meth:`value` run the actor / the critic alone."""
 
     action_dim: int
     hidden: tuple[int, ...] = (64, 64)
     activation: str = "tanh"
     deferred_kernels: bool = False  # zero kernels, filled by networks.init_params
 
-    @nn.compact
+    def setup(self):
+        self.actor = MLP(self.hidden, self.activation, self.deferred_kernels)
+        self.critic = MLP(self.hidden, self.activation, self.deferred_kernels)
+        self.policy_head = _dense(self.action_dim, "policy_head", self.deferred_kernels)
+        self.value_head = _dense(1, "value_head", self.deferred_kernels)
+
     def __call__(self, actor_in: jax.Array, critic_in: jax.Array) -> tuple[jax.Array, jax.Array]:
-        pi = MLP(self.hidden, self.activation, self.deferred_kernels, name="actor")(actor_in)
-        v = MLP(self.hidden, self.activation, self.deferred_kernels, name="critic")(critic_in)
-        logits = _dense(self.action_dim, "policy_head", self.deferred_kernels)(pi)
-        return logits, _dense(1, "value_head", self.deferred_kernels)(v)[..., 0]
+        return self.logits(actor_in), self.value(critic_in)
+
+    def logits(self, actor_in: jax.Array) -> jax.Array:
+        return self.policy_head(self.actor(actor_in))
+
+    def value(self, critic_in: jax.Array) -> jax.Array:
+        return self.value_head(self.critic(critic_in))[..., 0]
 
 
 def _with_id(x: jax.Array, num_agents: int) -> jax.Array:

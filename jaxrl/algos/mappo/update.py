@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 import optax
 from flax import struct
+from jax.flatten_util import ravel_pytree
 
 from jaxrl.algos.common import batching, optim
 from jaxrl.algos.common.train import epochs
@@ -75,7 +76,7 @@ class Batch:
     """Flat agent samples ``[N]`` for the learner."""
 
     actor_in: jax.Array
-    critic_in: jax.Array
+    critic_in: jax.Array | None  # None for a decentralised critic (it reads actor_in)
     avail: jax.Array
     action: jax.Array
     log_prob: jax.Array
@@ -138,8 +139,10 @@ def reset(setup: Setup, key: jax.Array) -> MACarry:
 
 
 def mappo_loss(params, setup: Setup, hyper: MAPPOHyperparams, mb: Batch) -> tuple[jax.Array, dict]:
-    """Clipped surrogate + ``vf_coef`` x (clipped) value loss - ``ent_coef`` x entropy on ``[N]`` samples."""
-    logits, values = setup.network.apply(params, mb.actor_in, mb.critic_in)
+    """Clipped surrogate + ``vf_coef`` x (clipped) value loss - ``ent_coef`` x entropy on ``[N]`` samples
+    (``mb.critic_in`` is ``None`` for a decentralised critic: it reads ``mb.actor_in``)."""
+    critic_in = mb.actor_in if mb.critic_in is None else mb.critic_in
+    logits, values = setup.network.apply(params, mb.actor_in, critic_in)
     dist = masked(logits, mb.avail)
     pi_loss, pi_m = policy_loss(dist.log_prob(mb.action), mb.log_prob, mb.advantage, hyper.clip_eps)
     v_loss, v_m = value_loss(values, mb.value, mb.target, None if setup.cfg.vf_clip_eps is None else hyper.vf_clip_eps)
@@ -148,35 +151,43 @@ def mappo_loss(params, setup: Setup, hyper: MAPPOHyperparams, mb: Batch) -> tupl
     return loss, {"loss": loss, **pi_m, **v_m, **ent_m}
 
 
-def _sgd_step(setup: Setup, hyper: MAPPOHyperparams, learner: tuple, mb: Batch) -> tuple[tuple, dict]:
-    params, opt_state = learner
-    grad_fn = jax.grad(mappo_loss, has_aux=True)
-    grads, metrics = batching.batch_mean(lambda rep, b: grad_fn(rep[0], setup, rep[1], b), (params, hyper), mb)
-    updates, opt_state = setup.optimizer.update(grads, opt_state, params)
-    return (optax.apply_updates(params, updates), opt_state), {**metrics, "grad_norm": optax.global_norm(grads)}
+def _flat_loss(flat, unravel, setup: Setup, hyper: MAPPOHyperparams, mb: Batch) -> tuple[jax.Array, dict]:
+    return mappo_loss(unravel(flat), setup, hyper, mb)
 
 
-def _epoch(setup: Setup, hyper: MAPPOHyperparams, batch: Batch, learner: tuple, key: jax.Array) -> tuple[tuple, dict]:
+def _sgd_step(setup: Setup, hyper: MAPPOHyperparams, unravel, learner: tuple, mb: Batch) -> tuple[tuple, dict]:
+    """One optimiser step; the params stay one flat vector for the whole update (one fused
+    Adam kernel instead of one per leaf, as PPO does)."""
+    flat, opt_state = learner
+    grad_fn = jax.grad(_flat_loss, has_aux=True)
+    grads, metrics = batching.batch_mean(lambda rep, b: grad_fn(rep[0], unravel, setup, rep[1], b), (flat, hyper), mb)
+    updates, opt_state = setup.optimizer.update(grads, opt_state, flat)
+    return (flat + updates, opt_state), {**metrics, "grad_norm": jnp.linalg.norm(grads)}
+
+
+def _epoch(setup: Setup, hyper: MAPPOHyperparams, unravel, batch: Batch, learner: tuple, key: jax.Array) -> tuple[tuple, dict]:
     m = setup.cfg.num_minibatches
     perm = jax.random.permutation(key, batch.advantage.shape[0])
     shuffled = batching.minibatches(batch, perm, m)
     if setup.cfg.normalize_advantages:
         adv = batching.replicate(normalize_advantages(jnp.reshape(batch.advantage[perm], (m, -1)), axis=1), ndim=2)
         shuffled = shuffled.replace(advantage=batching.constrain_batch(adv, axis=1))
-    return jax.lax.scan(functools.partial(_sgd_step, setup, hyper), learner, shuffled)
+    return jax.lax.scan(functools.partial(_sgd_step, setup, hyper, unravel), learner, shuffled)
 
 
 def _learning_batch(setup: Setup, params, hyper: MAPPOHyperparams, traj: Transition) -> Batch:
     """GAE per agent over ``[T, B, A]``, flattened to ``[T * B * A]`` samples."""
     cfg = setup.cfg
-    _, next_value = apply(setup, params, traj.next_obs, traj.next_state)
+    next_in = critic_input(cfg.critic, cfg.agent_id, traj.next_obs, traj.next_state)
+    next_value = setup.network.apply(params, next_in, method="value")  # the critic alone
     per_agent = lambda x: jnp.broadcast_to(x[..., None], traj.reward.shape)  # noqa: E731  [T, B] -> [T, B, A]
     shape = traj.reward.shape
     flat_ta = lambda x: jnp.reshape(x, (shape[0], -1))  # noqa: E731  [T, B, A] -> [T, B * A]
     adv, target = gae(flat_ta(traj.reward), flat_ta(traj.value), flat_ta(next_value), flat_ta(per_agent(traj.terminated)),
                       flat_ta(per_agent(traj.truncated)), hyper.gamma, hyper.gae_lambda)
     flat = lambda x: jnp.reshape(x, (-1,) + x.shape[3:])  # noqa: E731  [T, B, A, ...] -> [N, ...]
-    return Batch(flat(actor_input(cfg.agent_id, traj.obs)), flat(critic_input(cfg.critic, cfg.agent_id, traj.obs, traj.state)),
+    critic_in = None if cfg.critic == "decentralised" else flat(critic_input(cfg.critic, cfg.agent_id, traj.obs, traj.state))
+    return Batch(flat(actor_input(cfg.agent_id, traj.obs)), critic_in,
                  flat(traj.avail), flat(traj.action), flat(traj.log_prob), flat(traj.value),
                  jnp.reshape(adv, (-1,)), jnp.reshape(target, (-1,)))
 
@@ -189,8 +200,10 @@ def update(setup: Setup, state: MAPPOState) -> tuple[MAPPOState, dict]:
     env, traj = collect(setup, state.params, state.env, rollout_key)
     traj = batching.replicate(traj, ndim=2)  # on a data mesh: the learner's batch, whole on every device
     batch = _learning_batch(setup, state.params, state.hyper, traj)
-    epoch = functools.partial(_epoch, setup, state.hyper, batch)
-    (params, opt_state), sgd = epochs(epoch, (state.params, state.opt_state), epoch_key, setup.cfg.update_epochs)
+    flat, unravel = ravel_pytree(state.params)
+    epoch = functools.partial(_epoch, setup, state.hyper, unravel, batch)
+    (flat, opt_state), sgd = epochs(epoch, (flat, state.opt_state), epoch_key, setup.cfg.update_epochs)
+    params = unravel(flat)
     count = jnp.sum(traj.episode_done.astype(jnp.float32))
     ret_sum = jnp.sum(jnp.where(traj.episode_done, traj.episode_return, 0.0))
     len_sum = jnp.sum(jnp.where(traj.episode_done, traj.episode_length, 0).astype(jnp.float32))
@@ -211,4 +224,4 @@ def init(setup: Setup, key: jax.Array, hyper: dict | None = None) -> MAPPOState:
     params = networks.init_params(setup.network, net_key, actor_input(cfg.agent_id, carry.obs[0]),
                                   critic_input(cfg.critic, cfg.agent_id, carry.obs[0], carry.state[0]))
     optimizer = make_optimizer(cfg, setup.plan, optim_hyper["lr"], optim_hyper["max_grad_norm"])
-    return MAPPOState(params, optimizer.init(params), carry, key, jnp.zeros((), jnp.int32), MAPPOHyperparams(**loss_hyper))
+    return MAPPOState(params, optimizer.init(ravel_pytree(params)[0]), carry, key, jnp.zeros((), jnp.int32), MAPPOHyperparams(**loss_hyper))

@@ -1,0 +1,204 @@
+"""jaxrl IPPO against JaxMARL's own IPPO script on MPE simple_spread, in the same run.
+
+Both train JaxMARL's ``MPE_simple_spread_v3`` with JaxMARL's IPPO hyperparameters
+(``baselines/IPPO/config/ippo_ff_mpe.yaml``: 16 envs x 128 steps, 4 epochs x 4
+minibatches, lr 2.5e-4 annealed, tanh 64x64), ``--seeds`` seeds vmapped in one program on
+each side, the whole training loop jitted. Compile (lower + compile) is timed apart; the
+steady-state figure is env steps/s of the compiled program over ``--updates`` updates, best
+and median of ``--repeats`` calls, every output consumed.
+
+The peer is JaxMARL's script itself, ``baselines/IPPO/ippo_ff_mpe.py`` (Apache-2.0), read
+from ``--peer`` (default ``bench/peers/jaxmarl_ippo_ff_mpe.py``; get it with
+``git show <commit>:baselines/IPPO/ippo_ff_mpe.py`` from a JaxMARL clone, the commit is
+recorded in the results). It runs unchanged: its imports that only log or parse configs
+(wandb, hydra, omegaconf, matplotlib) and distrax, whose Categorical it uses, are stood in
+for by the small modules below (distrax's Categorical: Gumbel-max sampling, log-softmax).
+``--full`` also trains both at the recipe's whole budget (4,882 updates, 9,998,336 env steps)
+and compares the final returns: the mean of the last 5% of updates' logged team return
+(jaxrl: the finished episodes' team return; JaxMARL: ``returned_episode_returns``, each
+agent's return times the number of agents, averaged: the same quantity) with JaxMARL's
+published curve. Results: ``bench/results/marl_vs_jaxmarl.{json,md}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import statistics
+import sys
+import time
+import types
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+#: JaxMARL's ippo_ff_mpe.yaml (the values, as its script reads them).
+JAXMARL_CONFIG = {
+    "LR": 2.5e-4, "NUM_ENVS": 16, "NUM_STEPS": 128, "TOTAL_TIMESTEPS": 1e7, "UPDATE_EPOCHS": 4, "NUM_MINIBATCHES": 4,
+    "GAMMA": 0.99, "GAE_LAMBDA": 0.95, "CLIP_EPS": 0.2, "ENT_COEF": 0.01, "VF_COEF": 0.5, "MAX_GRAD_NORM": 0.5,
+    "ACTIVATION": "tanh", "ENV_NAME": "MPE_simple_spread_v3", "ENV_KWARGS": {}, "ANNEAL_LR": True,
+}
+FULL_UPDATES = 4882  # 1e7 // 128 // 16, as JaxMARL's script computes NUM_UPDATES
+#: JaxMARL's published IPPO-FF curve on simple_spread (baselines/IPPO/ippo_ff_MPE_simple_spread_v3.png,
+#: commit ea39f4b, 10 seeds, the same config): read off the plot.
+PUBLISHED = {"source": "FLAIROx/JaxMARL baselines/IPPO/ippo_ff_MPE_simple_spread_v3.png @ ea39f4b (10 seeds, 1e7 steps)",
+             "final_band": [-61.5, -59.5], "at_half_budget": -62.0}
+
+
+def _stub_modules() -> None:
+    """Stand-ins for the peer script's logging/config imports and distrax's Categorical."""
+    class Categorical:
+        def __init__(self, logits):
+            self.logits = logits
+
+        def sample(self, seed):
+            return jax.random.categorical(seed, self.logits)
+
+        def log_prob(self, value):
+            logp = jax.nn.log_softmax(self.logits)
+            return jnp.take_along_axis(logp, value[..., None].astype(jnp.int32), axis=-1)[..., 0]
+
+        def entropy(self):
+            logp = jax.nn.log_softmax(self.logits)
+            return -jnp.sum(jnp.exp(logp) * logp, axis=-1)
+
+    stubs = {"distrax": {"Categorical": Categorical}, "wandb": {"log": lambda *a, **k: None, "init": lambda *a, **k: None},
+             "hydra": {"main": lambda **k: (lambda f: f)}, "omegaconf": {"OmegaConf": types.SimpleNamespace(to_container=dict)}}
+    for name, attrs in stubs.items():
+        module = types.ModuleType(name)  # always: main() (wandb.init, hydra) is never run here
+        module.__dict__.update(attrs)
+        sys.modules[name] = module
+
+
+def load_peer(path: Path):
+    _stub_modules()
+    spec = importlib.util.spec_from_file_location("jaxmarl_ippo_ff_mpe", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def peer_train(peer, updates: int, seeds: int):
+    config = dict(JAXMARL_CONFIG, TOTAL_TIMESTEPS=updates * 128 * 16)
+    train = peer.make_train(config)
+
+    def run(keys):
+        out = jax.vmap(train)(keys)
+        return out["metrics"]["returned_episode_returns"], out["runner_state"][0].params  # [seeds, updates]
+
+    return jax.jit(run), jax.random.split(jax.random.PRNGKey(30), seeds)
+
+
+def jaxrl_train(updates: int, seeds: int, algo: str = "ippo"):
+    from jaxrl.algos.common.train import train
+    from jaxrl.run import config as C
+    from jaxrl.run.build import build, seed_keys
+
+    cfg = C.load_config(str(ROOT / "configs" / f"{algo}_mpe_simple_spread.yaml"),
+                        [f"{algo}.total_env_steps={updates * 2048}", f"train.updates_per_chunk={updates}"])
+    program = build(cfg).program
+
+    def run(keys):
+        state, metrics = jax.vmap(lambda k: train(program, updates, k))(keys)
+        return metrics["episode_return"], metrics["episode_count"], state.params
+
+    return jax.jit(run), seed_keys(30, seeds)
+
+
+def timed(fn, keys, repeats: int) -> dict:
+    t0 = time.perf_counter()
+    compiled = fn.lower(keys).compile()
+    compile_s = time.perf_counter() - t0
+    times, out = [], None
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        out = jax.block_until_ready(compiled(keys))
+        times.append(time.perf_counter() - t0)
+    return {"compile_s": compile_s, "times_s": times, "best_s": min(times), "median_s": statistics.median(times)}, out
+
+
+def final_return(curve: np.ndarray, counts: np.ndarray | None = None) -> float:
+    """Mean of the last 5% of updates (jaxrl: updates where episodes ended, weighted by count)."""
+    tail = max(curve.shape[-1] // 20, 1)
+    c, r = curve[..., -tail:], None
+    if counts is not None:
+        w = counts[..., -tail:]
+        r = float((c * w).sum() / max(w.sum(), 1))
+    return r if r is not None else float(c.mean())
+
+
+def full_side(side: str, peer, seeds: int, full: dict) -> None:
+    """Train ``side`` at the whole budget; its final return per seed and a coarse curve."""
+    if side.startswith("jaxrl_"):
+        fn, keys = jaxrl_train(FULL_UPDATES, seeds, side.removeprefix("jaxrl_"))
+        t, (ret, count, _) = timed(fn, keys, 1)
+        ret, count = np.asarray(ret), np.asarray(count)
+        curve = (ret * count).sum(0) / np.maximum(count.sum(0), 1)
+        finals = [final_return(ret[i], count[i]) for i in range(len(ret))]
+    else:
+        fn, keys = peer_train(peer, FULL_UPDATES, seeds)
+        t, (ret, _) = timed(fn, keys, 1)
+        ret = np.asarray(ret)
+        curve, finals = ret.mean(0), [final_return(ret[i]) for i in range(len(ret))]
+    full[side] = {**t, "final_return_per_seed": finals, "final_return_mean": float(np.mean(finals)),
+                  "curve_every_100_updates": [float(x) for x in curve[::100]]}
+    print("full", side, finals, f"{t['best_s']:.1f} s", flush=True)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--updates", type=int, default=100, help="updates per timed call (throughput)")
+    p.add_argument("--seeds", type=int, default=1)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--full", action="store_true", help="also train both at the whole budget (returns)")
+    p.add_argument("--full-seeds", type=int, default=4)
+    p.add_argument("--peer", default=str(ROOT / "bench" / "peers" / "jaxmarl_ippo_ff_mpe.py"))
+    p.add_argument("--peer-commit", default="unknown")
+    p.add_argument("--out", default=str(ROOT / "bench" / "results"))
+    args = p.parse_args(argv)
+    from bench import common
+
+    peer = load_peer(Path(args.peer))
+    steps = args.updates * 2048 * args.seeds
+    record = {"updates": args.updates, "seeds": args.seeds, "env_steps_per_call": steps, "sides": {}}
+    load_before = os.getloadavg()
+    for name, make in (("jaxrl_ippo", jaxrl_train), ("jaxmarl_ippo_ff_mpe", lambda u, s: peer_train(peer, u, s))):
+        fn, keys = make(args.updates, args.seeds)
+        t, _ = timed(fn, keys, args.repeats)
+        t["steps_per_s_best"], t["steps_per_s_median"] = steps / t["best_s"], steps / t["median_s"]
+        record["sides"][name] = t
+        print(name, json.dumps({k: v for k, v in t.items() if k != "times_s"}), flush=True)
+    s = record["sides"]
+    record["ratio_best"] = s["jaxrl_ippo"]["steps_per_s_best"] / s["jaxmarl_ippo_ff_mpe"]["steps_per_s_best"]
+    record["ratio_median"] = s["jaxrl_ippo"]["steps_per_s_median"] / s["jaxmarl_ippo_ff_mpe"]["steps_per_s_median"]
+    record.update(published=PUBLISHED, peer_commit=args.peer_commit)
+    write(args.out, record, load_before)
+    if args.full:
+        full = {}
+        for side in ("jaxrl_ippo", "jaxmarl_ippo_ff_mpe", "jaxrl_mappo"):
+            full_side(side, peer, args.full_seeds, full)
+            record["full"] = {"updates": FULL_UPDATES, "env_steps": FULL_UPDATES * 2048, "seeds": args.full_seeds, **full}
+            write(args.out, record, load_before)  # after each side: a killed run keeps what finished
+    print(json.dumps({"ratio_best": record["ratio_best"]}), flush=True)
+    return 0
+
+
+def write(out_dir: str, record: dict, load_before) -> None:
+    from bench import common
+
+    record["load_average_before_after"] = [list(load_before), list(os.getloadavg())]
+    record["meta"] = common.metadata(libraries=("jax", "jaxlib", "flax", "optax", "jaxmarl", "numpy"))
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "marl_vs_jaxmarl.json").write_text(common.dumps(record))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
