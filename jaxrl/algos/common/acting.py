@@ -10,7 +10,9 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
+from jaxrl.core import prng
 from jaxrl.core.env import Environment
+from jaxrl.models.distributions import legal_actions
 
 
 def linear_epsilon(step: jax.Array, start: float, end: float, decay_steps: int) -> jax.Array:
@@ -19,10 +21,16 @@ def linear_epsilon(step: jax.Array, start: float, end: float, decay_steps: int) 
     return jnp.asarray(start + (end - start) * frac, jnp.float32)
 
 
-def epsilon_greedy(q: jax.Array, epsilon: jax.Array, key: jax.Array) -> jax.Array:
+def epsilon_greedy(q: jax.Array, epsilon: jax.Array, key: jax.Array, mask: jax.Array | None = None) -> jax.Array:
     """int32 ``[...]``: ``argmax q`` (``q [..., A]``), replaced by a uniform action with
-    probability ``epsilon`` per element."""
+    probability ``epsilon`` per element; with ``mask`` (bool ``[..., A]``) both range over
+    the legal actions only (:func:`jaxrl.models.distributions.legal_actions`)."""
     explore_key, action_key = jax.random.split(key)
+    if mask is not None:
+        legal = legal_actions(mask)
+        greedy = jnp.argmax(jnp.where(legal, q, -jnp.inf), axis=-1).astype(jnp.int32)
+        random = prng.categorical(action_key, jnp.where(legal, 0.0, -jnp.inf))
+        return jnp.where(jax.random.uniform(explore_key, greedy.shape) < epsilon, random, greedy)
     greedy = jnp.argmax(q, axis=-1).astype(jnp.int32)
     random = jax.random.randint(action_key, greedy.shape, 0, q.shape[-1], jnp.int32)
     return jnp.where(jax.random.uniform(explore_key, greedy.shape) < epsilon, random, greedy)

@@ -19,13 +19,14 @@ import jax
 import jax.numpy as jnp
 
 from jaxrl.algos.common import lm as common_lm
+from jaxrl.algos.common.masks import action_mask_fn, mask_logits
 from jaxrl.algos.contract import (
     Alert, AlgoEntry, BatchSize, Curve, EnvSetup, EvalReport, ModelParams, Plan, Policy, Program, leaves_under, no_carry,
     replicated_axes,
 )
 from jaxrl.algos.grpo import config, evaluate, losses, policy, rollout, update
 from jaxrl.algos.grpo.config import GRPOConfig, GRPOHyper, hyperparams
-from jaxrl.algos.grpo.policy import MLPPolicy, mlp_policy, transformer_policy
+from jaxrl.algos.grpo.policy import MLPPolicy, masked_policy, mlp_policy, transformer_policy
 from jaxrl.algos.grpo.update import GRPOState, Setup
 from jaxrl.core.env import Environment
 from jaxrl.core.tokens import TokenTask
@@ -144,7 +145,7 @@ def build_policy(env: Environment, env_params, cfg: GRPOConfig) -> policy.Policy
             positions=m.positions, tie_embeddings=m.tie_embeddings, smear_keys=m.smear_keys,
         )
         return transformer_policy(model, env.prompt_len)
-    return mlp_policy(MLPPolicy(n_actions, tuple(m.hidden)))
+    return masked_policy(mlp_policy(MLPPolicy(n_actions, tuple(m.hidden))), action_mask_fn(env, env_params, cfg.action_mask))
 
 
 def make_setup(envs: EnvSetup, cfg: GRPOConfig) -> Setup:
@@ -156,8 +157,8 @@ def make_setup(envs: EnvSetup, cfg: GRPOConfig) -> Setup:
     )
 
 
-def _mlp_act(model: MLPPolicy, params, carry, obs, key, deterministic: bool = False):
-    logits = model.apply(params, obs)
+def _mlp_act(model: MLPPolicy, params, carry, obs, key, deterministic: bool = False, mask_fn=None):
+    logits = mask_logits(model.apply(params, obs), None if mask_fn is None else mask_fn(obs))
     action = jnp.argmax(logits, axis=-1) if deterministic else jax.random.categorical(key, logits)
     return carry, action.astype(jnp.int32)
 
@@ -173,7 +174,8 @@ def _acting_policy(envs: EnvSetup, cfg: GRPOConfig) -> Policy | None:
         return None
     n_actions = envs.env.action_space(envs.params).n
     model = MLPPolicy(n_actions, tuple(cfg.model.hidden))
-    return Policy(envs.env, _params, no_carry, functools.partial(_mlp_act, model))
+    mask_fn = action_mask_fn(envs.env, envs.params, cfg.action_mask)
+    return Policy(envs.env, _params, no_carry, functools.partial(_mlp_act, model, mask_fn=mask_fn))
 
 
 def _info_keys(envs: EnvSetup) -> set:

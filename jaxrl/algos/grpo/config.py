@@ -33,7 +33,6 @@ from jaxrl.algos.contract import AlgoConfig, check
 from jaxrl.algos.grpo.variants import LOSS_TYPES  # the variant table's keys
 
 
-
 @dataclasses.dataclass(frozen=True)
 class LoRASection:
     """LoRA adapters on a loaded model (``grpo.model.lora``); rank 0 = full fine-tuning."""
@@ -125,6 +124,7 @@ class GRPOConfig(AlgoConfig):
     eval_episodes: int = 512  # held-out prompts (token tasks) or episodes for evaluate
     eval_every: int = 0  # every N updates, evaluate's greedy held-out eval inside training: heldout_reward, heldout_<info key> (absent from other updates' records; 0 = off); with train.stop_at on one, updates_per_chunk must be a multiple of N
     eval_every_episodes: int = 64  # held-out prompts (or episodes) of that periodic evaluation
+    action_mask: bool = True  # control envs: sample only the legal actions where the env declares them (docs/masks.md)
     model: ModelConfig = dataclasses.field(default_factory=ModelConfig)
     loss: LossConfig = dataclasses.field(default_factory=LossConfig)
     sampling: SamplingConfig = dataclasses.field(default_factory=SamplingConfig)
@@ -146,6 +146,7 @@ def validate(cfg: GRPOConfig) -> None:
     _positive(cfg, ("num_prompts", "num_updates", "num_epochs", "num_minibatches", "micro_batches", "eval_episodes",
                     "eval_every_episodes"))
     check(cfg.eval_every >= 0, "eval_every", f"must be >= 0 (0 = no evaluation during training), got {cfg.eval_every}")
+    check(isinstance(cfg.action_mask, bool), "action_mask", f"expected true or false, got {cfg.action_mask!r}")
     check(cfg.group_size >= 2, "group_size", f"group-relative advantages need >= 2 generations, got {cfg.group_size}")
     n = cfg.num_prompts * cfg.group_size
     check(n % cfg.num_minibatches == 0, "num_minibatches", f"{cfg.num_minibatches} does not divide num_prompts * group_size = {n}")

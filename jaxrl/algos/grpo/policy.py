@@ -15,6 +15,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from jaxrl.algos.common.masks import mask_logits
 from jaxrl.models.networks import MLP, orthogonal
 from jaxrl.models.transformer import TransformerLM
 
@@ -119,6 +120,33 @@ def _mlp_step(model, params, carry, obs, action, t):
 
 def _mlp_sequence_logits(model, params, obs, actions):
     return model.apply(params, obs)
+
+
+def _masked_start(policy: Policy, mask_fn, params, obs):
+    carry, logits = policy.start(params, obs)
+    return carry, mask_logits(logits, mask_fn(obs))
+
+
+def _masked_step(policy: Policy, mask_fn, params, carry, obs, action, t):
+    carry, logits = policy.step(params, carry, obs, action, t)
+    return carry, mask_logits(logits, mask_fn(obs))
+
+
+def _masked_sequence_logits(policy: Policy, mask_fn, params, obs, actions):
+    return mask_logits(policy.sequence_logits(params, obs, actions), mask_fn(obs))
+
+
+def masked_policy(policy: Policy, mask_fn) -> Policy:
+    """``policy`` (over a control env) whose logits give illegal actions of each observation
+    probability 0 (:func:`jaxrl.algos.common.masks.mask_logits`), in rollouts and in the
+    loss alike; ``policy`` itself when ``mask_fn`` is ``None``."""
+    if mask_fn is None:
+        return policy
+    return policy._replace(
+        start=functools.partial(_masked_start, policy, mask_fn),
+        step=functools.partial(_masked_step, policy, mask_fn),
+        sequence_logits=functools.partial(_masked_sequence_logits, policy, mask_fn),
+    )
 
 
 def mlp_policy(model: MLPPolicy) -> Policy:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from jaxrl.algos.common.masks import masked
 from jaxrl.algos.ppo.config import PPOConfig
 from jaxrl.algos.ppo.state import AgentState
 from jaxrl.core import rollout
@@ -22,6 +23,7 @@ def policy_step(
 ) -> rollout.PolicyOutput:
     """Sample actions for a batch ``[B, ...]`` of observations (training rollouts)."""
     dist, value = network.apply(agent.params, prepare_obs(cfg, agent.obs_stats, obs))
+    dist = masked(network, dist, obs)
     action = dist.sample(key)
     return rollout.PolicyOutput(action=action, log_prob=dist.log_prob(action), value=value)
 
@@ -39,6 +41,7 @@ def act(
     ``network`` and ``cfg`` are bound with ``functools.partial``; ``deterministic`` is static.
     """
     dist, _ = network.apply(agent.params, prepare_obs(cfg, agent.obs_stats, obs))
+    dist = masked(network, dist, obs)
     return dist.mode() if deterministic else dist.sample(key)
 
 
@@ -68,6 +71,7 @@ def recurrent_policy_step(
     ``start [B]`` is set, then advanced by one step (and records the sampled action)."""
     x = prepare_obs(cfg, agent.obs_stats, obs)[None]
     carry, dist, value = network.apply(agent.params, carry, x, start[None])
+    dist = masked(network, dist, jnp.asarray(obs)[None])
     action = dist.sample(key)
     carry = network.record_action(carry, action[0])
     return carry, rollout.PolicyOutput(action=action[0], log_prob=dist.log_prob(action)[0], value=value[0])
@@ -92,6 +96,7 @@ def recurrent_act(
     x = prepare_obs(cfg, agent.obs_stats, obs)[None]
     start = jnp.zeros(x.shape[: x.ndim - network.obs_ndim], bool)
     carry, dist, _ = network.apply(agent.params, carry, x, start)
+    dist = masked(network, dist, jnp.asarray(obs)[None])
     action = (dist.mode() if deterministic else dist.sample(key))[0]
     return network.record_action(carry, action), action
 

@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
+from jaxrl.algos.common.masks import masked
 from jaxrl.algos.ppo.acting import prepare_obs
 from jaxrl.algos.ppo.config import PPOConfig
 from jaxrl.algos.ppo.state import AgentState, PPOTrainState, Setup
@@ -39,6 +40,7 @@ def _eval_action(
     else:  # one step of the sequence; the carry starts at zero, so no reset is needed
         x = prepare_obs(cfg, agent.obs_stats, obs)[None]
         carry, dist, _ = network.apply(agent.params, carry, x, jnp.zeros(x.shape[:2], bool))
+    dist = masked(network, dist, obs if carry is None else obs[None])
     mode, sample = dist.mode(), dist.sample(key)
     if carry is not None:  # drop the time axis of length 1
         mode, sample = mode[0], sample[0]

@@ -7,6 +7,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from jaxrl.algos.common.masks import masked
 from jaxrl.algos.ppo.acting import prepare_obs
 from jaxrl.algos.ppo.config import PPOConfig, PPOHyperparams
 from jaxrl.algos.ppo.state import Batch, SequenceBatch
@@ -128,7 +129,7 @@ def ppo_loss(
     Returns ``(loss [], metrics)`` with each term's metrics and ``"loss"``.
     """
     dist, values = network.apply(params, prepare_obs(cfg, obs_stats, batch.obs))
-    return _loss_terms(dist, values, cfg, hyper, batch)
+    return _loss_terms(masked(network, dist, batch.obs), values, cfg, hyper, batch)
 
 
 def _loss_terms(dist, values: jax.Array, cfg: PPOConfig, hyper: PPOHyperparams, batch: Batch) -> tuple[jax.Array, dict]:
@@ -160,4 +161,4 @@ def sequence_loss(
     steps = jax.tree_util.tree_map(time_major, batch.steps)
     obs = prepare_obs(cfg, obs_stats, steps.obs)
     _, dist, values = network.apply(params, batch.carry, obs, time_major(batch.start), steps.action)
-    return _loss_terms(dist, values, cfg, hyper, steps)
+    return _loss_terms(masked(network, dist, steps.obs), values, cfg, hyper, steps)

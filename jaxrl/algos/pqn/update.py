@@ -13,6 +13,7 @@ from flax import struct
 
 from jaxrl.algos.common import batching, optim
 from jaxrl.algos.common.acting import epsilon_greedy, linear_epsilon
+from jaxrl.algos.common.masks import legal_mask
 from jaxrl.algos.common.train import epochs
 from jaxrl.algos.pqn import losses
 from jaxrl.algos.pqn.config import PQNConfig, hyperparams, plan
@@ -96,7 +97,7 @@ def init(setup: Setup, key: jax.Array, hyper: dict | None = None) -> PQNState:
 
 
 def _policy(network: QNetwork, params, epsilon, obs, key) -> rollout.PolicyOutput:
-    action = epsilon_greedy(network.apply(params, obs), epsilon, key)
+    action = epsilon_greedy(network.apply(params, obs), epsilon, key, legal_mask(network, obs))
     zeros = jnp.zeros(action.shape, jnp.float32)
     return rollout.PolicyOutput(action, zeros, zeros)
 
