@@ -11,7 +11,7 @@ OpenEnv's concurrency settings: ``SUPPORTS_CONCURRENT_SESSIONS = True`` and
 (OpenEnv's default, one worker thread per session), ``shared``
 (``REQUIRES_SINGLE_THREAD_EXECUTOR``: one thread for all sessions) or ``inline``
 (``step_async``/``reset_async`` overridden, computed on the event loop). ``--workers`` is
-uvicorn's process count. Standalone (no jaxrl import), so it runs from OpenEnv's own
+uvicorn's process count; ``--ws-deflate off`` declines permessage-deflate. Standalone (no jaxrl import), so it runs from OpenEnv's own
 virtual environment::
 
     python -m venv /tmp/oe_venv && /tmp/oe_venv/bin/pip install "openenv-core==0.3.0" uvloop httptools
@@ -132,6 +132,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--workers", type=int, default=1, help="uvicorn worker processes")
     parser.add_argument("--max-envs", type=int, default=16384, help="OpenEnv's max_concurrent_envs (per worker)")
     parser.add_argument("--executor", choices=sorted(EXECUTORS), default="session")
+    parser.add_argument("--ws-deflate", choices=["on", "off"], default="on",
+                        help="accept permessage-deflate (uvicorn's default: on)")
     parser.add_argument("--backlog", type=int, default=4096, help="listen backlog (uvicorn's default is 2048)")
     args = parser.parse_args(argv)
     os.environ["OPENENV_CARTPOLE_EXECUTOR"] = args.executor
@@ -146,8 +148,9 @@ def main(argv: list[str] | None = None) -> None:
         port=args.port,
         workers=args.workers,
         backlog=args.backlog,
-        log_level="warning",
-        ws_ping_interval=None,  # as jaxrl serve runs: no keep-alive pings during the benchmark
+        log_level=os.environ.get("OPENENV_CARTPOLE_LOG_LEVEL", "warning"),
+        ws_per_message_deflate=args.ws_deflate == "on",
+        timeout_worker_healthcheck=120,  # uvicorn's 5 s kills workers still importing on a loaded machine
     )
 
 
