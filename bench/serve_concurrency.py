@@ -242,7 +242,7 @@ class Server:
 
 def server_specs(args: argparse.Namespace) -> list[tuple[str, list[str], dict, dict]]:
     """(label, argv, extra environment, config record) of every server the run ramps."""
-    top = max(args.levels)
+    top = max([*args.levels, *args.throughput_levels])
     specs = []
     if "jaxrl" in args.servers:
         cmd = args.jaxrl_cmd.format(host="127.0.0.1", port="{port}", max_sessions=max(top, args.max_sessions),
