@@ -25,10 +25,15 @@ _LAZY = {
     "to_gymnasium_space": "gymnasium",
 }
 
-__all__ = sorted(_LAZY)
+__all__ = ["GymnasiumEnv", "GymnasiumVectorEnv", "register_gymnasium", "to_gymnasium_space"]
 
 if TYPE_CHECKING:  # what type checkers see; at run time __getattr__ loads these
-    from jaxrl.interop.gymnasium import GymnasiumEnv, GymnasiumVectorEnv, register_gymnasium, to_gymnasium_space  # noqa: F401
+    from jaxrl.interop.gymnasium import (  # noqa: F401
+        GymnasiumEnv,
+        GymnasiumVectorEnv,
+        register_gymnasium,
+        to_gymnasium_space,
+    )
 
 
 def __getattr__(name: str):

@@ -17,6 +17,7 @@ before it can ``step``). Stateless HTTP routes (OpenEnv's ``POST /reset``, ``POS
 
 
 import asyncio
+import json
 import secrets
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -201,7 +202,7 @@ class Server:
     async def handle(self, session: Session, text: str) -> str | None:
         """The reply to one WebSocket message (``None`` for ``close``)."""
         try:
-            message = protocol.json.loads(text)
+            message = json.loads(text)
         except ValueError as exc:
             return protocol.error(protocol.INVALID_JSON, f"Invalid JSON: {exc}")
         if not isinstance(message, dict) or not isinstance(message.get("type"), str):
@@ -303,7 +304,7 @@ def create_app(server: Server):
         if not raw.strip():
             return {}
         try:
-            data = protocol.json.loads(raw)
+            data = json.loads(raw)
         except ValueError as exc:
             raise HTTPException(422, f"Invalid JSON: {exc}") from None
         if not isinstance(data, dict):
@@ -313,7 +314,7 @@ def create_app(server: Server):
     async def borrowed(run):
         session = server.acquire()
         if session is None:
-            return JSONResponse(protocol.json.loads(server.capacity_error())["data"], status_code=503)
+            return JSONResponse(json.loads(server.capacity_error())["data"], status_code=503)
         try:
             return await run(session)
         except (ValueError, ActionError, PermissionError) as exc:
