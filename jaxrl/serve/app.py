@@ -17,6 +17,7 @@ before it can ``step``). Stateless HTTP routes (OpenEnv's ``POST /reset``, ``POS
 
 
 import asyncio
+import heapq
 import json
 import secrets
 import uuid
@@ -114,7 +115,7 @@ class Server:
 
     def __init__(self, pool: SlotPool, env_id: str, window_s: float, description: str = ""):
         self.pool, self.env_id, self.description = pool, env_id, description
-        self.free = list(range(pool.capacity))[::-1]  # pop() gives the lowest entry
+        self.free = list(range(pool.capacity))  # a min-heap: the lowest free entry first
         self.live: set[int] = set()
         self.batcher: Batcher | None = None
         self.window_s = window_s
@@ -126,15 +127,14 @@ class Server:
     def acquire(self) -> Session | None:
         if not self.free or self.stopping:
             return None
-        entry = self.free.pop()
+        entry = heapq.heappop(self.free)
         self.live.add(entry)
         return Session(entry)
 
     def release(self, session: Session) -> None:
         if session.entry in self.live:
             self.live.discard(session.entry)
-            self.free.append(session.entry)
-            self.free.sort(reverse=True)
+            heapq.heappush(self.free, session.entry)
         session.closed = True
 
     def capacity_error(self) -> str:

@@ -105,7 +105,10 @@ def _serve(args, sock: socket.socket, uvicorn) -> int:
     pool.run({}, {})  # compile the one program now, not on the first client's request
     server = Server(pool, args.env_id, args.window_ms / 1e3, description)
     app = create_app(server)
-    config = uvicorn.Config(app, log_level=args.log_level, lifespan="on", timeout_graceful_shutdown=5)
+    config = uvicorn.Config(
+        app, log_level=args.log_level, lifespan="on", timeout_graceful_shutdown=5,
+        ws_per_message_deflate=getattr(args, "ws_deflate", "on") == "on",
+    )
     userver = _graceful(uvicorn)(config)
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
