@@ -24,8 +24,6 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-import numpy as np
-
 from jaxrl.serve import protocol
 from jaxrl.serve.pool import MAX_SEED, ActionError, SlotPool, space_spec
 from jaxrl.serve.text import TextCodec
@@ -179,7 +177,7 @@ class Server:
         action = self.pool.check_action(data["action"])
         row = await self.batcher.submit(session.entry, "step", action)
         session.step_count += 1
-        session.episodes_done += int(row["terminated"].sum() + row["truncated"].sum())
+        session.episodes_done += sum(row["done"])
         return row
 
     async def step_text(self, session: Session, text: str) -> dict:
@@ -193,11 +191,11 @@ class Server:
         for token in self.codec.encode(text):
             row = await self.batcher.submit(session.entry, "step", self.pool.check_action(token))
             session.step_count += 1
-            total += float(row["reward"].sum())
-            if row["terminated"].any() or row["truncated"].any():
+            total += sum(row["reward"])
+            if any(row["done"]):
                 session.episodes_done += 1
                 break
-        return {**row, "reward": np.full_like(row["reward"], total)}
+        return {**row, "reward": [total]}
 
     async def handle(self, session: Session, text: str) -> str | None:
         """The reply to one WebSocket message (``None`` for ``close``)."""

@@ -153,7 +153,8 @@ class SlotPool:
 
     def run(self, steps: dict, resets: dict) -> dict:
         """Apply one batch: ``steps`` maps session -> checked action, ``resets`` session ->
-        seed (a session in both is reset). Returns ``{session: outputs}`` with NumPy rows."""
+        seed (a session in both is reset). Returns ``{session: outputs}``: per output (and
+        ``done``) that session's values as Python lists over its slots, JSON-ready."""
         step_mask = np.zeros((self.capacity,), bool)
         reset_mask = np.zeros((self.capacity,), bool)
         seeds = np.zeros((self.capacity,), np.uint32)
@@ -170,7 +171,10 @@ class SlotPool:
             if any(x.is_deleted() for x in jax.tree_util.tree_leaves(self.carry) if hasattr(x, "is_deleted")):
                 self.carry, self.generation = self._placeholders(), self.generation + 1  # donated, then failed
             raise
-        return {i: {k: v[i] for k, v in out.items()} for i in set(steps) | set(resets)}
+        out["done"] = np.logical_or(out["terminated"], out["truncated"])
+        rows = sorted(set(steps) | set(resets))
+        lists = {k: v[rows].tolist() for k, v in out.items()}  # whole-batch conversions: cheap per session
+        return {i: {k: v[j] for k, v in lists.items()} for j, i in enumerate(rows)}
 
 
 def _short(value: Any, limit: int = 80) -> str:

@@ -26,8 +26,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import numpy as np
-
 INVALID_JSON, UNKNOWN_TYPE, VALIDATION_ERROR = "INVALID_JSON", "UNKNOWN_TYPE", "VALIDATION_ERROR"
 EXECUTION_ERROR, CAPACITY_REACHED, SESSION_ERROR = "EXECUTION_ERROR", "CAPACITY_REACHED", "SESSION_ERROR"
 MESSAGE_TYPES = ("reset", "step", "state", "close")
@@ -43,19 +41,15 @@ def error(code: str, message: str, **extra: Any) -> str:
     return dumps({"type": "error", "data": {"message": message, "code": code, **extra}})
 
 
-def _plain(x: Any, single: bool) -> Any:
-    """A NumPy row as JSON values, without the slot axis when a session has one slot."""
-    x = np.asarray(x)
-    if single:
-        x = x[0]
-    return x.tolist()
+def _plain(x: list, single: bool) -> Any:
+    """A session's values over its slots, without the slot axis when it has one slot."""
+    return x[0] if single else x
 
 
 def observation_payload(row: dict, single: bool, after_reset: bool, codec=None) -> dict:
     """``{"observation", "reward", "done"}`` (OpenEnv's ``serialize_observation`` shape) of
-    one session's outputs ``row`` (NumPy leaves ``[N, ...]``); with a text ``codec``
+    one session's outputs ``row`` (lists over its ``N`` slots); with a text ``codec``
     (:mod:`jaxrl.serve.text`) the observation also carries ``text`` and ``final_text``."""
-    done = np.logical_or(row["terminated"], row["truncated"])
     observation = {
         "obs": _plain(row["obs"], single),
         "final_obs": _plain(row["final_obs"], single),
@@ -68,7 +62,7 @@ def observation_payload(row: dict, single: bool, after_reset: bool, codec=None) 
         observation["text"] = codec.decode(row["obs"][0])
         observation["final_text"] = codec.decode(row["final_obs"][0])
     reward = None if after_reset else _plain(row["reward"], single)
-    return {"observation": observation, "reward": reward, "done": _plain(done, single)}
+    return {"observation": observation, "reward": reward, "done": _plain(row["done"], single)}
 
 
 def observation_message(row: dict, single: bool, after_reset: bool, codec=None) -> str:
