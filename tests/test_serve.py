@@ -144,6 +144,7 @@ def test_faults_stay_with_their_session(served):
             ({"type": "step", "data": {"action": 0.5}}, "VALIDATION_ERROR"),
             ({"type": "step", "data": {"action": [0, 1]}}, "VALIDATION_ERROR"),
             ({"type": "step", "data": {"action": "left"}}, "VALIDATION_ERROR"),
+            ({"type": "step", "data": {"action": True}}, "VALIDATION_ERROR"),
             ({"type": "step", "data": {"act": 1}}, "VALIDATION_ERROR"),
             ({"type": "step", "data": {"action": 1, "force": 9}}, "VALIDATION_ERROR"),
             ({"type": "step"}, "VALIDATION_ERROR"),

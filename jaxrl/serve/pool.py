@@ -127,13 +127,15 @@ class SlotPool:
         """``value`` (JSON: a number or nested lists) as one session's action array
         ``[slots, *shape]``; :class:`ActionError` if it is outside the action space."""
         space, shape, given = self.action_space, (self.slots, *self.action_space.shape), value
+        if type(value) is int and self.slots == 1 and isinstance(space, spaces.Discrete) and 0 <= value < space.n:
+            return np.full((1,), value, self._actions.dtype)  # the common case, without the general checks
         if self.slots == 1 and np.shape(value) == tuple(space.shape):
             value = [value]
         try:
             raw = np.asarray(value)
         except (ValueError, TypeError):
             raise ActionError("the action is not a rectangular array of numbers") from None
-        if raw.dtype == object or raw.dtype.kind not in "biuf":
+        if raw.dtype == object or raw.dtype.kind not in "iuf":
             raise ActionError(f"the action must be numbers, got {_short(given)}")
         if raw.shape != shape:
             want = "one int" if isinstance(space, spaces.Discrete) and self.slots == 1 else f"shape {list(shape)}"
