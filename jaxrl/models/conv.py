@@ -14,8 +14,9 @@ layer, then flatten); the dense layers that follow are the network's ``hidden`` 
 ``channels`` overrides the widths (one per conv layer, or per IMPALA stage). Kernels are
 orthogonal with gain ``sqrt(2)`` like the MLP's hidden layers (drawn in one batch by
 :func:`jaxrl.models.networks.init_params` when ``deferred_kernels``), or flax's LeCun
-normal (``lecun_init``, what the Q-networks use); biases zero. :func:`check_image` refuses
-observation shapes a torso cannot read, with one line naming the key. ``docs/networks.md``
+normal (``lecun_init``, what the Q-networks use); biases zero. Each convolution is one
+matmul over shifted slices (:class:`Conv`, why there). :func:`check_image` refuses
+observation shapes a torso cannot read, in one line naming the key. ``docs/networks.md``
 has the architectures and the config keys.
 """
 
@@ -90,12 +91,44 @@ def feature_size(kind: str, obs_shape: tuple[int, ...], channels=None) -> int:
     return h * w * widths[-1]
 
 
-def _conv(features: int, kernel: int, stride: int, padding: str, name: str, deferred: bool, lecun: bool):
+def same_padding(size: int, kernel: int, stride: int) -> tuple[int, int]:
+    """``(low, high)`` zero padding of ``"SAME"`` (output ``ceil(size / stride)``), as XLA pads."""
+    total = max((-(-size // stride) - 1) * stride + kernel - size, 0)
+    return total // 2, total - total // 2
+
+
+class Conv(nn.Module):
+    """A 2-D convolution ``[N, H, W, C] -> [N, H', W', features]`` with ``nn.Conv``'s params
+    (``kernel [k, k, C, features]``, ``bias``) and, to rounding, its outputs, computed as
+    one matmul over the ``k * k`` shifted slices of the input (im2col). Under a ``vmap`` over
+    seeds the kernel is batched, and XLA's CPU convolution then turns into a much slower
+    grouped one; a batched matmul does not."""
+
+    features: int
+    kernel: int
+    stride: int
+    padding: str  # "VALID" | "SAME"
+    kernel_init: object
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        k, s = self.kernel, self.stride
+        kernel = self.param("kernel", self.kernel_init, (k, k, x.shape[-1], self.features), jnp.float32)
+        bias = self.param("bias", nn.initializers.zeros, (self.features,), jnp.float32)
+        if self.padding == "SAME":
+            x = jnp.pad(x, ((0, 0), same_padding(x.shape[1], k, s), same_padding(x.shape[2], k, s), (0, 0)))
+        oh, ow = (x.shape[1] - k) // s + 1, (x.shape[2] - k) // s + 1
+        patches = jnp.concatenate(
+            [x[:, i: i + s * (oh - 1) + 1: s, j: j + s * (ow - 1) + 1: s, :] for i in range(k) for j in range(k)], axis=-1
+        )  # [N, oh, ow, k * k * C], ordered like the kernel's [k, k, C] axes
+        return patches @ jnp.reshape(kernel, (-1, self.features)) + bias
+
+
+def _conv(features: int, kernel: int, stride: int, padding: str, name: str, deferred: bool, lecun: bool) -> Conv:
     from jaxrl.models.networks import orthogonal  # the no-LAPACK orthogonal init
 
     init = nn.initializers.zeros if deferred else (nn.initializers.lecun_normal() if lecun else orthogonal(CONV_GAIN))
-    return nn.Conv(features, (kernel, kernel), (stride, stride), padding=padding,
-                   kernel_init=init, bias_init=nn.initializers.zeros, name=name)
+    return Conv(features, kernel, stride, padding, init, name=name)
 
 
 class ConvTorso(nn.Module):

@@ -181,8 +181,8 @@ class ActorCritic(nn.Module):
       deferred_kernels: initialise ``Dense`` kernels to zero (set by
         :func:`init_params`, which then draws them all at once).
       conv: ``None`` (flatten the observation) or a :data:`jaxrl.models.conv.KINDS` torso
-        over image observations ``[..., H, W, C]`` (``obs_ndim`` 3), shared by both heads'
-        MLPs.
+        over image observations ``[..., H, W, C]`` (``obs_ndim`` 3) before the MLP: one
+        with ``shared_torso``, else one per head (the recurrent policy's is always shared).
       channels: the conv torso's widths (``None``: its published ones).
     """
 
@@ -198,22 +198,24 @@ class ActorCritic(nn.Module):
     conv: str | None = None
     channels: tuple[int, ...] | None = None
 
-    def features(self, obs: jax.Array) -> jax.Array:
-        """float32 ``[..., F]``: the conv torso's output, or the flattened observation."""
+    def features(self, obs: jax.Array, name: str = "conv") -> jax.Array:
+        """float32 ``[..., F]``: the output of the conv torso called ``name``, or the
+        flattened observation."""
         x = jnp.asarray(obs, jnp.float32)
         if self.conv is not None:
-            return ConvTorso(self.conv, self.channels, self.deferred_kernels, name="conv")(x)
+            return ConvTorso(self.conv, self.channels, self.deferred_kernels, name=name)(x)
         return jnp.reshape(x, x.shape[: x.ndim - self.obs_ndim] + (-1,))
 
     @nn.compact
     def __call__(self, obs: jax.Array) -> tuple[distributions.Distribution, jax.Array]:
         """``obs [..., *obs_shape]`` -> ``(distribution over [...], value float32[...])``."""
-        x = self.features(obs)
         if self.shared_torso:
+            x = self.features(obs)
             pi_h = v_h = MLP(self.hidden, self.activation, self.deferred_kernels, name="torso")(x)
         else:
-            pi_h = MLP(self.hidden, self.activation, self.deferred_kernels, name="actor")(x)
-            v_h = MLP(self.hidden, self.activation, self.deferred_kernels, name="critic")(x)
+            pi_x, v_x = self.features(obs, "actor_conv"), self.features(obs, "critic_conv")
+            pi_h = MLP(self.hidden, self.activation, self.deferred_kernels, name="actor")(pi_x)
+            v_h = MLP(self.hidden, self.activation, self.deferred_kernels, name="critic")(v_x)
         value = _dense(1, "value_head", self.deferred_kernels)(v_h)[..., 0]
         return self._dist(pi_h), value
 

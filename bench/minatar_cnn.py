@@ -1,0 +1,156 @@
+"""CNN vs MLP PPO on MinAtar Breakout at equal env steps: return and wall time.
+
+Runs ``configs/ppo_minatar_breakout.yaml`` (gymnax-blines' PPO settings, an MLP of two
+256-unit layers over the flattened 10x10x4 frame) and ``configs/ppo_minatar_breakout_cnn.yaml``
+(the same settings on MinAtar's own conv torso) for ``--steps`` env steps per seed, ``--seeds``
+seeds vmapped in one program per recipe (each a fresh process, recipes alternated over
+``--repeats`` rounds so that machine load hits both alike). Compile time (trace, lower, compile)
+is reported apart from the run; every output of the run is fetched before the clock stops.
+
+Return: the mean training-episode return over the last tenth of the updates, and the final
+policy's evaluation return (deterministic and stochastic, 16 episodes each per seed).
+
+    python bench/minatar_cnn.py --steps 491520 --seeds 4            # -> bench/results/minatar_cnn.{json,md}
+    python bench/minatar_cnn.py --steps 5013504 --seeds 8 --tag h100  # -> minatar_cnn_h100.{json,md}
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+RECIPES = {
+    "mlp": ROOT / "configs" / "ppo_minatar_breakout.yaml",
+    "cnn": ROOT / "configs" / "ppo_minatar_breakout_cnn.yaml",
+}
+
+
+def child(recipe: str, steps: int, seeds: int) -> dict:
+    """One recipe in this process: compile, run, evaluate; a JSON-able record."""
+    t_start = time.perf_counter()
+    import dataclasses
+
+    import jax
+    import numpy as np
+
+    import jaxrl
+    from jaxrl.algos import ppo
+    from jaxrl.algos.common.train import COMPILER_OPTIONS, program_on, train_on
+    from jaxrl.run.config import load_config
+
+    cfg = load_config(str(RECIPES[recipe]))
+    acfg = dataclasses.replace(cfg.algo_config, total_env_steps=steps)
+    env, params = jaxrl.make(cfg.env.id)
+    program = program_on(ppo, env, params, acfg)
+    train = train_on(ppo, env, params, acfg)
+
+    def run(key):
+        train_key, eval_key = jax.random.split(key)
+        state, metrics = train(train_key)
+        ev = program.evaluate(state, eval_key)
+        return metrics["episode_return"], ev["episode_returns"], ev["episode_returns_stochastic"]
+
+    keys = jax.random.split(jax.random.PRNGKey(0), seeds)
+    t0 = time.perf_counter()
+    compiled = jax.jit(jax.vmap(run), compiler_options=COMPILER_OPTIONS).lower(keys).compile()
+    t1, c1 = time.perf_counter(), time.process_time()
+    curve, ev, ev_stochastic = jax.device_get(compiled(keys))
+    t2, c2 = time.perf_counter(), time.process_time()
+    tail = max(1, curve.shape[1] // 10)
+    return {
+        "recipe": recipe, "config": str(RECIPES[recipe].relative_to(ROOT)), "env": cfg.env.id,
+        "network": {"hidden": list(acfg.hidden), "conv": acfg.network.conv, "channels": acfg.network.channels},
+        "num_params": int(sum(np.prod(x.shape) for x in jax.tree_util.tree_leaves(
+            jax.eval_shape(program.init, keys[0]).agent.params))),
+        "seeds": seeds, "env_steps_per_seed": acfg.total_env_steps, "device": str(jax.devices()[0]),
+        "import_and_build_s": t0 - t_start, "compile_s": t1 - t0, "run_s": t2 - t1,
+        "run_cpu_s": c2 - c1,  # CPU seconds of this process's threads: less sensitive to other load than wall
+        "env_steps_per_s": seeds * acfg.total_env_steps / (t2 - t1),
+        "train_return_last_tenth": float(np.mean(curve[:, -tail:])),
+        "train_return_per_seed": np.mean(curve[:, -tail:], axis=1).round(2).tolist(),
+        "eval_return_deterministic": float(np.mean(ev)),
+        "eval_return_deterministic_per_seed": np.mean(ev, axis=1).round(2).tolist(),
+        "eval_return_stochastic": float(np.mean(ev_stochastic)),
+        "curve_every_tenth": np.mean(curve, axis=0)[:: max(1, curve.shape[1] // 10)].round(2).tolist(),
+    }
+
+
+def spawn(recipe: str, steps: int, seeds: int) -> dict:
+    """:func:`child` in a fresh process (its own compile caches and memory)."""
+    t0 = time.perf_counter()
+    out = subprocess.run([sys.executable, __file__, "--child", recipe, "--steps", str(steps), "--seeds", str(seeds)],
+                         capture_output=True, text=True, check=False)
+    if out.returncode:
+        raise SystemExit(f"{recipe} child failed:\n{out.stderr[-3000:]}")
+    record = json.loads(out.stdout.strip().splitlines()[-1])
+    record["process_wall_s"] = time.perf_counter() - t0
+    record["load_average_after"] = list(os.getloadavg())
+    return record
+
+
+def table(records: list[dict]) -> str:
+    """The markdown summary: one row per recipe (medians over repeats for times)."""
+    import statistics
+
+    rows = ["| recipe | params | compile s | run s (CPU s) | env steps/s | train return (last tenth) | eval det. | eval stoch. |",
+            "|---|---|---|---|---|---|---|---|"]
+    by = {}
+    for r in records:
+        by.setdefault(r["recipe"], []).append(r)
+    for name, rs in by.items():
+        med = lambda k: statistics.median(x[k] for x in rs)  # noqa: E731
+        rows.append(f"| {name} (`{rs[0]['config']}`) | {rs[0]['num_params']:,} | {med('compile_s'):.1f} | "
+                    f"{med('run_s'):.1f} ({med('run_cpu_s'):.1f}) | {med('env_steps_per_s'):,.0f} | {rs[-1]['train_return_last_tenth']:.2f} | "
+                    f"{rs[-1]['eval_return_deterministic']:.2f} | {rs[-1]['eval_return_stochastic']:.2f} |")
+    if {"mlp", "cnn"} <= by.keys():
+        ratio = statistics.median(x["run_s"] for x in by["cnn"]) / statistics.median(x["run_s"] for x in by["mlp"])
+        whole = (statistics.median(x["compile_s"] + x["run_s"] for x in by["cnn"])
+                 / statistics.median(x["compile_s"] + x["run_s"] for x in by["mlp"]))
+        cpu = statistics.median(x["run_cpu_s"] for x in by["cnn"]) / statistics.median(x["run_cpu_s"] for x in by["mlp"])
+        rows.append(f"\nCNN / MLP wall time: run {ratio:.2f}x (CPU time {cpu:.2f}x), compile + run {whole:.2f}x.")
+    return "\n".join(rows)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--steps", type=int, default=491_520, help="env steps per seed (a multiple of 8,192)")
+    p.add_argument("--seeds", type=int, default=4)
+    p.add_argument("--repeats", type=int, default=1, help="rounds of (mlp, cnn), alternated")
+    p.add_argument("--tag", default="", help="suffix of the result files, e.g. h100")
+    p.add_argument("--child", choices=sorted(RECIPES), help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.child:
+        print(json.dumps(child(args.child, args.steps, args.seeds)), flush=True)
+        return
+    from common import RESULTS_DIR, dumps, metadata
+
+    records = []
+    for _ in range(args.repeats):
+        for recipe in ("mlp", "cnn"):
+            records.append(spawn(recipe, args.steps, args.seeds))
+            print(json.dumps({k: v for k, v in records[-1].items() if not isinstance(v, list)}), flush=True)
+    device = records[0]["device"]
+    note = (f"device {device}; measured while other engineers' jobs shared this machine's CPU cores: wall times "
+            "are inflated and both recipes shared the load" if "cpu" in device.lower()
+            else f"device {device} (a lent accelerator, nothing else running on it)")
+    meta = metadata({"load_average_at_end": list(os.getloadavg()), "note": note})
+    stem = "minatar_cnn" + (f"_{args.tag}" if args.tag else "")
+    (RESULTS_DIR / f"{stem}.json").write_text(dumps({"meta": meta, "records": records}) + "\n")
+    md = table(records)
+    (RESULTS_DIR / f"{stem}.md").write_text(
+        f"# {stem}\n\n`{meta['command']}` on {meta['utc']}; {note}; load average at end "
+        f"{meta['load_average_at_end'][0]:.1f}.\n\n{md}\n")
+    print(md)
+
+
+if __name__ == "__main__":
+    main()
