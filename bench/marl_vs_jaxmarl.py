@@ -13,6 +13,7 @@ from ``--peer`` (default ``bench/peers/jaxmarl_ippo_ff_mpe.py``; get it with
 recorded in the results). It runs unchanged: its imports that only log or parse configs
 (wandb, hydra, omegaconf, matplotlib) and distrax, whose Categorical it uses, are stood in
 for by the small modules below (distrax's Categorical: Gumbel-max sampling, log-softmax).
+``--smax SEEDS`` instead trains MAPPO on SMAX 2s3z (``configs/mappo_smax_2s3z.yaml``).
 ``--full`` also trains both at the recipe's whole budget (4,882 updates, 9,998,336 env steps)
 and compares the final returns: the mean of the last 5% of updates' logged team return
 (jaxrl: the finished episodes' team return; JaxMARL: ``returned_episode_returns``, each
@@ -152,6 +153,37 @@ def full_side(side: str, peer, seeds: int, full: dict) -> None:
     print("full", side, finals, f"{t['best_s']:.1f} s", flush=True)
 
 
+def smax(seeds: int, out_dir: str, overrides=()) -> None:
+    """jaxrl MAPPO on SMAX 2s3z at its recipe's budget: training curve, greedy eval win rate
+    (a won episode pays each agent 1 for the damage plus the bonus of 1: team return 2 x A)."""
+    from jaxrl.algos.common.train import train
+    from jaxrl.run import config as C
+    from jaxrl.run.build import build, seed_keys
+
+    cfg = C.load_config(str(ROOT / "configs" / "mappo_smax_2s3z.yaml"), list(overrides))
+    built = build(cfg)
+    program, updates, agents = built.program, built.program.plan.num_updates, built.envs.env.num_agents
+
+    def run(keys):
+        state, metrics = jax.vmap(lambda k: train(program, updates, k))(keys)
+        ev = jax.vmap(program.evaluate)(state, keys)
+        return metrics["episode_return"], metrics["episode_count"], ev["episode_returns"]
+
+    load_before = os.getloadavg()
+    t, (ret, count, ev) = timed(jax.jit(run), seed_keys(0, seeds), 1)
+    ret, count, ev = np.asarray(ret), np.asarray(count), np.asarray(ev)
+    record = {"env": "jaxmarl/SMAX-2s3z", "algo": "mappo (feed-forward, centralised critic, agent ids)",
+              "updates": updates, "env_steps": updates * program.plan.env_steps_per_update, "seeds": seeds, **t,
+              "steps_per_s": seeds * updates * program.plan.env_steps_per_update / t["best_s"],
+              "final_train_team_return_per_seed": [final_return(ret[i], count[i]) for i in range(seeds)],
+              "eval_team_return_per_seed": ev.mean(-1).tolist(),
+              "eval_win_rate_per_seed": (ev > 1.5 * agents).mean(-1).tolist(),
+              "overrides": list(overrides),
+              "curve_every_10_pct": [float(x) for x in ((ret * count).sum(0) / np.maximum(count.sum(0), 1))[::max(updates // 10, 1)]]}
+    print("smax", json.dumps({k: v for k, v in record.items() if "curve" not in k}), flush=True)
+    write(out_dir, record, load_before, "marl_smax_2s3z.json")
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--updates", type=int, default=100, help="updates per timed call (throughput)")
@@ -162,7 +194,12 @@ def main(argv=None) -> int:
     p.add_argument("--peer", default=str(ROOT / "bench" / "peers" / "jaxmarl_ippo_ff_mpe.py"))
     p.add_argument("--peer-commit", default="unknown")
     p.add_argument("--out", default=str(ROOT / "bench" / "results"))
+    p.add_argument("--set", action="append", default=[], help="config override for --smax (a.b=value)")
+    p.add_argument("--smax", type=int, default=0, metavar="SEEDS", help="only: MAPPO on SMAX 2s3z with SEEDS seeds")
     args = p.parse_args(argv)
+    if args.smax:
+        smax(args.smax, args.out, args.set)
+        return 0
     from bench import common
 
     peer = load_peer(Path(args.peer))
@@ -190,14 +227,14 @@ def main(argv=None) -> int:
     return 0
 
 
-def write(out_dir: str, record: dict, load_before) -> None:
+def write(out_dir: str, record: dict, load_before, name: str = "marl_vs_jaxmarl.json") -> None:
     from bench import common
 
     record["load_average_before_after"] = [list(load_before), list(os.getloadavg())]
     record["meta"] = common.metadata(libraries=("jax", "jaxlib", "flax", "optax", "jaxmarl", "numpy"))
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "marl_vs_jaxmarl.json").write_text(common.dumps(record))
+    (out / name).write_text(common.dumps(record))
 
 
 if __name__ == "__main__":
