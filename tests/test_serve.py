@@ -221,6 +221,12 @@ def test_http_routes(served):
     status, body = post(url, "/step", {"action": {"action": 3}})
     assert status == 422 and "0..1" in body["detail"]
     assert get(url, "/state") == {"episode_id": None, "step_count": 0}
+    client_mod = pytest.importorskip("openenv.core.generic_client")
+    with client_mod.GenericEnvClient(base_url=url).sync() as sync_client:  # OpenEnv's sync wrapper
+        result = sync_client.reset(seed=5)
+        assert_same(result.observation, result.reward, result.done, want[0], True)
+        result = sync_client.step({"action": 1})
+        assert_same(result.observation, result.reward, result.done, want[1], False)
 
 
 def test_a_failed_device_batch_is_reported_and_the_server_recovers(served, monkeypatch):
