@@ -17,7 +17,9 @@ import jax.numpy as jnp
 
 from jaxrl.algos.common import replay
 from jaxrl.algos.common.acting import episode_returns, epsilon_greedy, eval_max_steps
+from jaxrl.algos.common.masks import legal_mask, masked_q_network
 from jaxrl.algos.common.envs import batched_env, env_batch_axes
+from jaxrl.algos.common.network import conv_fields
 from jaxrl.algos.contract import (
     AlgoEntry, BatchSize, EnvSetup, EvalReport, Policy, Program, check, no_carry, replicated_axes,
 )
@@ -36,7 +38,7 @@ def act(network: QNetwork, epsilon: float, params, carry, obs, key, deterministi
     q = network.apply(params, obs)
     if deterministic:
         return carry, jnp.argmax(q, axis=-1).astype(jnp.int32)
-    return carry, epsilon_greedy(q, epsilon, key)
+    return carry, epsilon_greedy(q, epsilon, key, legal_mask(network, obs))
 
 
 def _greedy(network: QNetwork, params, obs, key):
@@ -66,7 +68,9 @@ def build(envs: EnvSetup, cfg: DQNConfig) -> Program:
     check(envs.curriculum is None, "env.curriculum", "dqn runs no curriculum")
     replay.check_memory(cfg.buffer_size, update.example_transition(envs.env, envs.params), "buffer_size")
     obs_ndim = max(len(envs.env.observation_space(envs.params).shape), 1)
-    network = QNetwork(space.n, tuple(cfg.hidden), cfg.activation, cfg.layer_norm, cfg.dueling, obs_ndim)
+    conv = conv_fields(cfg.network, envs.env, envs.params)  # refuses a conv torso on non-image observations
+    network = QNetwork(space.n, tuple(cfg.hidden), cfg.activation, cfg.layer_norm, cfg.dueling, obs_ndim, **conv)
+    network = masked_q_network(network, envs.env, envs.params, cfg.action_mask)  # greedy/max over legal actions
     train_env = batched_env(envs.env, cfg.num_envs, envs.vector)
     setup = Setup(train_env, envs.params, network, cfg, update.make_optimizer(cfg))
     eval_env = VmapEnv(envs.env, cfg.eval_episodes)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from jaxrl.algos.common.network import QNetworkConfig, check_conv
 from jaxrl.algos.common.optim import traced_values
 from jaxrl.algos.contract import AlgoConfig, Plan, check, check_mlp
 
@@ -45,6 +46,8 @@ class DQNConfig(AlgoConfig):
     hidden: tuple[int, ...] = (64, 64)  # Q-network hidden widths
     activation: str = "relu"  # hidden activation (relu, tanh, ...)
     layer_norm: bool = False  # LayerNorm after each hidden layer
+    network: QNetworkConfig = dataclasses.field(default_factory=QNetworkConfig)  # an optional conv torso before the hidden layers
+    action_mask: bool = True  # greedy actions, exploration and targets over legal actions where the env declares them
     # --- evaluation (static) ---
     eval_episodes: int = 16  # greedy episodes per seed
     eval_max_steps: int | None = None  # episode cap; None: the env's max_steps_in_episode
@@ -76,6 +79,8 @@ class DQNConfig(AlgoConfig):
         check(0.0 < self.gamma <= 1.0, "gamma", f"expected 0 < gamma <= 1, got {self.gamma}")
         check(0.0 < self.tau <= 1.0, "tau", f"expected 0 < tau <= 1, got {self.tau}")
         check_mlp(self.hidden, self.activation)
+        check_conv(self.network)
+        check(isinstance(self.action_mask, bool), "action_mask", f"expected true or false, got {self.action_mask!r}")
 
 
 TRACED = ("lr", "max_grad_norm", "gamma", "tau")

@@ -15,7 +15,9 @@ from typing import Any
 
 import jax
 
+from jaxrl.algos.common import masks
 from jaxrl.algos.common.envs import batched_env, env_batch_axes
+from jaxrl.algos.common.network import conv_fields
 from jaxrl.algos.contract import (
     AlgoEntry, BatchSize, EnvSetup, EvalReport, Policy, Program, no_carry, replicated_axes,
 )
@@ -38,12 +40,12 @@ __all__ = [
 def resolve_dist(env: Environment, env_params: Any, cfg: PPOConfig) -> str:
     """The distribution kind for ``env``'s action space (``cfg.dist`` or the "auto" choice)."""
     space = env.action_space(env_params)
-    discrete = isinstance(space, spaces.Discrete)
+    discrete = isinstance(space, (spaces.Discrete, spaces.MultiDiscrete))
     dist = cfg.dist if cfg.dist != "auto" else ("categorical" if discrete else "gaussian")
     if discrete != (dist == "categorical"):
         raise ValueError(f"dist: {dist!r} does not fit the action space {space!r} of {env.name}")
     if not discrete and not isinstance(space, spaces.Box):
-        raise ValueError(f"dist: PPO supports Discrete and Box action spaces, got {space!r}")
+        raise ValueError(f"dist: PPO supports Discrete, MultiDiscrete and Box action spaces, got {space!r}")
     return dist
 
 
@@ -59,16 +61,31 @@ def agent_env(env: Environment, env_params: Any, cfg: PPOConfig) -> Environment:
 
 def build_network(env: Environment, env_params: Any, cfg: PPOConfig) -> ActorCritic:
     """The :class:`ActorCritic` for ``env`` and ``cfg`` (a :class:`RecurrentActorCritic`
-    for ``network.torso: gru | lstm``)."""
+    for ``network.torso: gru | lstm``), in a :class:`~jaxrl.algos.common.masks.MaskedPolicy`
+    where the env declares legal actions (``cfg.action_mask``) or they are ``MultiDiscrete``."""
+    network = _build_network(env, env_params, cfg)
+    space = env.action_space(env_params)
+    mask_fn = masks.action_mask_fn(env, env_params, cfg.action_mask)
+    nvec = space.nvec if isinstance(space, spaces.MultiDiscrete) else None
+    if nvec and cfg.network.prev_action:
+        raise ValueError(f"network.prev_action: not supported with a MultiDiscrete action space ({space!r})")
+    return network if mask_fn is None and nvec is None else masks.MaskedPolicy(network, mask_fn, nvec)
+
+
+def _build_network(env: Environment, env_params: Any, cfg: PPOConfig) -> ActorCritic:
     dist = resolve_dist(env, env_params, cfg)
     space = env.action_space(env_params)
-    action_dim = space.n if dist == "categorical" else int(math.prod(space.shape))
+    if isinstance(space, spaces.MultiDiscrete):  # factorised: max(nvec) logits per component
+        action_dim = len(space.nvec) * max(space.nvec)
+    else:
+        action_dim = space.n if dist == "categorical" else int(math.prod(space.shape))
     obs_ndim = max(len(env.observation_space(env_params).shape), 1)
+    conv = conv_fields(cfg.network, env, env_params)  # refuses a conv torso on non-image observations
     if cfg.network.recurrent:
         return RecurrentActorCritic(
             action_dim=action_dim, dist=dist, hidden=tuple(cfg.hidden), activation=cfg.activation,
             log_std=cfg.log_std, init_log_std=cfg.init_log_std, obs_ndim=obs_ndim,
-            cell=cfg.network.torso, cell_size=cfg.network.cell_size, prev_action=cfg.network.prev_action,
+            cell=cfg.network.torso, cell_size=cfg.network.cell_size, prev_action=cfg.network.prev_action, **conv,
         )
     return ActorCritic(
         action_dim=action_dim,
@@ -79,6 +96,7 @@ def build_network(env: Environment, env_params: Any, cfg: PPOConfig) -> ActorCri
         log_std=cfg.log_std,
         init_log_std=cfg.init_log_std,
         obs_ndim=obs_ndim,
+        **conv,
     )
 
 

@@ -8,6 +8,7 @@ import math
 import jax
 from flax import struct
 
+from jaxrl.algos.common.network import check_conv
 from jaxrl.algos.common.optim import traced_values
 from jaxrl.algos.contract import AlgoConfig, Plan, check, check_mlp
 from jaxrl.models.networks import DISTRIBUTIONS, LOG_STD_MODES
@@ -27,11 +28,16 @@ class NetworkConfig:
     state and is trained over whole env sequences (minibatches of envs, not of steps).
     ``prev_action`` appends the previous action (one-hot if discrete) to the observation
     (RL^2 / R2D2 style): the policy can integrate its own pushes to infer hidden velocities.
+    ``conv`` puts a conv torso (:mod:`jaxrl.models.conv`) over image observations in front
+    of either (one per head unless ``shared_torso``; one before a recurrent cell);
+    ``channels`` sets its widths.
     """
 
     torso: str = "mlp"  # "mlp" | "gru" | "lstm"
     cell_size: int = 128  # units of the recurrent cell (unused by "mlp")
     prev_action: bool = False  # feed the previous action into the torso input (gru / lstm only)
+    conv: str | None = None  # null: MLP on the flattened obs; nature_cnn | minatar_cnn | impala: conv torso on (H, W, C) images first
+    channels: tuple[int, ...] | None = None  # conv widths per layer (per stage for impala); null: the torso's published ones
 
     @property
     def recurrent(self) -> bool:
@@ -45,7 +51,7 @@ class PPOConfig(AlgoConfig):
     *Static* fields fix shapes, loop counts and program structure (changing one
     recompiles): ``num_envs``, ``num_steps``, ``total_env_steps``, ``update_epochs``,
     ``num_minibatches``, ``anneal_lr``, ``normalize_*``, ``hidden``, ``activation``,
-    ``shared_torso``, ``network``, ``dist``, ``log_std``, ``init_log_std``, ``adam_eps``,
+    ``shared_torso``, ``network``, ``dist``, ``action_mask``, ``log_std``, ``init_log_std``, ``adam_eps``,
     ``eval_episodes``, ``eval_max_steps`` and whether ``vf_clip_eps`` is ``None``.
 
     *Traced* fields live in the train state (``lr`` and ``max_grad_norm`` in the optimiser's,
@@ -82,6 +88,7 @@ class PPOConfig(AlgoConfig):
     activation: str = "tanh"  # one of networks.ACTIVATIONS
     shared_torso: bool = False  # one torso for actor and critic
     dist: str = "auto"  # "auto" | "categorical" | "gaussian" | "tanh_gaussian"
+    action_mask: bool = True  # mask illegal actions where the env declares them (docs/masks.md)
     log_std: str = "state_independent"  # "state_independent" | "learned" (Gaussians)
     init_log_std: float = 0.0  # initial log std of the Gaussians
     network: NetworkConfig = dataclasses.field(default_factory=NetworkConfig)  # the torso (static)
@@ -160,6 +167,7 @@ def validate(cfg: PPOConfig) -> None:
     check(cfg.max_grad_norm > 0.0, "max_grad_norm", f"expected max_grad_norm > 0, got {cfg.max_grad_norm}")
     check(cfg.adam_eps > 0.0, "adam_eps", f"expected adam_eps > 0, got {cfg.adam_eps}")
     check_mlp(cfg.hidden, cfg.activation)
+    check(isinstance(cfg.action_mask, bool), "action_mask", f"expected true or false, got {cfg.action_mask!r}")
     check(cfg.dist in ("auto",) + DISTRIBUTIONS, "dist", f"expected one of {['auto', *DISTRIBUTIONS]}, got {cfg.dist!r}")
     check(cfg.log_std in LOG_STD_MODES, "log_std", f"expected one of {list(LOG_STD_MODES)}, got {cfg.log_std!r}")
     check(cfg.network.torso in TORSOS, "network.torso", f"expected one of {list(TORSOS)}, got {cfg.network.torso!r}")
@@ -178,6 +186,7 @@ def validate(cfg: PPOConfig) -> None:
         "network.prev_action",
         "the previous action is fed to a recurrent torso only (torso: gru | lstm), got torso: mlp",
     )
+    check_conv(cfg.network)
     if cfg.network.recurrent:
         check(
             cfg.num_envs % cfg.num_minibatches == 0,

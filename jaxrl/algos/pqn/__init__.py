@@ -16,7 +16,9 @@ import jax
 import jax.numpy as jnp
 
 from jaxrl.algos.common.acting import episode_returns, epsilon_greedy, eval_max_steps
+from jaxrl.algos.common.masks import legal_mask, masked_q_network
 from jaxrl.algos.common.envs import batched_env, env_batch_axes
+from jaxrl.algos.common.network import conv_fields
 from jaxrl.algos.contract import (
     AlgoEntry, BatchSize, EnvSetup, EvalReport, Policy, Program, check, no_carry, replicated_axes,
 )
@@ -35,7 +37,7 @@ def act(network: QNetwork, epsilon: float, params, carry, obs, key, deterministi
     q = network.apply(params, obs)
     if deterministic:
         return carry, jnp.argmax(q, axis=-1).astype(jnp.int32)
-    return carry, epsilon_greedy(q, epsilon, key)
+    return carry, epsilon_greedy(q, epsilon, key, legal_mask(network, obs))
 
 
 def _greedy(network: QNetwork, params, obs, key):
@@ -62,7 +64,9 @@ def build(envs: EnvSetup, cfg: PQNConfig) -> Program:
     check(isinstance(space, spaces.Discrete), "env", f"pqn needs a Discrete action space, got {space!r}")
     check(envs.curriculum is None, "env.curriculum", "pqn runs no curriculum")
     obs_ndim = max(len(envs.env.observation_space(envs.params).shape), 1)
-    network = QNetwork(space.n, tuple(cfg.hidden), cfg.activation, cfg.layer_norm, False, obs_ndim)
+    conv = conv_fields(cfg.network, envs.env, envs.params)  # refuses a conv torso on non-image observations
+    network = QNetwork(space.n, tuple(cfg.hidden), cfg.activation, cfg.layer_norm, False, obs_ndim, **conv)
+    network = masked_q_network(network, envs.env, envs.params, cfg.action_mask)  # greedy/max over legal actions
     train_env = batched_env(envs.env, cfg.num_envs, envs.vector)
     setup = Setup(train_env, envs.params, network, cfg, update.schedule(cfg), update.make_optimizer(cfg))
     eval_env = VmapEnv(envs.env, cfg.eval_episodes)
