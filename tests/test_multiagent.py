@@ -117,6 +117,10 @@ def test_adapter_stacks_jaxmarl_own_step_on_the_same_keys():
         if bool(done_r["__all__"]):
             obs_r, st_r = raw.reset(k)
             st, ts = reset(k, params)
+    frame = env.render(st, params)  # agents drawn in blue (60, 90, 200) where they are
+    assert frame.shape == (256, 256, 3) and frame.dtype == np.uint8
+    x, y = np.asarray(st.inner.p_pos[0])
+    assert tuple(frame[int((1.5 - y) / 3 * 256), int((x + 1.5) / 3 * 256)]) == (60, 90, 200)
 
 
 @needs_jaxmarl
