@@ -33,6 +33,7 @@ ENV_ID, MAX_STEPS, CAPACITY = "CartPole-v1", 9, 8
 def served():
     env, params = registry.make(ENV_ID, max_steps_in_episode=MAX_STEPS)
     pool = SlotPool(env, params, CAPACITY)
+    pool.compile()  # every bucket, as `jaxrl serve` does before its ready line
     server = Server(pool, ENV_ID, window_s=0.005)
     with Background(server) as url:
         yield url, server, env, params
@@ -261,7 +262,7 @@ def test_a_failed_device_batch_is_reported_and_the_server_recovers(served, monke
 
 
 def test_pool_compiles_once_as_sessions_come_and_go(served):
-    """The retrace guard: one trace of the batched step for the whole module's traffic."""
+    """The retrace guard: one trace per bucket size, all at startup, for the whole module's traffic."""
     pytest.importorskip("websockets")
     url, server, env, params = served
     ws_url = url.replace("http", "ws") + "/ws"
@@ -271,8 +272,9 @@ def test_pool_compiles_once_as_sessions_come_and_go(served):
             ws.recv(timeout=10)
             ws.send(json.dumps({"type": "step", "data": {"action": 0}}))
             ws.recv(timeout=10)
-    assert len(server.pool.traces) == 1
-    assert server.pool._tick._cache_size() == 1
+    assert server.pool.buckets == (1, 8)
+    assert len(server.pool.traces) == 2
+    assert server.pool._tick._cache_size() == 2
 
 
 def test_n_slot_sessions_and_masked_sessions_untouched():
@@ -303,3 +305,23 @@ def test_n_slot_sessions_and_masked_sessions_untouched():
         pool.check_action([0.0, 0.0])
     with pytest.raises(ValueError, match="finite"):
         pool.check_action([[float("nan")], [0.0], [0.0]])
+
+
+def test_bucketed_ticks_touch_only_their_rows():
+    """Two of three sessions step in a 4-row bucket (two rows of padding): the third session's
+    state stays bit for bit, and the stepped ones follow in-process VectorEnv trajectories."""
+    env, params = registry.make(ENV_ID, max_steps_in_episode=MAX_STEPS)
+    pool = SlotPool(env, params, capacity=3)
+    assert pool.buckets == (1, 4)
+    pool.run({}, {0: 30, 1: 31, 2: 32})
+    untouched = jax.tree_util.tree_map(lambda x: np.array(x[1]), pool.carry)
+    rng = np.random.default_rng(3)
+    plans = {0: rng.integers(0, 2, size=12).tolist(), 2: rng.integers(0, 2, size=12).tolist()}
+    want = {i: reference(env, params, 30 + i, plan) for i, plan in plans.items()}
+    for t in range(12):
+        out = pool.run({i: pool.check_action(plan[t]) for i, plan in plans.items()}, {})
+        assert sorted(out) == [0, 2]
+        for i in plans:
+            assert_same({k: v[0] for k, v in out[i].items()}, out[i]["reward"][0], out[i]["done"][0], want[i][t + 1], False)
+    jax.tree_util.tree_map(np.testing.assert_array_equal, untouched, jax.tree_util.tree_map(lambda x: np.array(x[1]), pool.carry))
+    assert len(pool.traces) == 1  # one bucket used so far: one trace

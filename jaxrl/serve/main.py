@@ -102,13 +102,11 @@ def _serve(args, sock: socket.socket, uvicorn) -> int:
 
     env, params, description = env_from_args(args.env_id, args.set)
     pool = SlotPool(env, params, args.max_sessions, args.slots_per_session)
-    pool.run({}, {})  # compile the one program now, not on the first client's request
+    pool.compile()  # every bucket's program now, not on a client's request
     server = Server(pool, args.env_id, args.window_ms / 1e3, description)
     app = create_app(server)
-    config = uvicorn.Config(
-        app, log_level=args.log_level, lifespan="on", timeout_graceful_shutdown=5,
-        ws_per_message_deflate=getattr(args, "ws_deflate", "on") == "on",
-    )
+    config = uvicorn.Config(app, log_level=args.log_level, lifespan="on", timeout_graceful_shutdown=5,
+                            **ws_options(server, getattr(args, "ws_deflate", "on")))
     userver = _graceful(uvicorn)(config)
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
@@ -122,6 +120,17 @@ def _serve(args, sock: socket.socket, uvicorn) -> int:
     why = f" on {userver.signal_name}" if userver.signal_name else ""
     print(f"jaxrl serve: stopped{why} after {server.batcher.batches if server.batcher else 0} batches", flush=True)
     return 0
+
+
+def ws_options(server, deflate: str) -> dict:
+    """uvicorn's WebSocket options: ``deflate`` "off" serves ``/ws`` with the lean protocol of
+    :mod:`jaxrl.serve.wire` (no compression); "on" with uvicorn's own WebSocket stack and the
+    app's ASGI route, which accepts permessage-deflate."""
+    if deflate == "on":
+        return {"ws_per_message_deflate": True}
+    from jaxrl.serve.wire import ws_protocol
+
+    return {"ws": ws_protocol(server)}
 
 
 def _graceful(uvicorn):
@@ -162,8 +171,8 @@ class Background:
     Leaving the block stops it as SIGTERM would (open sessions are closed).
     """
 
-    def __init__(self, server, host: str = "127.0.0.1", port: int = 0):
-        self.server, self.host, self.port = server, host, port
+    def __init__(self, server, host: str = "127.0.0.1", port: int = 0, ws_deflate: str = "off"):
+        self.server, self.host, self.port, self.ws_deflate = server, host, port, ws_deflate
         self.url = None
 
     def __enter__(self) -> str:
@@ -175,7 +184,8 @@ class Background:
         from jaxrl.serve.app import create_app
 
         self._sock = bind(self.host, self.port)
-        config = uvicorn.Config(create_app(self.server), log_level="warning", lifespan="on", timeout_graceful_shutdown=5)
+        config = uvicorn.Config(create_app(self.server), log_level="warning", lifespan="on", timeout_graceful_shutdown=5,
+                                **ws_options(self.server, self.ws_deflate))
         self._userver = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._userver.run, kwargs={"sockets": [self._sock]}, daemon=True)
         self._thread.start()

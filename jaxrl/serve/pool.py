@@ -1,12 +1,14 @@
-"""The slot pool: every session's envs in one fixed-capacity batched state, stepped together.
+"""The slot pool: every session's envs in one fixed-capacity batched state, stepped by rows.
 
 A pool holds ``capacity`` sessions, each a :class:`~jaxrl.core.vector.VectorEnv` of
-``slots`` envs, as one state pytree with leaves ``[capacity, slots, ...]`` plus one PRNG key
-per session. :meth:`SlotPool.tick` applies one batch of requests in ONE jitted call
-(:func:`tick`, compiled once: its shapes never depend on which sessions exist): sessions
-whose ``reset`` mask is set start a fresh episode from their seed, those whose ``step`` mask
-is set take one step, all others keep their state bit for bit (``where`` on the masks). The
-outputs come back to the host in one transfer.
+``slots`` envs, as one state pytree with leaves ``[capacity + 1, slots, ...]`` plus one PRNG
+key per session (the last row is scratch). :meth:`SlotPool.run` applies one batch of
+requests in ONE jitted call (:func:`tick`): the rows of the sessions that sent are gathered,
+padded to a bucket size (1, 8, 64, ... up to the capacity; padding points at the scratch row),
+reset or stepped, and scattered back into the donated state, so a tick costs the batch, not
+the capacity, and every other session keeps its state bit for bit. Each bucket size is one
+compiled program (:meth:`SlotPool.compile` builds them all before serving); only the
+bucket's rows come back to the host, in one transfer.
 
 Seed rule (so a served session equals an in-process ``VectorEnv(env, slots)``)::
 
@@ -60,17 +62,28 @@ def _outputs(ts) -> dict:
     }
 
 
-def tick(venv: VectorEnv, params, trace_counter: list, carry: Carry, actions, step_mask, reset_mask, seeds):
-    """One batch: fresh episodes where ``reset_mask``, one step where ``step_mask`` (and not
-    reset), the old state elsewhere. Returns ``(carry, outputs)``; outputs have leaves
-    ``[C, N, ...]`` (rows of untouched sessions are meaningless)."""
+def tick(venv: VectorEnv, params, trace_counter: list, carry: Carry, rows, actions, is_reset, seeds):
+    """One batch of ``B`` rows (a bucket size): the pool rows ``rows`` start a fresh episode
+    from ``seeds`` where ``is_reset``, else take one step with ``actions``; their new state is
+    scattered back. Returns ``(carry, outputs)``; outputs have leaves ``[B, N, ...]``."""
     trace_counter.append(1)  # runs at trace time only: the retrace guard counts these
+    keys, state = carry.keys[rows], jax.tree_util.tree_map(lambda x: x[rows], carry.state)
     rkeys, rstate, rts = jax.vmap(functools.partial(_reset_one, venv, params))(seeds)
-    skeys, sstate, sts = jax.vmap(functools.partial(_step_one, venv, params))(carry.keys, carry.state, actions)
-    stepped = tree_select(step_mask, (skeys, sstate), (carry.keys, carry.state))
-    keys, state = tree_select(reset_mask, (rkeys, rstate), stepped)
-    out = tree_select(reset_mask, _outputs(rts), _outputs(sts))
-    return Carry(state, keys), out
+    skeys, sstate, sts = jax.vmap(functools.partial(_step_one, venv, params))(keys, state, actions)
+    keys, state = tree_select(is_reset, (rkeys, rstate), (skeys, sstate))
+    out = tree_select(is_reset, _outputs(rts), _outputs(sts))
+    scatter = lambda whole, part: whole.at[rows].set(part)  # noqa: E731
+    return Carry(jax.tree_util.tree_map(scatter, carry.state, state), scatter(carry.keys, keys)), out
+
+
+def buckets(capacity: int) -> tuple[int, ...]:
+    """The compiled batch sizes: 1, 8, 64, ... and the first power of two >= ``capacity``
+    (a batch pads to at most 8x its rows; few programs keep startup short)."""
+    top = 1 << max(0, int(capacity) - 1).bit_length()
+    sizes = [1]
+    while sizes[-1] * 8 < top:
+        sizes.append(sizes[-1] * 8)
+    return tuple(sorted({*sizes, top}))
 
 
 class ActionError(ValueError):
@@ -106,19 +119,25 @@ class SlotPool:
         self.action_space = env.action_space(params)
         self.observation_space = env.observation_space(params)
         self.traces: list = []
+        self.buckets = buckets(self.capacity)
         self._tick = jax.jit(functools.partial(tick, self.venv, params, self.traces), donate_argnums=(0,))
         self.carry = self._placeholders()
         self.generation = 0  # bumped when a failed batch loses the states (sessions must reset)
         dtype = np.dtype(self.action_space.dtype)
-        self._actions = np.zeros((self.capacity, self.slots, *self.action_space.shape), dtype)
+        top = self.buckets[-1]
+        self._actions = np.zeros((top, self.slots, *self.action_space.shape), dtype)
+        self._rows = np.full((top,), self.capacity, np.int32)  # padding: the scratch row
+        self._is_reset = np.ones((top,), bool)
+        self._seeds = np.zeros((top,), np.uint32)
         self._low = self._high = None
         if isinstance(self.action_space, spaces.Box):
             self._low = np.asarray(self.action_space.low)
             self._high = np.asarray(self.action_space.high)
 
     def _placeholders(self) -> Carry:
-        """Zeros of the carry's shapes: every session resets before it steps."""
-        seeds = jax.ShapeDtypeStruct((self.capacity,), jnp.uint32)
+        """Zeros of the carry's shapes (``capacity`` rows and the scratch row): every session
+        resets before it steps."""
+        seeds = jax.ShapeDtypeStruct((self.capacity + 1,), jnp.uint32)
         shapes = jax.eval_shape(jax.vmap(functools.partial(_reset_one, self.venv, self.params)), seeds)[:2]
         keys, state = jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
         return Carry(state, keys)
@@ -153,30 +172,46 @@ class SlotPool:
             raise ActionError(f"the action lies outside the box [{_short(self._low.tolist())}, {_short(self._high.tolist())}]")
         return cast
 
-    def run(self, steps: dict, resets: dict) -> dict:
-        """Apply one batch: ``steps`` maps session -> checked action, ``resets`` session ->
-        seed (a session in both is reset). Returns ``{session: outputs}``: per output (and
-        ``done``) that session's values as Python lists over its slots, JSON-ready."""
-        step_mask = np.zeros((self.capacity,), bool)
-        reset_mask = np.zeros((self.capacity,), bool)
-        seeds = np.zeros((self.capacity,), np.uint32)
-        for i, action in steps.items():
-            self._actions[i] = action
-            step_mask[i] = True
-        for i, seed in resets.items():
-            seeds[i] = seed
-            reset_mask[i] = True
+    def compile(self) -> None:
+        """Compile (and run once, on the scratch row) every bucket's program, so serving never
+        compiles."""
+        for size in self.buckets:
+            self._call(size)
+
+    def _call(self, size: int) -> dict:
+        """Run the first ``size`` rows of the staging buffers; host outputs ``[size, ...]``."""
+        args = (self._rows[:size], self._actions[:size], self._is_reset[:size], self._seeds[:size])
         try:
-            self.carry, out = self._tick(self.carry, self._actions, step_mask, reset_mask, seeds)
-            out = jax.device_get(out)  # one transfer for the whole batch
+            self.carry, out = self._tick(self.carry, *args)
+            return jax.device_get(out)  # one transfer: the batch's rows only
         except Exception:
             if any(x.is_deleted() for x in jax.tree_util.tree_leaves(self.carry) if hasattr(x, "is_deleted")):
                 self.carry, self.generation = self._placeholders(), self.generation + 1  # donated, then failed
             raise
+
+    def run(self, steps: dict, resets: dict) -> dict:
+        """Apply one batch: ``steps`` maps session -> checked action, ``resets`` session ->
+        seed (a session in both is reset). Returns ``{session: outputs}``: per output (and
+        ``done``) that session's values as Python lists over its slots, JSON-ready."""
+        order = [*resets, *(i for i in steps if i not in resets)]
+        n = len(order)
+        if n == 0:
+            return {}
+        size = next(b for b in self.buckets if b >= n)
+        rows, is_reset, seeds, actions = self._rows, self._is_reset, self._seeds, self._actions
+        rows[:n] = order
+        k = len(resets)
+        is_reset[:k], is_reset[k:n] = True, False
+        seeds[:k] = list(resets.values())
+        for j in range(k, n):
+            actions[j] = steps[order[j]]
+        try:
+            out = self._call(size)
+        finally:
+            rows[:n], is_reset[:n] = self.capacity, True  # padding again: the scratch row, reset
         out["done"] = np.logical_or(out["terminated"], out["truncated"])
-        rows = sorted(set(steps) | set(resets))
-        lists = {k: v[rows].tolist() for k, v in out.items()}  # whole-batch conversions: cheap per session
-        return {i: {k: v[j] for k, v in lists.items()} for j, i in enumerate(rows)}
+        lists = {key: v[:n].tolist() for key, v in out.items()}  # whole-batch conversions: cheap per session
+        return {i: {key: v[j] for key, v in lists.items()} for j, i in enumerate(order)}
 
 
 def _short(value: Any, limit: int = 80) -> str:
