@@ -13,6 +13,7 @@ from ``--peer`` (default ``bench/peers/jaxmarl_ippo_ff_mpe.py``; get it with
 recorded in the results). It runs unchanged: its imports that only log or parse configs
 (wandb, hydra, omegaconf, matplotlib) and distrax, whose Categorical it uses, are stood in
 for by the small modules below (distrax's Categorical: Gumbel-max sampling, log-softmax).
+``--ablation UPDATES`` instead compares the time limit as truncation and as termination.
 ``--smax SEEDS`` instead trains MAPPO on SMAX 2s3z (``configs/mappo_smax_2s3z.yaml``).
 ``--full`` also trains both at the recipe's whole budget (4,882 updates, 9,998,336 env steps)
 and compares the final returns: the mean of the last 5% of updates' logged team return
@@ -184,6 +185,31 @@ def smax(seeds: int, out_dir: str, overrides=()) -> None:
     write(out_dir, record, load_before, "marl_smax_2s3z.json")
 
 
+def ablation(updates: int, seeds: int, out_dir: str) -> None:
+    """jaxrl IPPO with the time limit as truncation (bootstrap: jaxrl) and as termination (no
+    bootstrap: JaxMARL's GAE), everything else equal; team return over the last 10% of updates."""
+    from jaxrl.adapters import jaxmarl as adapter
+
+    record, real = {"updates": updates, "seeds": seeds}, adapter.JaxMARLEnv.step
+
+    def as_terminal(self, key, state, actions, params):
+        state, ts = real(self, key, state, actions, params)
+        return state, ts.replace(terminated=ts.done, truncated=jnp.zeros((), bool))
+
+    load_before = os.getloadavg()
+    for variant in ("truncated", "terminal"):
+        adapter.JaxMARLEnv.step = real if variant == "truncated" else as_terminal
+        fn, keys = jaxrl_train(updates, seeds)
+        t0 = time.perf_counter()
+        ret, count, _ = jax.block_until_ready(fn(keys))
+        ret, count, tail = np.asarray(ret), np.asarray(count), max(updates // 10, 1)
+        record[variant] = {"wall_s": time.perf_counter() - t0, "last_10pct_team_return_per_seed": [
+            float((ret[i, -tail:] * count[i, -tail:]).sum() / max(count[i, -tail:].sum(), 1)) for i in range(seeds)]}
+        print(variant, json.dumps(record[variant]), flush=True)
+    adapter.JaxMARLEnv.step = real
+    write(out_dir, record, load_before, "marl_truncation_ablation.json")
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--updates", type=int, default=100, help="updates per timed call (throughput)")
@@ -196,7 +222,12 @@ def main(argv=None) -> int:
     p.add_argument("--out", default=str(ROOT / "bench" / "results"))
     p.add_argument("--set", action="append", default=[], help="config override for --smax (a.b=value)")
     p.add_argument("--smax", type=int, default=0, metavar="SEEDS", help="only: MAPPO on SMAX 2s3z with SEEDS seeds")
+    p.add_argument("--ablation", type=int, default=0, metavar="UPDATES",
+                   help="only: time limit as truncation vs termination, UPDATES updates x --seeds seeds")
     args = p.parse_args(argv)
+    if args.ablation:
+        ablation(args.ablation, args.seeds, args.out)
+        return 0
     if args.smax:
         smax(args.smax, args.out, args.set)
         return 0
