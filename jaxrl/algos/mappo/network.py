@@ -4,9 +4,8 @@ One set of parameters serves every agent (parameter sharing): the agent axis is 
 into the batch. The actor reads the agent's observation (plus its one-hot id with
 ``agent_id``); a centralised critic reads the global state plus the one-hot id (so agents
 with different rewards get different values), a decentralised one the actor's input.
-Unavailable actions get a logit of :data:`MASKED_LOGIT` (probability 0 in float32, never
-sampled, finite entropy): a local masked categorical over
-:class:`~jaxrl.models.distributions.Categorical`.
+Unavailable actions are masked by :class:`~jaxrl.models.distributions.Categorical`'s
+``mask`` (probability exactly 0, never sampled, finite entropy).
 """
 
 from __future__ import annotations
@@ -17,9 +16,6 @@ import jax.numpy as jnp
 
 from jaxrl.models import distributions
 from jaxrl.models.networks import MLP, kernel_gain, orthogonal
-
-#: The logit of an unavailable action: ``exp`` of it minus any finite log-sum-exp is 0.
-MASKED_LOGIT = -1e9
 
 
 def _dense(features: int, name: str, deferred: bool) -> nn.Dense:
@@ -76,7 +72,6 @@ def critic_input(critic: str, agent_id: bool, obs: jax.Array, state: jax.Array) 
 
 
 def masked(logits: jax.Array, avail: jax.Array | None) -> distributions.Categorical:
-    """A categorical over ``logits [..., n]`` with the actions where ``avail`` is False removed."""
-    if avail is None:
-        return distributions.Categorical(logits)
-    return distributions.Categorical(jnp.where(avail, logits, MASKED_LOGIT))
+    """A categorical over ``logits [..., n]`` with the actions where ``avail`` is False removed
+    (:class:`~jaxrl.models.distributions.Categorical`'s own mask: probability exactly 0)."""
+    return distributions.Categorical(logits, avail)
