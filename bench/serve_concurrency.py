@@ -82,10 +82,10 @@ STEP_TEXT = [json.dumps({"type": "step", "data": {"action": a}}) for a in range(
 RESET_TEXT = json.dumps({"type": "reset", "data": {}})
 
 
-async def _ask(ws, text: str, deadline: float) -> tuple[dict, float]:
+async def _ask(ws, text: str, timeout: float) -> tuple[dict, float]:
     start = time.perf_counter()
     await ws.send(text)
-    raw = await asyncio.wait_for(ws.recv(), timeout=max(deadline, 5.0))
+    raw = await asyncio.wait_for(ws.recv(), timeout=timeout)
     elapsed = time.perf_counter() - start
     answer = json.loads(raw)
     if answer.get("type") != "observation":
@@ -116,12 +116,12 @@ async def session(url: str, idx: int, level: Level, args: argparse.Namespace) ->
             level.arrived()
         await level.all_open.wait()
         seeded = json.dumps({"type": "reset", "data": {"seed": idx}})
-        data, rec["reset"] = await _ask(ws, seeded, args.deadline)
+        data, rec["reset"] = await _ask(ws, seeded, args.answer_timeout)
         for _ in range(args.steps):
             if data.get("done"):
-                data, dt = await _ask(ws, RESET_TEXT, args.deadline)
+                data, dt = await _ask(ws, RESET_TEXT, args.answer_timeout)
             else:
-                data, dt = await _ask(ws, STEP_TEXT[rng.randrange(2)], args.deadline)
+                data, dt = await _ask(ws, STEP_TEXT[rng.randrange(2)], args.answer_timeout)
                 rec["env_steps"] += 1
             rec["steps"].append(dt)
         latencies = [rec["reset"], *rec["steps"]]
@@ -297,7 +297,8 @@ def ramp(label: str, argv: list[str], env: dict, port: int, args: argparse.Names
         out["throughput"] = [r for r in out["levels"] if r["sessions"] in args.throughput_levels]
         for n in (m for m in args.throughput_levels if m not in measured):
             time.sleep(args.pause)
-            rec = measure(server, n, argparse.Namespace(**{**vars(args), "steps": args.throughput_steps}), label)
+            slow = argparse.Namespace(**{**vars(args), "steps": args.throughput_steps, "answer_timeout": args.level_timeout})
+            rec = measure(server, n, slow, label)
             out["throughput"].append(rec)
     finally:
         server.stop()
@@ -355,6 +356,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--throughput-steps", type=int, default=30, help="requests per session in those extra runs")
     p.add_argument("--deadline", type=float, default=1.0, help="seconds each answer may take")
     p.add_argument("--connect-timeout", type=float, default=60.0)
+    p.add_argument("--answer-timeout", type=float, default=5.0,
+                   help="abandon a ramp session whose answer takes this long (it has failed anyway); "
+                   "the extra throughput runs wait up to --level-timeout")
     p.add_argument("--level-timeout", type=float, default=300.0, help="bound on one level's wall time")
     p.add_argument("--pause", type=float, default=2.0, help="seconds between levels")
     p.add_argument("--no-compression", action="store_true", help="do not offer permessage-deflate")

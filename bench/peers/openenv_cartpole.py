@@ -134,7 +134,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--executor", choices=sorted(EXECUTORS), default="session")
     parser.add_argument("--ws-deflate", choices=["on", "off"], default="on",
                         help="accept permessage-deflate (uvicorn's default: on)")
-    parser.add_argument("--backlog", type=int, default=4096, help="listen backlog (uvicorn's default is 2048)")
+    parser.add_argument("--backlog", type=int, default=2048, help="listen backlog (uvicorn's default, as jaxrl serve)")
     args = parser.parse_args(argv)
     os.environ["OPENENV_CARTPOLE_EXECUTOR"] = args.executor
     os.environ["OPENENV_CARTPOLE_MAX_ENVS"] = str(args.max_envs)
