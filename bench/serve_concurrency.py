@@ -317,7 +317,8 @@ def write_markdown(path: Path, result: dict[str, Any]) -> None:
         "",
         f"Measured {meta['utc']} on {meta['machine']['cpu_model']} ({meta['machine']['cpus_usable']} cores usable), "
         "loopback; the load client (one asyncio + websockets process) shares the cores with the server, and other "
-        "work was running on the machine (load averages below). Command: `" + meta["command"] + "`.",
+        "work was running on the machine (load averages below). jaxrl at commit " + str(meta.get("jaxrl_commit")) + ". "
+        "Command: `" + meta["command"] + "`.",
         "",
         f"Method: {meta['method']}",
         "",
@@ -401,6 +402,8 @@ def main(argv: list[str] | None = None) -> None:
                    f"failing level; untimed warm-up of 1 and 64 sessions first; compression "
                    f"{'off' if args.no_compression else 'permessage-deflate offered (as OpenEnv client)'}"),
         "rlimit_nofile": nofile,
+        "jaxrl_commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                                       cwd=ROOT, check=False).stdout.strip(),
         "peer_versions": json.loads(peer_versions) if peer_versions else None,
         "client": "one asyncio process, websockets " + str(versions.get("websockets")) + (", uvloop" if versions.get("uvloop") else ""),
     }, libraries=("jax", "jaxlib", "numpy", "websockets", "uvicorn", "fastapi", "uvloop"))
