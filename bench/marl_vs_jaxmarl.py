@@ -231,7 +231,6 @@ def main(argv=None) -> int:
     if args.smax:
         smax(args.smax, args.out, args.set)
         return 0
-    from bench import common
 
     peer = load_peer(Path(args.peer))
     steps = args.updates * 2048 * args.seeds

@@ -246,7 +246,7 @@ def check_multiagent_env(env: MultiAgentEnv, params: Any = None, *, num_steps: i
 
     def vmap_check():
         keys = jax.random.split(key, 3)
-        states, ts = jax.vmap(env.reset, in_axes=(0, None))(keys, params)
+        states, _ = jax.vmap(env.reset, in_axes=(0, None))(keys, params)
         acts = jnp.zeros((3, env.num_agents), jnp.int32)
         _, ts2 = jax.vmap(env.step, in_axes=(0, 0, 0, None))(keys, states, acts, params)
         _expect(ts2.reward.shape == (3, env.num_agents), f"vmapped reward has shape {ts2.reward.shape}")
@@ -286,7 +286,7 @@ def check_multiagent_env(env: MultiAgentEnv, params: Any = None, *, num_steps: i
         return PASS, "obs, state and reward finite"
 
     def avail_actions():
-        ts, actions = rollout()
+        ts, _ = rollout()
         _expect(bool(ts.avail_actions.any(-1).all()), "some agent has no available action")
         return PASS, f"every agent has an available action at each of {ts.reward.shape[0]} steps"
 
