@@ -24,7 +24,7 @@ from jaxrl.algos.common.train import epochs
 from jaxrl.algos.contract import Plan
 from jaxrl.algos.mappo.config import MAPPOConfig, MAPPOHyperparams, hyperparams
 from jaxrl.algos.mappo.network import MultiAgentActorCritic, actor_input, critic_input, masked
-from jaxrl.algos.ppo.losses import entropy_loss, gae, normalize_advantages, policy_loss, value_loss
+from jaxrl.algos.common.actor_critic import entropy_loss, gae, normalize_advantages, policy_loss, value_loss
 from jaxrl.core.multiagent import MultiAgentEnv
 from jaxrl.models import networks
 
