@@ -322,6 +322,48 @@ def test_bucketed_ticks_touch_only_their_rows():
         out = pool.run({i: pool.check_action(plan[t]) for i, plan in plans.items()}, {})
         assert sorted(out) == [0, 2]
         for i in plans:
-            assert_same({k: v[0] for k, v in out[i].items()}, out[i]["reward"][0], out[i]["done"][0], want[i][t + 1], False)
+            assert_same({k: v[0] for k, v in out[i].items() if k != "finite"}, out[i]["reward"][0], out[i]["done"][0], want[i][t + 1], False)
     jax.tree_util.tree_map(np.testing.assert_array_equal, untouched, jax.tree_util.tree_map(lambda x: np.array(x[1]), pool.carry))
     assert len(pool.traces) == 1  # one bucket used so far: one trace
+
+
+def test_lean_websocket_framing(served):
+    """The lean /ws protocol (jaxrl.serve.wire) as the websockets library speaks RFC 6455: a
+    fragmented message, a binary frame and a ping are answered like a text message; deflate
+    is declined; another path is 404; a message over 1 MiB closes with 1009."""
+    from websockets.exceptions import ConnectionClosed, InvalidStatus
+
+    url, server, env, params = served
+    ws_url = url.replace("http", "ws") + "/ws"
+    want = reference(env, params, 4, [1])
+    with websockets_sync.connect(ws_url, compression="deflate") as ws:
+        assert ws.response.headers.get("Sec-WebSocket-Extensions") is None
+        ws.send(['{"type": "reset", ', '"data": {"seed": 4}}'])  # two fragments
+        first = json.loads(ws.recv(timeout=10))["data"]
+        assert_same(first["observation"], first["reward"], first["done"], want[0], True)
+        assert ws.ping().wait(timeout=10)
+        ws.send(b'{"type": "step", "data": {"action": 1}}')  # a binary frame
+        step = json.loads(ws.recv(timeout=10))["data"]
+        assert_same(step["observation"], step["reward"], step["done"], want[1], False)
+        ws.send('{"type": "step", "data": {"action": [NaN]}}')  # json's NaN reaches the action check
+        assert json.loads(ws.recv(timeout=10))["data"]["code"] == "VALIDATION_ERROR"
+    with pytest.raises(InvalidStatus, match="404"):
+        websockets_sync.connect(url.replace("http", "ws") + "/nope")
+    with websockets_sync.connect(ws_url, max_size=None) as ws:
+        ws.send("x" * ((1 << 20) + 1))
+        with pytest.raises(ConnectionClosed) as closed:
+            ws.recv(timeout=10)
+        assert closed.value.rcvd.code == 1009
+
+
+def test_json_codec_matches_the_standard_library():
+    """Replies decode to what json.dumps would give (orjson when installed, only for finite
+    messages); NaN keeps json's spelling; incoming messages parse as json.loads parses them."""
+    from jaxrl.serve import protocol
+
+    message = {"type": "observation", "data": {"observation": {"obs": [0.1, -2.5e-7, 3.0e38]}, "reward": None, "done": False}}
+    assert json.loads(protocol.dumps(message, finite=True)) == message
+    assert protocol.dumps({"r": float("nan")}) == json.dumps({"r": float("nan")}, separators=(",", ":"))
+    for text in ('{"a": [1, 2.5, "x", {"b": null}]}', '{"a": NaN}', '{"a": -Infinity, "b": 18446744073709551615}'):
+        got, want = protocol.loads(text.encode()), json.loads(text)
+        assert repr(got) == repr(want)

@@ -62,7 +62,7 @@ def test_sigterm_stops_the_server_gracefully():
     from jaxrl.interop.openenv import OpenEnvClient
 
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    cmd = [sys.executable, "-m", "jaxrl.cli", "serve", "CartPole-v1", "--port", "0", "--max-sessions", "2"]
+    cmd = [sys.executable, "-m", "jaxrl.cli", "serve", "CartPole-v1", "--port", "0", "--max-sessions", "2", "--ws-deflate", "off"]
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         ready = proc.stdout.readline()  # printed once the pool has compiled

@@ -41,10 +41,11 @@ class Batcher:
         self._full = asyncio.Event()
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="jaxrl-serve-pool")
         self.batches = 0  # batches run (for tests and /capacity)
+        self.loop: asyncio.AbstractEventLoop | None = None  # cached: get_running_loop costs a getpid call
 
     def submit(self, entry: int, kind: str, payload: Any) -> asyncio.Future:
         """Queue ``reset`` (payload: seed) or ``step`` (payload: checked action) for ``entry``."""
-        future = asyncio.get_running_loop().create_future()
+        future = (self.loop or asyncio.get_running_loop()).create_future()
         self.pending[entry] = (kind, payload, future)
         self._wake.set()
         if len(self.pending) >= len(self.live):
@@ -52,7 +53,7 @@ class Batcher:
         return future
 
     async def run(self) -> None:
-        loop = asyncio.get_running_loop()
+        self.loop = loop = asyncio.get_running_loop()
         while True:
             await self._wake.wait()
             deadline = loop.time() + self.window_s
@@ -200,7 +201,7 @@ class Server:
     async def handle(self, session: Session, text: str) -> str | None:
         """The reply to one WebSocket message (``None`` for ``close``)."""
         try:
-            message = json.loads(text)
+            message = protocol.loads(text)
         except ValueError as exc:
             return protocol.error(protocol.INVALID_JSON, f"Invalid JSON: {exc}")
         if not isinstance(message, dict) or not isinstance(message.get("type"), str):

@@ -22,6 +22,7 @@ that ends an episode ``obs`` already starts the next one and ``final_obs`` is th
 from __future__ import annotations
 
 import functools
+import itertools
 from typing import Any, NamedTuple
 
 import jax
@@ -144,10 +145,11 @@ class SlotPool:
 
     def check_action(self, value: Any) -> np.ndarray:
         """``value`` (JSON: a number or nested lists) as one session's action array
-        ``[slots, *shape]``; :class:`ActionError` if it is outside the action space."""
+        ``[slots, *shape]`` (or the plain int itself for one Discrete slot: :meth:`run`
+        broadcasts it); :class:`ActionError` if it is outside the action space."""
         space, shape, given = self.action_space, (self.slots, *self.action_space.shape), value
         if type(value) is int and self.slots == 1 and isinstance(space, spaces.Discrete) and 0 <= value < space.n:
-            return np.full((1,), value, self._actions.dtype)  # the common case, without the general checks
+            return value  # the common case, without the general checks
         if self.slots == 1 and np.shape(value) == tuple(space.shape):
             value = [value]
         try:
@@ -192,7 +194,8 @@ class SlotPool:
     def run(self, steps: dict, resets: dict) -> dict:
         """Apply one batch: ``steps`` maps session -> checked action, ``resets`` session ->
         seed (a session in both is reset). Returns ``{session: outputs}``: per output (and
-        ``done``) that session's values as Python lists over its slots, JSON-ready."""
+        ``done``) that session's values as Python lists over its slots, JSON-ready, and
+        ``finite`` (no NaN or infinity in the batch's float outputs)."""
         order = [*resets, *(i for i in steps if i not in resets)]
         n = len(order)
         if n == 0:
@@ -211,7 +214,9 @@ class SlotPool:
             rows[:n], is_reset[:n] = self.capacity, True  # padding again: the scratch row, reset
         out["done"] = np.logical_or(out["terminated"], out["truncated"])
         lists = {key: v[:n].tolist() for key, v in out.items()}  # whole-batch conversions: cheap per session
-        return {i: {key: v[j] for key, v in lists.items()} for j, i in enumerate(order)}
+        finite = all(np.isfinite(v[:n]).all() for v in out.values() if v.dtype.kind == "f")
+        keys = [*lists, "finite"]
+        return {i: dict(zip(keys, values)) for i, values in zip(order, zip(*lists.values(), itertools.repeat(finite)))}
 
 
 def _short(value: Any, limit: int = 80) -> str:

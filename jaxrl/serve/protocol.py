@@ -26,14 +26,34 @@ from __future__ import annotations
 import json
 from typing import Any
 
+try:
+    import orjson
+except ImportError:  # optional: the standard library's json gives the same messages, slower
+    orjson = None
+
 INVALID_JSON, UNKNOWN_TYPE, VALIDATION_ERROR = "INVALID_JSON", "UNKNOWN_TYPE", "VALIDATION_ERROR"
 EXECUTION_ERROR, CAPACITY_REACHED, SESSION_ERROR = "EXECUTION_ERROR", "CAPACITY_REACHED", "SESSION_ERROR"
 MESSAGE_TYPES = ("reset", "step", "state", "close")
 
 
-def dumps(message: dict) -> str:
-    """Compact JSON (NaN and infinities spelt as Python's ``json`` does)."""
+def dumps(message: dict, finite: bool = False) -> str:
+    """Compact JSON (NaN and infinities spelt as Python's ``json`` does). ``finite``: the
+    message holds no non-finite float, so ``orjson`` (which would write ``null``) may encode it."""
+    if finite and orjson is not None:
+        return orjson.dumps(message).decode()
     return json.dumps(message, separators=(",", ":"))
+
+
+def loads(data: str | bytes) -> Any:
+    """A client's JSON message (``orjson`` when installed; ``json`` for what orjson refuses,
+    e.g. ``NaN``, so both accept the same messages; orjson reads integers beyond 64 bits as
+    floats, which every action and seed check refuses as json's ints would be)."""
+    if orjson is not None:
+        try:
+            return orjson.loads(data)
+        except orjson.JSONDecodeError:
+            pass
+    return json.loads(data)
 
 
 def error(code: str, message: str, **extra: Any) -> str:
@@ -41,33 +61,26 @@ def error(code: str, message: str, **extra: Any) -> str:
     return dumps({"type": "error", "data": {"message": message, "code": code, **extra}})
 
 
-def _plain(x: list, single: bool) -> Any:
-    """A session's values over its slots, without the slot axis when it has one slot."""
-    return x[0] if single else x
-
-
 def observation_payload(row: dict, single: bool, after_reset: bool, codec=None) -> dict:
     """``{"observation", "reward", "done"}`` (OpenEnv's ``serialize_observation`` shape) of
     one session's outputs ``row`` (lists over its ``N`` slots); with a text ``codec``
     (:mod:`jaxrl.serve.text`) the observation also carries ``text`` and ``final_text``."""
+    j = 0 if single else slice(None)  # one slot: its values without the slot axis
     observation = {
-        "obs": _plain(row["obs"], single),
-        "final_obs": _plain(row["final_obs"], single),
-        "terminated": _plain(row["terminated"], single),
-        "truncated": _plain(row["truncated"], single),
-        "episode_return": _plain(row["episode_return"], single),
-        "episode_length": _plain(row["episode_length"], single),
+        "obs": row["obs"][j], "final_obs": row["final_obs"][j], "terminated": row["terminated"][j],
+        "truncated": row["truncated"][j], "episode_return": row["episode_return"][j],
+        "episode_length": row["episode_length"][j],
     }
     if codec is not None and single:
         observation["text"] = codec.decode(row["obs"][0])
         observation["final_text"] = codec.decode(row["final_obs"][0])
-    reward = None if after_reset else _plain(row["reward"], single)
-    return {"observation": observation, "reward": reward, "done": _plain(row["done"], single)}
+    reward = None if after_reset else row["reward"][j]
+    return {"observation": observation, "reward": reward, "done": row["done"][j]}
 
 
 def observation_message(row: dict, single: bool, after_reset: bool, codec=None) -> str:
     """A ``WSObservationResponse``."""
-    return dumps({"type": "observation", "data": observation_payload(row, single, after_reset, codec)})
+    return dumps({"type": "observation", "data": observation_payload(row, single, after_reset, codec)}, row.get("finite", False))
 
 
 def state_message(state: dict) -> str:
