@@ -816,3 +816,17 @@ def test_the_eval_json_of_training_names_its_checkpoint(ppo_run):
     (`jaxrl compare` reports it)."""
     summary = json.loads(open(os.path.join(ppo_run, "eval.json")).read())
     assert summary["checkpoint_update"] == 4  # TINY_PPO: 512 steps / (4 envs x 32 steps)
+
+
+def test_render_of_an_env_without_a_renderer_is_one_line(ppo_run, tmp_path, capsys, monkeypatch):
+    from jaxrl_envs.cartpole import CartPole
+
+    def no_frames(self, state, params):
+        raise NotImplementedError(f"{self.name} does not render")
+
+    monkeypatch.setattr(CartPole, "render", no_frames)
+    out = tmp_path / "x.gif"
+    assert cli.main(["render", str(ppo_run), "--out", str(out), "--steps", "3"]) == 2
+    line = _one_line(capsys.readouterr().err)
+    assert "CartPole-v1 does not render" in line and "jaxrl eval" in line, line
+    assert not out.exists()

@@ -420,7 +420,10 @@ def main_render(args) -> int:
         for line in sample_lines(built, states, seed=args.seed):
             print(line)
         return 0
-    frames = render_frames(built, states, args.steps, not args.stochastic, args.seed)
+    try:
+        frames = render_frames(built, states, args.steps, not args.stochastic, args.seed)
+    except NotImplementedError as exc:  # the env has no renderer
+        raise ConfigError(f"render: {exc or 'this env does not render'}; `jaxrl eval {args.run_dir}` scores the run without frames") from None
     render.save_gif(frames, args.out, fps=args.fps)
     stored = render.gif_frame_count(args.out)
     merged = len(frames) - stored
