@@ -234,3 +234,47 @@ def test_minatar_cnn_recipe_loads_and_builds():
     params = jax.eval_shape(program.init, jax.random.PRNGKey(0)).agent.params
     # per head: conv 3*3*4*16+16 and dense (8*8*16)*128+128; heads 128*3+3 and 128+1
     assert sum(math.prod(x.shape) for x in jax.tree_util.tree_leaves(params)) == 2 * (592 + 131_200) + 387 + 129
+
+
+def test_env_frame_stack_wraps_the_training_env_and_refuses_what_it_cannot_stack():
+    cartpole = str(Path(__file__).resolve().parent.parent / "configs" / "ppo_cartpole.yaml")
+    built = build(load_config(cartpole, ["env.frame_stack=4"]))
+    env = built.envs.env
+    assert isinstance(env, FrameStack) and env.num_frames == 4
+    assert env.observation_space(built.envs.params).shape == (16,)  # CartPole's 4 floats x 4 frames
+    assert build(load_config(cartpole)).envs.env.observation_space(built.envs.params).shape == (4,)
+    for value, expected in (("0", "env.frame_stack: expected an integer in [1, 64]"), ("true", "env.frame_stack")):
+        with pytest.raises(ConfigError, match=expected.replace("[", r"\[")):
+            load_config(cartpole, [f"env.frame_stack={value}"])
+    grpo = str(Path(__file__).resolve().parent.parent / "configs" / "grpo_reverse.yaml")
+    with pytest.raises(ConfigError, match="env.frame_stack: text/Reverse-v0 is a token or multi-agent task"):
+        build(load_config(grpo, ["env.frame_stack=2"]))
+
+
+def test_frame_stack_keeps_the_inner_action_mask_of_the_newest_frame():
+    class Masked(Environment):
+        """Obs (3,): the legal actions of the next step are those with obs > 0."""
+
+        default_params = None
+
+        def reset(self, key, params):
+            return (), first_timestep(jnp.array([1.0, -1.0, 1.0]), {})
+
+        def step(self, key, state, action, params):
+            return (), transition(jnp.array([-1.0, 1.0, -1.0]), 0.0, False, False, {})
+
+        def observation_space(self, params):
+            return spaces.Box(-1.0, 1.0, (3,), jnp.float32)
+
+        def action_space(self, params):
+            return spaces.Discrete(3)
+
+        def action_mask(self, obs):
+            return obs > 0
+
+    stacked = FrameStack(Masked(), 2)
+    _, ts = stacked.reset(jax.random.key(0), None)
+    assert ts.obs.shape == (6,)
+    np.testing.assert_array_equal(stacked.action_mask(ts.obs), [True, False, True])
+    _, ts = stacked.step(jax.random.key(1), stacked.reset(jax.random.key(0), None)[0], 0, None)
+    np.testing.assert_array_equal(stacked.action_mask(ts.obs), [False, True, False])  # the newest frame's, not the oldest's

@@ -190,6 +190,13 @@ class FrameStack(Wrapper):
         frames = jnp.concatenate([state.frames[..., channels:], ts.obs], axis=-1)
         return FrameStackState(env_state, frames), ts.replace(obs=frames)
 
+    def action_mask(self, obs):
+        """The inner env's legal actions, read from the newest frame (``None`` if it has none)."""
+        fn = getattr(self.env, "action_mask", None)
+        if not callable(fn):
+            return None
+        return fn(obs[..., obs.shape[-1] - obs.shape[-1] // self.num_frames:])
+
     def render(self, state, params):
         return self.env.render(state.env_state, params)
 

@@ -34,6 +34,22 @@ class Built(NamedTuple):
     derived: Derived
 
 
+def _frame_stack(env, params, e):
+    """``env`` inside a :class:`~jaxrl.core.wrappers.FrameStack` of ``e.frame_stack`` frames
+    (the algorithms' auto-reset wraps it, so a final observation is its episode's own stack)."""
+    from jaxrl.core.multiagent import MultiAgentEnv
+    from jaxrl.core.wrappers import FrameStack
+
+    if isinstance(env, (TokenTask, MultiAgentEnv)) or e.text is not None or e.tokenizer is not None:
+        raise ConfigError(f"env.frame_stack: {e.id} is a token or multi-agent task; frame stacking is for single-agent observations")
+    try:
+        stacked = FrameStack(env, e.frame_stack)
+        stacked.observation_space(params)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"env.frame_stack: {' '.join(str(exc).split())}") from None
+    return stacked
+
+
 def env_setup(cfg: RunConfig) -> EnvSetup:
     """The env, its training and evaluation params and the curriculum of ``cfg``."""
     e = cfg.env
@@ -51,6 +67,8 @@ def env_setup(cfg: RunConfig) -> EnvSetup:
             env.check_params(params)
         except (TypeError, ValueError) as exc:
             raise ConfigError(f"env.{' '.join(str(exc).split())}") from None
+    if e.frame_stack > 1:
+        env = _frame_stack(env, params, e)
     if isinstance(env, TextTask):
         env = text_env(e)
         print(env.summary(), flush=True)

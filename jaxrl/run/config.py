@@ -91,6 +91,7 @@ class EnvConfig:
     # step, the path of runs made before this key) or "pool" (start states from a pool drawn
     # ahead: envs whose reset is costly, e.g. Craftax; best with one seed).
     vector: Literal["auto", "vector", "autoreset", "pool"] = "auto"
+    frame_stack: int = 1  # stack the last K observations on the channel (last) axis (jaxrl.core.wrappers.FrameStack); 1: off
     tokenizer: TokenizerConfig | None = None  # token tasks: speak a checkpoint's token ids (grpo.model.policy: hf)
     text: TextConfig | None = None  # text tasks (text/File-v0, text/WordProblems-v0, ...): rows, lengths, reward
 
@@ -355,6 +356,8 @@ def _check_env(env: EnvConfig) -> None:
             numeric = isinstance(value, (int, float)) or (isinstance(value, str) and _NUMBER_RE.match(value.strip()))
             if not numeric:  # bools pass: bool params take them; make checks every kind and range
                 raise ConfigError(f"env.{section}.{name}: expected a number, got {short(value)}")
+    if isinstance(env.frame_stack, bool) or not isinstance(env.frame_stack, int) or not 1 <= env.frame_stack <= 64:
+        raise ConfigError(f"env.frame_stack: expected an integer in [1, 64] (1: no stacking), got {short(env.frame_stack)}")
     from jaxrl.core.randomize import parse_distribution
 
     for name, text in env.randomize.items():
