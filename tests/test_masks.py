@@ -1,15 +1,18 @@
-"""Legal-action masks (docs/masks.md): the masked distributions against NumPy, and PPO, DQN
-and GRPO on a probe env whose illegal actions cost -100, so any illegal action shows up.
+"""Legal-action masks (docs/masks.md): the masked distributions against NumPy, and PPO
+(feed-forward, recurrent, MultiDiscrete), DQN, PQN and GRPO on a probe env whose illegal
+actions cost -100, so any illegal action shows up in a batch's mean return.
 
 References are independent: probabilities and entropies are recomputed in NumPy from the
 logits restricted to the legal actions; the PPO gradient with an all-True mask is compared
-with the unmasked program's.
+with the unmasked network's. JobShop's ``check_env`` runs with ``JAXRL_FULL_JUMANJI=1``
+(as every Jumanji id's in tests/test_jumanji.py).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import os
 from typing import ClassVar
 
 import jax
@@ -194,7 +197,7 @@ def test_masked_ppo_never_acts_illegally_and_solves_the_probe(env):
     program, state, returns = _train(env, PPO_CFG, 16)
     assert min(returns) >= 0.0, returns  # one illegal action would make that update's mean negative
     assert returns[0] < 0.75 and np.mean(returns[-3:]) > 0.95, returns  # random legal: 0.5; learned: 1
-    out = jax.jit(program.evaluate)(state, jax.random.PRNGKey(1))
+    out = jax.jit(program.evaluate, compiler_options=FAST)(state, jax.random.PRNGKey(1))
     assert float(np.min(out["episode_returns"])) == 1.0 and float(np.min(out["episode_returns_stochastic"])) >= 0.0
 
 
@@ -202,7 +205,7 @@ def test_recurrent_ppo_never_acts_illegally():
     cfg = dataclasses.replace(PPO_CFG, num_minibatches=2, network=ppo.config.NetworkConfig(torso="gru", cell_size=16))
     program, state, returns = _train(LegalBandit(), cfg, 3)
     assert min(returns) >= 0.0, returns
-    out = jax.jit(program.evaluate)(state, jax.random.PRNGKey(1))
+    out = jax.jit(program.evaluate, compiler_options=FAST)(state, jax.random.PRNGKey(1))
     assert float(np.min(out["episode_returns"])) >= 0.0 and float(np.min(out["episode_returns_stochastic"])) >= 0.0
 
 
@@ -236,7 +239,7 @@ def test_pqn_greedy_and_exploration_respect_the_mask():
     for _ in range(3):
         state, metrics = step(state)
         assert float(metrics["episode_return"]) >= 0.0
-    assert float(np.min(jax.jit(program.evaluate)(state, jax.random.PRNGKey(1))["episode_returns"])) >= 0.0
+    assert float(np.min(jax.jit(program.evaluate, compiler_options=FAST)(state, jax.random.PRNGKey(1))["episode_returns"])) >= 0.0
 
 
 def test_dqn_greedy_and_exploration_respect_the_mask():
@@ -249,17 +252,11 @@ def test_dqn_greedy_and_exploration_respect_the_mask():
     for _ in range(4):  # epsilon near 1: exploration draws among legal actions only
         state, metrics = step(state)
         assert float(metrics["episode_return"]) >= 0.0
-    out = jax.jit(program.evaluate)(state, jax.random.PRNGKey(1))
+    out = jax.jit(program.evaluate, compiler_options=FAST)(state, jax.random.PRNGKey(1))
     assert float(np.min(out["episode_returns"])) >= 0.0  # greedy: never illegal
 
 
-def test_a_multidiscrete_env_passes_check_env():
-    env = Pick2()
-    report = check_env(env, env.default_params, num_steps=8, num_envs=2, verbose=False, compiler_options=FAST)
-    assert report.passed, str(report)
-
-
-def test_jobshop_is_registered_as_multidiscrete_with_per_machine_masks_and_passes_check_env():
+def test_jobshop_is_registered_as_multidiscrete_with_per_machine_masks():
     jumanji = pytest.importorskip("jumanji")
     import jaxrl
     from jaxrl.adapters import jumanji as jj
@@ -272,8 +269,9 @@ def test_jobshop_is_registered_as_multidiscrete_with_per_machine_masks_and_passe
     _, ts = jax.jit(functools.partial(env.reset, params=params))(jax.random.PRNGKey(0))
     np.testing.assert_array_equal(np.asarray(env.action_mask(ts.obs)), np.asarray(raw_ts.observation.action_mask))
     assert masks.action_mask_fn(env, params) is not None
-    report = check_env(env, params, num_steps=8, num_envs=2, verbose=False, compiler_options=FAST)
-    assert report.passed, str(report)
+    if os.environ.get("JAXRL_FULL_JUMANJI") == "1":  # as tests/test_jumanji.py: every id's check_env is slow
+        report = check_env(env, params, num_steps=8, num_envs=2, verbose=False, compiler_options=FAST)
+        assert report.passed, str(report)
 
 
 def test_grpo_control_policy_samples_legal_actions_and_its_loss_logits_match():

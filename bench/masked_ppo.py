@@ -1,0 +1,153 @@
+"""Masked against unmasked PPO on Jumanji (issue 27): equal env steps, several seeds each.
+
+For each recipe (``configs/ppo_jumanji_<env>.yaml``) trains, each as a fresh whole process
+(``bench/recipes.py``'s runner, compile included), with ``train.seeds=N`` vmapped: the recipe
+as it is (masked: the env declares its legal actions) and with ``ppo.action_mask=false``;
+then plays ``--episodes`` episodes of two baselines in this process: uniformly random
+actions, and uniformly random *legal* actions (the mask's own baseline). Writes
+``bench/results/masked_ppo.{json,md}`` with the machine's load average (the 2-core machine
+is shared: wall times are loaded). Needs the ``[jumanji]`` extra. Usage::
+
+    python bench/masked_ppo.py                          # snake and binpack, 4 seeds
+    python bench/masked_ppo.py --recipes knapsack --seeds 4
+    python bench/masked_ppo.py --baselines-only         # just the random baselines
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+
+from bench import common  # noqa: E402
+from bench.recipes import run_recipe  # noqa: E402
+import jaxrl  # noqa: E402
+from jaxrl.algos.common.masks import action_mask_fn  # noqa: E402
+from jaxrl.core import spaces  # noqa: E402
+from jaxrl.models.distributions import Categorical, MultiCategorical  # noqa: E402
+from jaxrl.run.config import load_config  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+NAME = "masked_ppo"
+
+
+def baseline_returns(env_id: str, overrides: dict, episodes: int, max_steps: int, legal: bool, seed: int = 0) -> np.ndarray:
+    """Undiscounted returns ``[episodes]`` of uniformly random actions (``legal``: uniform
+    over the legal actions of each observation), each episode capped at ``max_steps``."""
+    env, params = jaxrl.make(env_id, **overrides)
+    space = env.action_space(params)
+    mask_fn = action_mask_fn(env, params) if legal else None
+
+    def act(key, obs):
+        if mask_fn is None:
+            return space.sample(key)
+        mask = mask_fn(obs)
+        if isinstance(space, spaces.MultiDiscrete):
+            return MultiCategorical(jnp.zeros(mask.shape), mask, space.nvec).sample(key)
+        return Categorical(jnp.zeros(mask.shape), mask).sample(key)
+
+    def episode(key):
+        state, ts = env.reset(key, params)
+
+        def body(carry, k):
+            state, obs, alive, total = carry
+            state, ts = env.step(k, state, act(k, obs), params)
+            return (state, ts.obs, alive & ~ts.done, total + jnp.where(alive, ts.reward, 0.0)), None
+
+        init = (state, ts.obs, jnp.bool_(True), jnp.float32(0.0))
+        return jax.lax.scan(body, init, jax.random.split(key, max_steps))[0][3]
+
+    keys = jax.random.split(jax.random.PRNGKey(seed), episodes)
+    return np.asarray(jax.jit(jax.vmap(episode))(keys))
+
+
+def _cap(cfg) -> int:
+    params = dict(cfg.env.params)
+    if "max_steps_in_episode" in params:
+        return int(params["max_steps_in_episode"])
+    if cfg.algo_config.eval_max_steps is not None:
+        return int(cfg.algo_config.eval_max_steps)
+    env, p = jaxrl.make(cfg.env.id, **params)
+    return int(env.episode_bound(p))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--recipes", nargs="+", default=["snake", "binpack"], help="ppo_jumanji_<name>.yaml recipes")
+    ap.add_argument("--seeds", type=int, default=4, help="seeds per run (vmapped, train.seeds)")
+    ap.add_argument("--episodes", type=int, default=256, help="episodes per random baseline")
+    ap.add_argument("--baselines-only", action="store_true", help="skip training")
+    ap.add_argument("--set", action="append", default=[], help="extra overrides for every run (key=value)")
+    args = ap.parse_args()
+    out_json = common.RESULTS_DIR / f"{NAME}.json"
+    old = json.loads(out_json.read_text())["records"] if out_json.exists() else []
+    records = [r for r in old if r["recipe"] not in {f"ppo_jumanji_{n}" for n in args.recipes}]
+    for name in args.recipes:
+        recipe = f"ppo_jumanji_{name}"
+        cfg = load_config(REPO / "configs" / f"{recipe}.yaml")
+        cap = _cap(cfg)
+        rec = {"recipe": recipe, "env": cfg.env.id, "seeds": args.seeds,
+               "env_steps_per_seed": cfg.algo_config.total_env_steps, "load_average_1m_before": os.getloadavg()[0]}
+        for legal in (False, True):
+            r = baseline_returns(cfg.env.id, dict(cfg.env.params), args.episodes, cap, legal)
+            rec["random_legal" if legal else "random"] = {"mean": round(float(r.mean()), 3), "std": round(float(r.std()), 3),
+                                                          "episodes": int(r.size)}
+        print(recipe, "baselines", rec["random"], rec["random_legal"], flush=True)
+        if not args.baselines_only:
+            for label, extra in (("masked", []), ("unmasked", ["ppo.action_mask=false"])):
+                cpu0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+                run = run_recipe(recipe, [f"train.seeds={args.seeds}", *extra, *args.set])
+                cpu1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+                rec[label] = {k: run[k] for k in ("eval_det_mean", "eval_det_ci95", "eval_sto_mean", "eval_det_mean_per_seed",
+                                                 "wall_s_total", "wall_s_first_chunk_incl_compile", "curve")}
+                rec[label]["load_average_1m_after"] = os.getloadavg()[0]
+                # CPU seconds of the whole process (user + system): what the run costs without the other jobs' load
+                rec[label]["cpu_s_total"] = round(cpu1.ru_utime + cpu1.ru_stime - cpu0.ru_utime - cpu0.ru_stime, 1)
+                print(recipe, label, {k: v for k, v in rec[label].items() if k != "curve"}, flush=True)
+        records.append(rec)
+        # merge with what is on disk now (another invocation may have written other recipes meanwhile)
+        latest = json.loads(out_json.read_text())["records"] if out_json.exists() else []
+        records = [r for r in latest if r["recipe"] not in {x["recipe"] for x in records}] + records
+        meta = common.metadata({"note": "2-core machine shared with other engineers' jobs: wall times are loaded"},
+                               libraries=(*common.DEFAULT_LIBRARIES, "jumanji"))
+        common.write_results(NAME, records, meta)
+        write_markdown(records, meta)
+
+
+def write_markdown(records: list[dict], meta: dict) -> None:
+    md = [
+        "# Masked against unmasked PPO on Jumanji (issue 27)",
+        "",
+        f"`{meta['command']}` on {meta['machine']['cpu_model']} ({meta['machine']['cpus_usable']} cores, shared with other "
+        f"jobs), {meta['utc']}, jumanji {meta['versions'].get('jumanji')}. Each run is a whole `jaxrl train` process "
+        "(compile included) with its seeds vmapped; returns are the final evaluation's deterministic mean over all "
+        "seeds' episodes (per-seed means listed); baselines are uniformly random actions and uniformly random legal "
+        "actions in the same env and params. Load average (1 min) recorded before each recipe and after each run.",
+        "",
+        "| recipe | env steps / seed | seeds | masked return (det.) | per seed | unmasked return (det.) | per seed | "
+        "random legal | random | masked wall s (CPU s) | unmasked wall s (CPU s) | load before / after runs |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in records:
+        m, u = r.get("masked", {}), r.get("unmasked", {})
+        md.append(
+            f"| {r['recipe']} | {r['env_steps_per_seed']:,} | {r['seeds']} | {m.get('eval_det_mean', '-')} | "
+            f"{m.get('eval_det_mean_per_seed', '-')} | {u.get('eval_det_mean', '-')} | {u.get('eval_det_mean_per_seed', '-')} | "
+            f"{r['random_legal']['mean']} | {r['random']['mean']} | {m.get('wall_s_total', '-')} ({m.get('cpu_s_total', '-')}) | "
+            f"{u.get('wall_s_total', '-')} ({u.get('cpu_s_total', '-')}) | "
+            f"{r['load_average_1m_before']:.1f} / {m.get('load_average_1m_after', 0):.1f}, {u.get('load_average_1m_after', 0):.1f} |"
+        )
+    (common.RESULTS_DIR / f"{NAME}.md").write_text("\n".join(md) + "\n")
+
+
+if __name__ == "__main__":
+    main()
