@@ -1,8 +1,8 @@
 """The example algorithm ``examples/reinforce`` (REINFORCE with a learned baseline), found
 only through the ``jaxrl.algos`` entry point of its own ``pyproject.toml``, driven through the
-real CLI: it learns CartPole-v1 with two vmapped seeds, ``eval`` and ``render`` read its run,
-``--resume`` is bit-exact, and ``devices: 2`` (an env split over forced host devices)
-computes the same updates and learns.
+real CLI: it learns CartPole-v1 with two vmapped seeds, and ``eval`` and ``render`` read its
+run. Its bit-exact resume and its env split over two devices are checked, as for every
+built-in algorithm, by tests/test_algo_conformance.py.
 
 The package is not installed: each subprocess gets ``PYTHONPATH=<examples/reinforce>:<dir>``
 where ``<dir>`` holds a fake ``jaxrl_reinforce-0.1.0.dist-info`` whose ``entry_points.txt``
@@ -14,7 +14,6 @@ from __future__ import annotations
 import importlib
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tomllib
@@ -28,8 +27,6 @@ from PIL import Image
 import jaxrl
 from jaxrl.algos import registry as algo_registry
 from jaxrl.algos.common.train import program_on
-from jaxrl.run.checkpoint import to_storable
-from jaxrl.run.evaluate import load_run
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXAMPLE = os.path.join(REPO, "examples", "reinforce")
@@ -73,21 +70,19 @@ def workdir(tmp_path_factory):
     return root
 
 
-def jaxrl_cli(workdir, *args, devices: int = 1) -> subprocess.CompletedProcess:
+def jaxrl_cli(workdir, *args) -> subprocess.CompletedProcess:
     """``python3 -m jaxrl.cli ARGS`` on CPU with the example package and its entry point visible."""
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
     env.update(JAX_PLATFORMS="cpu", PYTHONPATH=os.pathsep.join([EXAMPLE, str(workdir / "dist")]))
-    if devices > 1:
-        env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
     cmd = [sys.executable, "-m", "jaxrl.cli", *map(str, args)]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=str(workdir), env=env)
 
 
-def train(workdir, out: str, *sets: str, devices: int = 1) -> subprocess.CompletedProcess:
+def train(workdir, out: str, *sets: str) -> subprocess.CompletedProcess:
     args = ["train", "reinforce_cartpole.yaml", "--out", out, "--set", "train.progress=false"]
     for s in sets:
         args += ["--set", s]
-    return jaxrl_cli(workdir, *args, devices=devices)
+    return jaxrl_cli(workdir, *args)
 
 
 def read_jsonl(path) -> list[dict]:
@@ -104,7 +99,7 @@ def trained(workdir):
 
 @pytest.fixture
 def registered():
-    """The example's entry registered in this process (``load_run`` builds the program here),
+    """The example's entry registered in this process (the in-process tests build its program),
     unless an installed copy already registered it; removed again afterwards."""
     sys.path.insert(0, EXAMPLE)
     installed = "reinforce" in algo_registry.algorithms()
@@ -145,49 +140,6 @@ def test_eval_and_render_the_run(trained):
     with Image.open(gif) as im:
         assert im.n_frames == 41  # a trained pole stays up for all 40 steps (plus the reset frame)
         assert np.asarray(im.convert("RGB")).std() > 0
-
-
-def test_resume_is_bit_exact(trained, registered):
-    """The run stopped after its periodic checkpoint (update 32) and resumed equals the run
-    that went straight through, leaf for leaf."""
-    run_dir, _ = trained
-    cut = run_dir.parent / "resumed"
-    shutil.copytree(run_dir, cut)
-    shutil.rmtree(cut / "checkpoints" / "64")
-    (cut / "eval.json").unlink()
-    kept = read_jsonl(cut / "metrics.jsonl")[:32]
-    kept[0]["wall_time"] = -1.0  # a mark that survives only if the run resumes instead of restarting
-    (cut / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in kept))
-    proc = jaxrl_cli(run_dir.parent, "train", "--resume", cut)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "resuming at update 32" in proc.stdout
-    assert read_jsonl(cut / "metrics.jsonl")[0]["wall_time"] == -1.0
-
-    _, _, straight, step_a = load_run(str(run_dir))
-    _, _, resumed, step_b = load_run(str(cut))
-    assert step_a == step_b == 64
-    a, b = jax.tree_util.tree_leaves(to_storable(straight)), jax.tree_util.tree_leaves(to_storable(resumed))
-    assert len(a) == len(b) > 0
-    for x, y in zip(a, b):
-        assert x.dtype == y.dtype and np.array_equal(np.asarray(x), np.asarray(y))
-    strip = lambda recs: [{k: v for k, v in r.items() if k != "wall_time"} for r in recs]  # noqa: E731
-    assert strip(read_jsonl(cut / "metrics.jsonl")) == strip(read_jsonl(run_dir / "metrics.jsonl"))
-
-
-def test_env_split_over_two_devices(trained):
-    """``devices: 2``: each device steps 8 of the 16 envs; the updates are the one-device
-    run's up to float32 summation order, and the run learns."""
-    run_dir, _ = trained
-    proc = train(run_dir.parent, "split", "devices=2", "shard=envs", devices=2)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "envs per device: 8 of 16" in proc.stdout
-    split = read_jsonl(run_dir.parent / "split" / "metrics.jsonl")
-    single = read_jsonl(run_dir / "metrics.jsonl")  # seed 0 of the two-seed run is this run's seed
-    for s, r in zip(split[:3], single[:3]):
-        for key in ("loss", "vf_loss", "entropy", "episode_return"):
-            assert s[key] == pytest.approx(r[key][0], rel=1e-4), (key, s["update"])
-    summary = json.loads((run_dir.parent / "split" / "eval.json").read_text())
-    assert summary["policies"]["deterministic"]["mean"] >= SOLVED
 
 
 # ------------------------------------------------------------------ in-process, no training
