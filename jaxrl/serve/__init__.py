@@ -1,8 +1,9 @@
 """``jaxrl serve``: any registered env behind OpenEnv's HTTP/WebSocket protocol.
 
-* :mod:`jaxrl.serve.pool`: the fixed-capacity slot pool and its one jitted, masked step.
+* :mod:`jaxrl.serve.pool`: the fixed-capacity slot pool and its bucketed, gathered step.
 * :mod:`jaxrl.serve.protocol`: OpenEnv's message shapes as plain dicts.
 * :mod:`jaxrl.serve.app`: the FastAPI app, the batcher and per-session fault handling.
+* :mod:`jaxrl.serve.wire`: the lean ``/ws`` protocol (RFC 6455 framing, no ASGI per message).
 * :mod:`jaxrl.serve.main`: the command (``jaxrl serve ENV_ID --port 8000 ...``).
 
 Needs ``pip install 'jaxrl[serve]'`` (fastapi, uvicorn, websockets). The client that drives
