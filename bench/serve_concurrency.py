@@ -380,6 +380,8 @@ def main(argv: list[str] | None = None) -> None:
     except ImportError:
         pass
     nofile = raise_fd_limit()
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT,
+                            check=False).stdout.strip()  # what the servers start from, before the (long) run
     ramps = []
     for i, (label, server_argv, env, config) in enumerate(server_specs(args)):
         r = ramp(label, server_argv, env, args.port + i, args)
@@ -402,8 +404,7 @@ def main(argv: list[str] | None = None) -> None:
                    f"failing level; untimed warm-up of 1 and 64 sessions first; compression "
                    f"{'off' if args.no_compression else 'permessage-deflate offered (as OpenEnv client)'}"),
         "rlimit_nofile": nofile,
-        "jaxrl_commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                                       cwd=ROOT, check=False).stdout.strip(),
+        "jaxrl_commit": commit,
         "peer_versions": json.loads(peer_versions) if peer_versions else None,
         "client": "one asyncio process, websockets " + str(versions.get("websockets")) + (", uvloop" if versions.get("uvloop") else ""),
     }, libraries=("jax", "jaxlib", "numpy", "websockets", "uvicorn", "fastapi", "uvloop"))
