@@ -108,7 +108,7 @@ def _serve(args, sock: socket.socket, uvicorn) -> int:
     server = Server(pool, args.env_id, args.window_ms / 1e3, description)
     app = create_app(server)
     config = uvicorn.Config(app, log_level=args.log_level, lifespan="on", timeout_graceful_shutdown=5,
-                            **ws_options(server, getattr(args, "ws_deflate", "on")))
+                            **ws_options(server, getattr(args, "ws_deflate", "off")))
     userver = _graceful(uvicorn)(config)
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
