@@ -129,23 +129,27 @@ def write_markdown(records: list[dict], meta: dict) -> None:
         "",
         f"`{meta['command']}` on {meta['machine']['cpu_model']} ({meta['machine']['cpus_usable']} cores, shared with other "
         f"jobs), {meta['utc']}, jumanji {meta['versions'].get('jumanji')}. Each run is a whole `jaxrl train` process "
-        "(compile included) with its seeds vmapped; returns are the final evaluation's deterministic mean over all "
-        "seeds' episodes (per-seed means listed); baselines are uniformly random actions and uniformly random legal "
+        "(compile included) with its seeds vmapped; returns are the final evaluation's means over all seeds' "
+        "episodes, greedy (det.; per-seed means listed) and sampling (stoch.); baselines are uniformly random actions and uniformly random legal "
         "actions in the same env and params. Load average (1 min) recorded before each recipe and after each run.",
         "",
-        "| recipe | env steps / seed | seeds | masked return (det.) | per seed | unmasked return (det.) | per seed | "
+        "| recipe | env steps / seed | seeds | masked return (det.) | per seed | masked (stoch.) | unmasked return (det.) | "
+        "per seed | unmasked (stoch.) | "
         "random legal | random | masked wall s (CPU s) | unmasked wall s (CPU s) | load before / after runs |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in records:
         m, u = r.get("masked", {}), r.get("unmasked", {})
         md.append(
             f"| {r['recipe']} | {r['env_steps_per_seed']:,} | {r['seeds']} | {m.get('eval_det_mean', '-')} | "
-            f"{m.get('eval_det_mean_per_seed', '-')} | {u.get('eval_det_mean', '-')} | {u.get('eval_det_mean_per_seed', '-')} | "
+            f"{m.get('eval_det_mean_per_seed', '-')} | {m.get('eval_sto_mean', '-')} | {u.get('eval_det_mean', '-')} | "
+            f"{u.get('eval_det_mean_per_seed', '-')} | {u.get('eval_sto_mean', '-')} | "
             f"{r['random_legal']['mean']} | {r['random']['mean']} | {m.get('wall_s_total', '-')} ({m.get('cpu_s_total', '-')}) | "
             f"{u.get('wall_s_total', '-')} ({u.get('cpu_s_total', '-')}) | "
             f"{r['load_average_1m_before']:.1f} / {m.get('load_average_1m_after', 0):.1f}, {u.get('load_average_1m_after', 0):.1f} |"
         )
+    notes = [f"- {r['recipe']}: {r['note']}" for r in records if r.get("note")]
+    md += ["", "Notes:", "", *notes] if notes else []
     (common.RESULTS_DIR / f"{NAME}.md").write_text("\n".join(md) + "\n")
 
 
