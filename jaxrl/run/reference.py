@@ -21,7 +21,7 @@ from typing import NamedTuple
 from jaxrl.run import config as config_lib
 
 #: Algorithms the generated docs page covers (plugins print theirs with ``jaxrl config``).
-DOCUMENTED_ALGOS = ("ppo", "grpo", "dqn", "pqn", "sac", "sft")
+DOCUMENTED_ALGOS = ("ppo", "grpo", "dqn", "pqn", "sac", "sft", "mappo", "ippo")
 
 
 class Row(NamedTuple):
@@ -33,8 +33,16 @@ class Row(NamedTuple):
 
 @functools.lru_cache(maxsize=None)
 def field_comments(cls) -> dict[str, str]:
-    """``{field: comment}`` from ``cls``'s source: the comment on the field's line, else the
-    comment lines right above it."""
+    """``{field: comment}`` from the sources of ``cls`` and the classes it inherits fields
+    from (the nearest definition wins): the comment on the field's line, else the comment
+    lines right above it."""
+    out: dict[str, str] = {}
+    for klass in reversed([k for k in getattr(cls, "__mro__", (cls,)) if k is not object]):
+        out.update({k: v for k, v in _own_field_comments(klass).items() if v or k not in out})
+    return out
+
+
+def _own_field_comments(cls) -> dict[str, str]:
     try:
         source = inspect.getsource(cls)
     except (OSError, TypeError):
