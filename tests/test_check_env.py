@@ -12,10 +12,11 @@ from jaxrl.core.check import CheckReport, check_env
 from jaxrl.core.env import transition
 from jaxrl_envs.cartpole import CartPole
 
-# Physics envs compile for tens of seconds each, the gymnax suite holds 22 ids and Jumanji's
-# 20; their owners' tests run check_env over a representative subset (tests/test_brax.py,
-# tests/test_mjx.py, tests/test_gymnax.py, tests/test_jumanji.py), so the sweep skips them.
-HEAVY_NAMESPACES = ("brax/", "mjx/", "gymnax/", "jumanji/")
+# Physics envs compile for tens of seconds each, the gymnax suite holds 22 ids, Jumanji's 20
+# and JaxMARL's 8 (20-50 s each, with their own multi-agent checks); their owners' tests run
+# check_env over a representative subset (tests/test_brax.py, tests/test_mjx.py,
+# tests/test_gymnax.py, tests/test_jumanji.py, tests/test_multiagent.py), so the sweep skips them.
+HEAVY_NAMESPACES = ("brax/", "mjx/", "gymnax/", "jumanji/", "jaxmarl/")
 SWEEP_IDS = [i for i in jaxrl.registered_ids() if not i.startswith(HEAVY_NAMESPACES)]
 # Lower XLA backend optimisation compiles ~20% faster; the verdicts do not depend on it.
 FAST = {"xla_backend_optimization_level": 1}
