@@ -57,8 +57,28 @@ class CheckResult:
         return f"{self.status}  {self.name}  {self.message}"
 
 
+class Checks:
+    """What a report of named checks answers (``self.checks``: a list of :class:`CheckResult`);
+    shared by :class:`CheckReport` and :class:`jaxrl.run.conformance.AlgoCheckReport`."""
+
+    checks: list[CheckResult]
+
+    @property
+    def passed(self) -> bool:
+        return all(c.passed for c in self.checks)
+
+    def failed_names(self) -> list[str]:
+        return [c.name for c in self.checks if c.status == FAIL]
+
+    def __getitem__(self, name: str) -> CheckResult:
+        for c in self.checks:
+            if c.name == name:
+                return c
+        raise KeyError(f"no check named {name!r}; checks: {[c.name for c in self.checks]}")
+
+
 @dataclasses.dataclass
-class CheckReport:
+class CheckReport(Checks):
     """Everything ``check_env`` found.
 
     Attributes:
@@ -75,19 +95,6 @@ class CheckReport:
     compile_seconds: float = 0.0
     num_envs: int = 0
     num_steps: int = 0
-
-    @property
-    def passed(self) -> bool:
-        return all(c.passed for c in self.checks)
-
-    def failed_names(self) -> list[str]:
-        return [c.name for c in self.checks if c.status == FAIL]
-
-    def __getitem__(self, name: str) -> CheckResult:
-        for c in self.checks:
-            if c.name == name:
-                return c
-        raise KeyError(f"no check named {name!r}; checks: {[c.name for c in self.checks]}")
 
     def __str__(self) -> str:
         width = max(len(c.name) for c in self.checks)

@@ -30,7 +30,7 @@ import jax
 import numpy as np
 
 from jaxrl.algos.common.train import COMPILER_OPTIONS
-from jaxrl.core.check import FAIL, PASS, SKIP, CheckResult
+from jaxrl.core.check import FAIL, PASS, SKIP, CheckResult, Checks
 from jaxrl.parallel import sharding
 from jaxrl.run.build import build, seed_keys
 from jaxrl.run.checkpoint import Checkpoints, to_storable
@@ -55,7 +55,7 @@ TOLERANCES = {
 
 
 @dataclasses.dataclass
-class AlgoCheckReport:
+class AlgoCheckReport(Checks):
     """Everything ``check_algorithm`` found: ``checks`` in the order they ran."""
 
     algo: str
@@ -64,19 +64,6 @@ class AlgoCheckReport:
     num_updates: int = 0
     updates_per_chunk: int = 0
     seeds: int = 0
-
-    @property
-    def passed(self) -> bool:
-        return all(c.passed for c in self.checks)
-
-    def failed_names(self) -> list[str]:
-        return [c.name for c in self.checks if c.status == FAIL]
-
-    def __getitem__(self, name: str) -> CheckResult:
-        for c in self.checks:
-            if c.name == name:
-                return c
-        raise KeyError(f"no check named {name!r}; checks: {[c.name for c in self.checks]}")
 
     def to_dict(self) -> dict:
         return {"algo": self.algo, "env": self.env_id, "checks": {c.name: [c.status, c.message] for c in self.checks}}
