@@ -300,3 +300,44 @@ def test_a_dialogue_task_is_bounded_by_its_turns_not_unbounded():
     assert report.passed
     (result,) = [r for r in report.checks if r.name == "truncation"]
     assert result.status == "PASS" and "bounded by its turns" in result.message
+
+
+class MultiChoice(Environment):
+    """One step, action MultiDiscrete([3, 2]); reward = the first component (clipped into range
+    when ``clips``, else read raw)."""
+
+    invalid_action_rule = "clip into the space"
+    clips = True
+    default_params = None
+
+    def __eq__(self, other):
+        return type(other) is type(self)
+
+    def __hash__(self):
+        return hash(type(self))
+
+    def reset(self, key, params):
+        return jnp.zeros((), jnp.int32), first_timestep(jnp.zeros((2,), jnp.float32), {})
+
+    def step(self, key, state, action, params):
+        action = jnp.clip(action, 0, jnp.array([2, 1])) if self.clips else action
+        reward = action[0].astype(jnp.float32)
+        return state, transition(action.astype(jnp.float32), reward, True, False, {})
+
+    def observation_space(self, params):
+        return spaces.Box(-1e12, 1e12, (2,), jnp.float32)
+
+    def action_space(self, params):
+        return spaces.MultiDiscrete([3, 2])
+
+
+class MultiChoiceUnclipped(MultiChoice):
+    clips = False
+
+
+def test_multidiscrete_invalid_actions_are_checked_per_component():
+    ok = check_env(MultiChoice(), only=CORE + ["invalid_actions"], compiler_options=FAST, verbose=False)
+    assert ok["invalid_actions"].status == "PASS", str(ok)
+    bad = check_env(MultiChoiceUnclipped(), only=CORE + ["invalid_actions"], compiler_options=FAST, verbose=False)
+    assert bad.failed_names() == ["invalid_actions"], str(bad)
+    assert "do not act like their clipped values" in bad["invalid_actions"].message
