@@ -410,10 +410,8 @@ def _invalid_actions(space: spaces.Space) -> tuple[jax.Array, jax.Array] | None:
         bad = np.array([-1, space.n, space.n + 7, info.max, info.min][:SMALL_BATCH], dtype=np.int64)
         return jnp.asarray(bad, space.dtype), jnp.asarray(np.clip(bad, 0, space.n - 1), space.dtype)
     if isinstance(space, spaces.MultiDiscrete):
-        nvec = np.asarray(space.nvec, np.int64)
-        info = jnp.iinfo(space.dtype)
-        rows = [np.full_like(nvec, -1), nvec, nvec + 7, np.full_like(nvec, info.max), np.full_like(nvec, info.min)]
-        bad = np.stack(rows[:SMALL_BATCH])
+        nvec, info = np.asarray(space.nvec, np.int64), jnp.iinfo(space.dtype)
+        bad = np.stack([-1 + 0 * nvec, nvec, nvec + 7, info.max + 0 * nvec, info.min + 0 * nvec][:SMALL_BATCH])
         bad[1::2, 1:] = 0  # some rows invalid in the first component only
         return jnp.asarray(bad, space.dtype), jnp.asarray(np.clip(bad, 0, nvec - 1), space.dtype)
     if isinstance(space, spaces.Box) and jnp.issubdtype(space.dtype, jnp.floating):
@@ -425,9 +423,8 @@ def _invalid_actions(space: spaces.Space) -> tuple[jax.Array, jax.Array] | None:
 
 
 def check_invalid_actions(ctx: _Context) -> tuple[str, str]:
-    """Out-of-range actions (ints below 0, at or above ``n`` and the int32 extremes for
-    ``Discrete``, per component for ``MultiDiscrete``; +-1e6 and +-float32 max for ``Box``)
-    give finite outputs; when
+    """Out-of-range actions (ints below 0, at or above ``n`` and the int32 extremes, per component
+    for ``MultiDiscrete``; +-1e6 and +-float32 max for ``Box``) give finite outputs; when
     ``env.invalid_action_rule`` starts with "clip", the outputs equal the clipped action's.
     """
     rule = ctx.env.invalid_action_rule
