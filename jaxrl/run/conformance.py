@@ -36,6 +36,7 @@ from jaxrl.run.build import build, seed_keys
 from jaxrl.run.checkpoint import Checkpoints, to_storable
 from jaxrl.run.config import ConfigError, RunConfig
 from jaxrl.run.program import make_chunk, make_layout, trace_mesh
+from jaxrl.run.resume import first_leaf_difference
 
 __all__ = ["CHECKS", "TOLERANCES", "AlgoCheckReport", "check_algorithm"]
 
@@ -344,13 +345,11 @@ def check_algorithm(
 def _type_change(program, key) -> str | None:
     """The first state leaf whose shape or dtype ``update`` changes (``init``'s vs ``update``'s)."""
     before = jax.eval_shape(program.init, key)
-    after = jax.eval_shape(lambda s: program.update(s)[0], before)
-    if jax.tree_util.tree_structure(before) != jax.tree_util.tree_structure(after):
-        return "the state's structure differs"
-    for (path, a), b in zip(jax.tree_util.tree_flatten_with_path(before)[0], jax.tree_util.tree_leaves(after)):
-        if a.shape != b.shape or a.dtype != b.dtype:
-            return f"leaf {jax.tree_util.keystr(path)}: {a.dtype}{list(a.shape)} -> {b.dtype}{list(b.shape)}"
-    return None
+    diff = first_leaf_difference(before, jax.eval_shape(lambda s: program.update(s)[0], before))
+    if diff is None:
+        return None
+    path, a, b = diff
+    return "the state's structure differs" if path is None else f"leaf {path}: {a.dtype}{list(a.shape)} -> {b.dtype}{list(b.shape)}"
 
 
 def _cut(n: int, k: int) -> int:

@@ -95,6 +95,19 @@ def write_summary(summary: dict, path: str) -> None:
     rundir.write_text(path, json.dumps(summary, indent=2))
 
 
+def merge_summary(path: str, key: str, summary: dict) -> None:
+    """Write ``summary`` under ``key`` of the eval file at ``path``, keeping what it held
+    (an unreadable or non-object file is replaced)."""
+    previous = {}
+    if os.path.exists(path):
+        try:
+            with open(path) as f:
+                previous = json.load(f)
+        except (OSError, ValueError):
+            previous = {}
+    write_summary({**(previous if isinstance(previous, dict) else {}), key: summary}, path)
+
+
 def evaluate_states(built: Built, states: Any, seed: int = 0) -> dict:
     """Run the program's ``evaluate`` on a ``[S, ...]`` batch of states; host metrics dict."""
     num_seeds = jax.tree_util.tree_leaves(states)[0].shape[0]
@@ -235,14 +248,7 @@ def main_sampled(args, out_path: str, n: int | None, r: int | None) -> int:
     first = jax.tree_util.tree_map(lambda x: x[0], states)
     key = jax.random.PRNGKey(args.seed + EVAL_SEED_OFFSET)
     summary = {**sampled.summarise(built.program.rollouts(first, key, n, r)), "checkpoint_update": step, "seed_of_run": 0}
-    previous = {}
-    if os.path.exists(out_path):
-        try:
-            with open(out_path) as f:
-                previous = json.load(f)
-        except (OSError, ValueError):
-            previous = {}
-    write_summary({**(previous if isinstance(previous, dict) else {}), "sampled": summary}, out_path)
+    merge_summary(out_path, "sampled", summary)
     print(sampled.format_sampled(summary))
     return 0
 
@@ -335,14 +341,7 @@ def main_remote(args, out_path: str) -> int:
         raise ConfigError(f"--remote {args.remote}: {exc}") from None
     stats = {**return_stats(returns), "label": "remote deterministic return"}
     summary = {"policies": {"deterministic": stats}, "metric": "return", "remote": args.remote, "checkpoint_update": step}
-    previous = {}
-    if os.path.exists(out_path):
-        try:
-            with open(out_path) as f:
-                previous = json.load(f)
-        except (OSError, ValueError):
-            previous = {}
-    write_summary({**(previous if isinstance(previous, dict) else {}), "remote": summary}, out_path)
+    merge_summary(out_path, "remote", summary)
     print(format_summary(summary))
     return 0
 

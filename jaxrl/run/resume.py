@@ -24,7 +24,7 @@ from jaxrl.run.checkpoint import to_storable
 from jaxrl.run.config import ConfigError, RunConfig
 from jaxrl.run.files import CHANGES_FILE, CONFIG_FILE
 
-__all__ = ["OPERATIONAL_KEYS", "check_config_drift", "initial_from", "resolve_resume", "restart_without_checkpoint"]
+__all__ = ["OPERATIONAL_KEYS", "check_config_drift", "first_leaf_difference", "initial_from", "resolve_resume", "restart_without_checkpoint"]
 
 #: Config keys that change where and how a run reports, never its results: a resume may
 #: change them without --accept-config-change.
@@ -80,14 +80,24 @@ def initial_from(cfg: RunConfig, built: Built, fresh, keys, source_dir: str, lay
     return state, {"run_dir": os.path.abspath(source_dir), "update": int(step), "seeds": n_src}
 
 
-def _tree_mismatch(a, b) -> str | None:
-    """The first leaf (path) whose shape or dtype differs between two abstract trees."""
+def first_leaf_difference(a, b):
+    """``None`` when two (abstract) trees have the same structure, leaf shapes and dtypes;
+    else ``(path, x, y)``: the first leaf that differs (``path`` is None when the structures do)."""
     if jax.tree_util.tree_structure(a) != jax.tree_util.tree_structure(b):
-        return "different structure"
+        return None, None, None
     for (path, x), y in zip(jax.tree_util.tree_flatten_with_path(a)[0], jax.tree_util.tree_leaves(b)):
         if x.shape != y.shape or x.dtype != y.dtype:
-            return f"{jax.tree_util.keystr(path)}: {x.dtype}{list(x.shape)} vs {y.dtype}{list(y.shape)}"
+            return jax.tree_util.keystr(path), x, y
     return None
+
+
+def _tree_mismatch(a, b) -> str | None:
+    """The first leaf (path) whose shape or dtype differs between two abstract trees."""
+    diff = first_leaf_difference(a, b)
+    if diff is None:
+        return None
+    path, x, y = diff
+    return "different structure" if path is None else f"{path}: {x.dtype}{list(x.shape)} vs {y.dtype}{list(y.shape)}"
 
 
 def check_config_drift(cfg: RunConfig, record: dict, run_dir: str, step: int, accept: bool, primary: bool, out) -> None:
