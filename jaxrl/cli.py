@@ -398,6 +398,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         code = int(args.func(args) or 0)
         sys.stdout.flush()  # a closed pipe shows here, inside the handler below
+        if fresh_process and "jax" in sys.modules:
+            _end_process(code)
         return code
     except BrokenPipeError:
         return _closed_pipe()
@@ -408,6 +410,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         code, line = known
         print(_one_line(line), file=sys.stderr)
         return code
+
+
+def _end_process(code: int) -> None:
+    """End the console script's process now: exit handlers (loggers' final flushes) and
+    non-daemon threads still run, but not the interpreter's teardown, which frees JAX's
+    traced and compiled programs one object at a time and costs a short command a good
+    part of its run (``bench/cli_latency.py`` measures it)."""
+    import atexit
+    import os
+    import threading
+
+    for thread in threading.enumerate():
+        if thread is not threading.current_thread() and not thread.daemon:
+            thread.join()
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def _closed_pipe() -> int:

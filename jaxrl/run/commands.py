@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 
 from jaxrl.parallel import distributed
-from jaxrl.run import config as config_lib
+from jaxrl.run import compile_cache, config as config_lib
 from jaxrl.run.config import ConfigError, RunConfig
 from jaxrl.run.files import CONFIG_FILE
 from jaxrl.run.resume import OPERATIONAL_KEYS
@@ -51,6 +51,7 @@ def main_train(args) -> int:
     I/O or memory 3) raise and reach the one-line handler of :func:`jaxrl.cli.main`."""
     if args.config is None and args.resume is None:
         raise ConfigError("train needs a CONFIG file or --resume RUN_DIR")
+    compile_cache.enable()  # before the first compile
     join_processes(args)
     cfg = config_from_args(args)
     accept = bool(getattr(args, "accept_config_change", False))

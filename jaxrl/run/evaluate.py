@@ -22,7 +22,7 @@ import functools
 import json
 import math
 import os
-from typing import Any
+from typing import Any, Callable
 
 import jax
 import numpy as np
@@ -108,12 +108,35 @@ def merge_summary(path: str, key: str, summary: dict) -> None:
     write_summary({**(previous if isinstance(previous, dict) else {}), key: summary}, path)
 
 
-def evaluate_states(built: Built, states: Any, seed: int = 0) -> dict:
-    """Run the program's ``evaluate`` on a ``[S, ...]`` batch of states; host metrics dict."""
+def eval_program(built: Built) -> Any:
+    """The jitted ``evaluate`` over a ``[S, ...]`` batch of states and ``[S]`` keys."""
+    return jax.jit(jax.vmap(built.program.evaluate), compiler_options=COMPILER_OPTIONS)
+
+
+def eval_keys(seed: int, num_seeds: int) -> jax.Array:
+    """The ``[S]`` evaluation keys of a run trained with ``train.seed = seed``."""
+    return jax.random.split(jax.random.PRNGKey(seed + EVAL_SEED_OFFSET), num_seeds)
+
+
+def prepare_evaluate(built: Built, states: Any, seed: int = 0) -> Callable[[Any], Any]:
+    """``states -> metrics`` (device arrays, not yet fetched) of a run trained with
+    ``train.seed = seed``, compiled now for states shaped and placed like ``states`` (arrays
+    or ``jax.ShapeDtypeStruct``): the trainer prepares it while the first chunk runs, so the
+    end of a run only executes it. Same metrics as :func:`evaluate_states`."""
     num_seeds = jax.tree_util.tree_leaves(states)[0].shape[0]
-    keys = jax.random.split(jax.random.PRNGKey(seed + EVAL_SEED_OFFSET), num_seeds)
-    metrics = jax.jit(jax.vmap(built.program.evaluate), compiler_options=COMPILER_OPTIONS)(states, keys)
-    return jax.device_get(metrics)
+    abstract = jax.tree_util.tree_map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=getattr(x, "sharding", None)), states)
+    keys = eval_keys(seed, num_seeds)
+    compiled = eval_program(built).lower(abstract, keys).compile()
+    return lambda s: compiled(s, keys)
+
+
+def evaluate_states(built: Built, states: Any, seed: int = 0, prepared: Callable[[Any], Any] | None = None) -> dict:
+    """Run the program's ``evaluate`` on a ``[S, ...]`` batch of states; host metrics dict.
+    ``prepared``: :func:`prepare_evaluate`'s function for these states (else compiled now)."""
+    if prepared is None:
+        keys = eval_keys(seed, jax.tree_util.tree_leaves(states)[0].shape[0])
+        return jax.device_get(eval_program(built)(states, keys))
+    return jax.device_get(prepared(states))
 
 
 def evaluate_run(built: Built, states: Any, seed: int = 0) -> dict:

@@ -245,8 +245,18 @@ def _run_locked(cfg, built, keys, layout, chunk, run_dir, resume, evaluate, out,
     if primary:
         rundir.write_text(os.path.join(run_dir, CONFIG_FILE), config_lib.dump_config(cfg))
     distributed.barrier("run-dir")
+    compiled_eval = []  # evaluate, prepared while the first chunk runs (one process)
+    precompile = None
+    if evaluate and primary and jax.process_count() == 1:
+        abstract = jax.tree_util.tree_map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), state)
+
+        def precompile():
+            try:
+                compiled_eval.append(eval_lib.prepare_evaluate(built, abstract, cfg.train.seed))
+            except Exception:  # noqa: BLE001 -- compiled again after the final checkpoint, which reports it
+                pass
     try:
-        state, done = _loop(cfg, built, chunk, state, done, wall_offset, ckpts, metrics_path, layout)
+        state, done = _loop(cfg, built, chunk, state, done, wall_offset, ckpts, metrics_path, layout, precompile)
         if not ckpts.steps() or ckpts.latest_step() != done:
             save_checkpoint(ckpts, done, state)
     except guards.Interrupted as stop:
@@ -254,18 +264,22 @@ def _run_locked(cfg, built, keys, layout, chunk, run_dir, resume, evaluate, out,
         raise
     finally:
         ckpts.close()
-    summary = None
+    summary, pending = None, None
+    if evaluate:
+        local = sharding.local_copy(state) if jax.process_count() > 1 else state
+        if primary:  # dispatched now, run by the devices while the host plots the curve
+            if not compiled_eval:  # several processes, no chunk run, or its compile failed: now
+                compiled_eval.append(eval_lib.prepare_evaluate(built, local, cfg.train.seed))
+            pending = compiled_eval[0](local)
     if primary:
         records = log_lib.read_metrics(metrics_path)
         curve = built.program.curve
         log_lib.plot_learning_curve(records, os.path.join(run_dir, CURVE_FILE), f"{cfg.algo} on {cfg.env.id}",
                                     curve, built.derived.step_unit)
-    if evaluate:
-        local = sharding.local_copy(state) if jax.process_count() > 1 else state
-        if primary:
-            summary = {**eval_lib.evaluate_run(built, local, seed=cfg.train.seed), "checkpoint_update": done}
-            eval_lib.write_summary(summary, os.path.join(run_dir, EVAL_FILE))
-            print(eval_lib.format_summary(summary), file=out)
+    if pending is not None:
+        summary = {**eval_lib.summarise(jax.device_get(pending), built.program.report), "checkpoint_update": done}
+        eval_lib.write_summary(summary, os.path.join(run_dir, EVAL_FILE))
+        print(eval_lib.format_summary(summary), file=out)
     return RunResult(run_dir, state, done, summary)
 
 
@@ -305,9 +319,10 @@ def record_stop(stop: config_lib.StopAt, record: dict, run_dir: str) -> None:
 
 def _loop(
     cfg: RunConfig, built: Built, chunk: Callable, state, done: int, wall_offset: float, ckpts: Checkpoints, metrics_path: str,
-    layout: sharding.Layout | None = None,
+    layout: sharding.Layout | None = None, after_first_dispatch: Callable[[], Any] | None = None,
 ):
-    """Run chunks from ``done`` updates to the end; returns ``(state, updates done)``."""
+    """Run chunks from ``done`` updates to the end; returns ``(state, updates done)``.
+    ``after_first_dispatch`` runs on the host once, while the first chunk runs on the devices."""
     d = built.derived
     k = d.updates_per_chunk
     where = None if layout is None else layout.replicated
@@ -330,6 +345,9 @@ def _loop(
                 n = min(k, d.num_updates - done)
                 with jax.transfer_guard("disallow"), sharding.use_mesh(mesh):
                     state, metrics, finite = chunk(state, n_dev[n])  # env split: traced under the mesh (constrain_batch)
+                if after_first_dispatch is not None:
+                    after_first_dispatch, run_now = None, after_first_dispatch
+                    run_now()
                 metrics, finite = jax.device_get((metrics, finite))
                 check_finite(metrics, finite, done, n, ckpts)
                 wall = wall_offset + time.perf_counter() - start
