@@ -164,5 +164,10 @@ def build(cfg: RunConfig) -> Built:
 
 def seed_keys(seed: int, num_seeds: int) -> jax.Array:
     """``uint32[num_seeds, 2]``: seed ``i`` of a run uses ``fold_in(PRNGKey(seed), i)``."""
+    return _seed_keys(seed, num_seeds)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1))
+def _seed_keys(seed: int, num_seeds: int) -> jax.Array:  # one small program instead of five
     root = jax.random.PRNGKey(seed)
     return jax.vmap(functools.partial(jax.random.fold_in, root))(jnp.arange(num_seeds, dtype=jnp.uint32))

@@ -119,7 +119,7 @@ def make_layout(cfg: RunConfig, built: Built, keys: jax.Array) -> sharding.Layou
     """
     try:
         mesh = sharding.make_mesh(cfg.devices, cfg.mesh.model)
-        specs = sharding.model_specs(mesh, jax.eval_shape(built.program.init, keys[0]), cfg.mesh.strategy, built.program.model_params)
+        specs = sharding.model_specs(mesh, jax.eval_shape(built.program.init, _one_key(keys)), cfg.mesh.strategy, built.program.model_params)
     except ValueError as exc:
         raise ConfigError(str(exc) if str(exc).startswith("mesh.") else f"devices: {exc}") from None
     program = built.program
@@ -136,9 +136,14 @@ def make_layout(cfg: RunConfig, built: Built, keys: jax.Array) -> sharding.Layou
             sharding.check_divisible(b.size, mesh, f"{cfg.algo}.{b.key}", unit=b.unit)
     except ValueError as exc:
         raise ConfigError(f"devices: {exc}") from None
-    one_seed = jax.eval_shape(program.init, keys[0])
+    one_seed = jax.eval_shape(program.init, _one_key(keys))
     axes = jax.tree_util.tree_map(lambda a: a + 1 if a >= 0 else -1, program.batch_axes(one_seed))  # seeds in front
     return sharding.make_layout(mesh, shapes, axes, specs)
+
+
+def _one_key(keys: jax.Array) -> jax.ShapeDtypeStruct:
+    """One seed's key, abstract (indexing ``keys`` would compile a program)."""
+    return jax.ShapeDtypeStruct(keys.shape[1:], keys.dtype)
 
 
 def trace_mesh(layout: sharding.Layout | None):
