@@ -105,7 +105,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     env = Reverse(max_digits=args.digits)
     cfg = grpo.GRPOConfig(
-        num_prompts=args.prompts, group_size=args.group, num_minibatches=4, optim=grpo.config.OptimConfig(lr=5e-4)
+        num_prompts=args.prompts, group_size=args.group, num_minibatches=4, optim=grpo.config.GRPOOptim(lr=5e-4)
     )
     setup = grpo.make_setup(EnvSetup(env, env.default_params, env.default_params), cfg)
     state = jax.jit(functools.partial(update_lib.init, setup))(jax.random.PRNGKey(0))

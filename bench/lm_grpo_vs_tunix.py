@@ -216,7 +216,7 @@ def jaxrl_setup(rank: int, beta: float, path: str = CKPT):
     cfg = grpo.GRPOConfig(
         num_prompts=PROMPTS, group_size=SAMPLES, num_minibatches=1, num_epochs=1, micro_batches=1, eval_episodes=8,
         model=model, loss=grpo.config.LossConfig(type="grpo", beta=beta, eps_low=0.2, eps_high=0.2),
-        optim=grpo.config.OptimConfig(lr=LR, max_grad_norm=1.0),
+        optim=grpo.config.GRPOOptim(lr=LR, max_grad_norm=1.0),
     )
     return grpo.make_setup(EnvSetup(task, params, params), cfg)
 

@@ -148,7 +148,7 @@ def make_setup(model, weights, prompts, samples, prompt_len, new_tokens, head_ch
         model=grpo.config.ModelConfig(policy="hf", path="<in memory>", dtype="bfloat16",
                                       lora=grpo.config.LoRASection(rank=LORA_RANK, alpha=LORA_ALPHA),
                                       head_chunk=head_chunk),
-        loss=grpo.config.LossConfig(type="grpo", beta=BETA), optim=grpo.config.OptimConfig(lr=1e-5),
+        loss=grpo.config.LossConfig(type="grpo", beta=BETA), optim=grpo.config.GRPOOptim(lr=1e-5),
     )
     spec = LMSpec(model, lm.LoRAConfig(LORA_RANK, LORA_ALPHA), task.pad_id, task.prompt_len, task.dialogue_len,
                   head_chunk)

@@ -49,7 +49,7 @@ SEEDS = 16
 #: The time-to-solve recipe (configs/ppo_cartpole.yaml: 8 envs x 64 steps, 4 x 4, lr 6e-3, 80 updates, hidden (64,)).
 SOLVE = dict(
     num_envs=8, num_steps=64, total_env_steps=512 * 80, update_epochs=4, num_minibatches=4,
-    lr=6e-3, hidden=(64,), eval_episodes=16,
+    optim={"lr": 6e-3}, hidden=(64,), eval_episodes=16,
 )
 #: rejax's configs/gymnax/cartpole.yaml (ppo section).
 REJAX = dict(
@@ -100,7 +100,7 @@ def child_solve() -> dict:
 
     import_s = _now() - t_import
     env, params = jaxrl.make("CartPole-v1")
-    cfg = ppo.PPOConfig(**SOLVE)
+    cfg = ppo.PPOConfig(**{**SOLVE, "optim": ppo.config.PPOOptim(**SOLVE["optim"])})
     algo = program_on(ppo, env, params, cfg)
     train = train_fn(ppo, env, params, cfg)
 
@@ -152,7 +152,8 @@ def child_throughput(repeats: int) -> dict:
     from jaxrl.algos import ppo
 
     env, params = jaxrl.make("CartPole-v1")
-    cfg = ppo.PPOConfig(**REJAX, anneal_lr=False)
+    flat = {k: v for k, v in REJAX.items() if k not in ("lr", "max_grad_norm")}  # rejax's names
+    cfg = ppo.PPOConfig(**flat, optim=ppo.config.PPOOptim(lr=REJAX["lr"], max_grad_norm=REJAX["max_grad_norm"], lr_end_frac=1.0))
     train = train_fn(ppo, env, params, cfg)
 
     def final_return(key):

@@ -17,7 +17,7 @@ replaces the records it re-measures and keeps the others. The run directory itse
 (checkpoints, ``metrics.jsonl``) is temporary. Usage::
 
     python bench/recipes.py                       # the recipes in TARGETS, one seed each
-    python bench/recipes.py ppo_pendulum --set ppo.lr=1e-3
+    python bench/recipes.py ppo_pendulum --set ppo.optim.lr=1e-3
     python bench/recipes.py ppo_acrobot ppo_pendulum --set train.seeds=4
 """
 

@@ -79,7 +79,7 @@ def main(argv=None) -> int:
 
     unscored = Unscored(**{f.name: getattr(env, f.name) for f in dataclasses.fields(env)})
     cfg = grpo.GRPOConfig(num_prompts=args.prompts, group_size=args.group, model=grpo.config.ModelConfig(policy="hf", path=args.model),
-                          loss=grpo.config.LossConfig(type="dapo", eps_high=0.28), optim=grpo.config.OptimConfig(lr=5e-5))
+                          loss=grpo.config.LossConfig(type="dapo", eps_high=0.28), optim=grpo.config.GRPOOptim(lr=5e-5))
     setup = grpo.make_setup(EnvSetup(env, params, env.held_out_params(params)), cfg)
     host_setup = grpo.make_setup(EnvSetup(unscored, params, unscored.held_out_params(params)), cfg)
     state = jax.jit(functools.partial(update_lib.init, setup))(jax.random.PRNGKey(0))

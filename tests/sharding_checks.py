@@ -35,7 +35,7 @@ CHUNKS = 2
 
 PPO_CFG = ppo.PPOConfig(
     num_envs=8, num_steps=16, total_env_steps=8 * 16 * K * CHUNKS, update_epochs=2, num_minibatches=2,
-    hidden=(16,), lr=3e-3,
+    hidden=(16,), optim=ppo.config.PPOOptim(lr=3e-3),
 )
 
 def max_rel_diff(a, b) -> float:

@@ -170,7 +170,7 @@ def write_run(path, env_id, per_seed, lr="6e-3", log_seeds="per_seed", extra=())
 
     seeds = len(per_seed)
     cfg = config_lib.load_config(os.path.join(REPO, "configs", "ppo_cartpole.yaml"),
-                                 [f"env.id={env_id}", f"ppo.lr={lr}", f"train.seeds={seeds}", f"train.log_seeds={log_seeds}", *extra])
+                                 [f"env.id={env_id}", f"ppo.optim.lr={lr}", f"train.seeds={seeds}", f"train.log_seeds={log_seeds}", *extra])
     os.makedirs(path)
     rundir.write_text(os.path.join(path, CONFIG_FILE), config_lib.dump_config(cfg))
     episodes = np.array(per_seed)[:, None] + np.array([-5.0, 5.0])  # [S, 2]
@@ -203,7 +203,7 @@ def test_compare_two_configs_on_two_tasks(runs, tmp_path, capsys):
     code = cli.main(["compare", *runs.values(), "--reps", "1000", "--json", str(out_json), "--plot", str(out_png)])
     text = capsys.readouterr().out
     assert code == 0, text
-    fast, slow = "ppo.lr=0.006", "ppo.lr=0.001"  # the auto-grouping names methods by the keys that differ
+    fast, slow = "ppo.optim.lr=0.006", "ppo.optim.lr=0.001"  # the auto-grouping names methods by the keys that differ
     assert "normalised per task, (x - low) / (high - low): Acrobot-v1 [-500, 0], CartPole-v1 [0, 500]" in text
     assert f"P({fast} > {slow}) = 1.000 [1.000, 1.000]" in text  # every seed of fast beats every seed of slow
     data = json.loads(out_json.read_text())
@@ -275,7 +275,7 @@ def test_one_task_without_a_range_compares_raw_scores(tmp_path, capsys):
     assert cli.main(["compare", a, b, "--reps", "200"]) == 0
     text = capsys.readouterr().out
     assert "raw scores (not normalised)" in text and "optimality gap" not in text
-    assert "IQM" in text and "P(ppo.lr=0.006 > ppo.lr=0.001) = 0.778" in text  # 7 of 9 pairs win, none tie
+    assert "IQM" in text and "P(ppo.optim.lr=0.006 > ppo.optim.lr=0.001) = 0.778" in text  # 7 of 9 pairs win, none tie
 
 
 def test_compare_does_not_import_jax(runs):

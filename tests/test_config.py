@@ -40,7 +40,7 @@ _DELETE = object()
 # (raw config or YAML text, --set overrides, expected message after "jaxrl: config error: ")
 BAD = [
     (_with(trian={"seed": 1}), [], "unknown key 'trian'; did you mean 'train'?"),
-    (_with(ppo__lrr=0.1), [], "unknown key 'ppo.lrr'; did you mean 'ppo.lr'?"),
+    (_with(ppo__optim__lrr=0.1), [], "unknown key 'ppo.optim.lrr'; did you mean 'ppo.optim.lr'?"),
     (_with(train__sede=3), [], "unknown key 'train.sede'; did you mean 'train.seed'?"),
     (_with(ppo__num_envs="eight"), [], "ppo.num_envs: expected int, got 'eight'"),
     (_with(ppo__num_envs=8.5), [], "ppo.num_envs: expected int, got 8.5"),
@@ -56,7 +56,7 @@ BAD = [
     (_with(train__updates_per_chunk=-1), [], "train.updates_per_chunk: must be >= 1, got -1"),
     (_with(ppo__num_minibatches=3), [], "ppo.num_minibatches: 3 does not divide the batch num_envs * num_steps = 512"),
     (_with(ppo__total_env_steps=5000), [], "ppo.total_env_steps: 5000 is not a multiple of num_envs * num_steps = 512"),
-    (_with(ppo__lr=-1.0), [], "ppo.lr: expected lr > 0, got -1.0"),
+    (_with(ppo__optim__lr=-1.0), [], "ppo.optim.lr: expected > 0, got -1.0"),
     (_with(ppo__dist="gaussian"), [], "ppo.dist: 'gaussian' does not fit the action space"),
     (_with(env__id="CartPol-v1"), [], "env.id: unknown env id 'CartPol-v1'; did you mean 'CartPole-v1'"),
     (_with(env__params={"lenght": 0.7}), [], "env.params: unknown env parameter(s) ['lenght'] for CartPoleParams"),
@@ -68,10 +68,10 @@ BAD = [
     (_with(ppo=[1, 2]), [], "ppo: expected a mapping, got [1, 2]"),
     ("algo: ppo\nenv: [unclosed\n", [], "is not valid YAML at line"),
     ("- just\n- a list\n", [], "expected a mapping at the top level"),
-    (BASE, ["ppo.lr"], "--set 'ppo.lr': expected key=value, e.g. ppo.lr=1e-3"),
-    (BASE, ["ppo.lr=abc"], "ppo.lr: expected float, got 'abc'"),
+    (BASE, ["ppo.optim.lr"], "--set 'ppo.optim.lr': expected key=value, e.g. ppo.optim.lr=1e-3"),
+    (BASE, ["ppo.optim.lr=abc"], "ppo.optim.lr: expected float, got 'abc'"),
     (BASE, ["ppo.num_envs.x=1"], "--set 'ppo.num_envs.x=1': 'ppo.num_envs' is not a section"),
-    (BASE, ["ppo.lr.x=1"], "ppo.lr: expected float, got {'x': 1}"),
+    (BASE, ["ppo.optim.lr.x=1"], "ppo.optim.lr: expected float, got {'x': 1}"),
     (BASE, ["ppo.gamma=1.5"], "ppo.gamma: expected 0 < gamma <= 1, got 1.5"),
     (BASE, ["train.seedz=2"], "unknown key 'train.seedz'; did you mean 'train.seed'?"),
 ]
@@ -150,15 +150,15 @@ def test_recipes_load(name):
 def test_overrides_typed_and_user_config_not_mutated():
     raw = copy.deepcopy(BASE)
     before = copy.deepcopy(raw)
-    sets = ["ppo.lr=1e-3", "ppo.hidden=[32, 16]", "train.seeds=4", "env.params.length=0.7", "devices=all"]
+    sets = ["ppo.optim.lr=1e-3", "ppo.hidden=[32, 16]", "train.seeds=4", "env.params.length=0.7", "devices=all"]
     cfg = C.config_from_dict(C.apply_overrides(raw, sets))
     assert raw == before  # the raw mapping is untouched
-    assert cfg.algo_config.lr == 1e-3 and isinstance(cfg.algo_config.lr, float)  # "1e-3" is a YAML string
+    assert cfg.algo_config.optim.lr == 1e-3 and isinstance(cfg.algo_config.optim.lr, float)  # "1e-3" is a YAML string
     assert cfg.algo_config.hidden == (32, 16)
     assert cfg.train.seeds == 4 and cfg.devices == "all"
     assert cfg.env.params == {"length": 0.7}
-    again = C.with_overrides(cfg, ["ppo.lr=5e-4"])
-    assert cfg.algo_config.lr == 1e-3 and again.algo_config.lr == 5e-4  # a new object
+    again = C.with_overrides(cfg, ["ppo.optim.lr=5e-4"])
+    assert cfg.algo_config.optim.lr == 1e-3 and again.algo_config.optim.lr == 5e-4  # a new object
     with pytest.raises(dataclasses.FrozenInstanceError):
         cfg.train.seed = 3  # type: ignore[misc]
 

@@ -40,7 +40,7 @@ reinforce:
   num_envs: 16
   num_steps: 64
   total_env_steps: 65536  # 64 updates
-  lr: 3.0e-3
+  optim: {lr: 3.0e-3}
   hidden: [64]
   eval_episodes: 16
 train:
@@ -165,13 +165,15 @@ def test_discounted_returns_by_hand(registered):
         ("total_env_steps", 1000, "total_env_steps: not a multiple of num_envs \\* num_steps = 1024"),
         ("num_envs", 0, "num_envs: expected a positive integer"),
         ("gamma", 1.5, "gamma: expected 0 < gamma <= 1"),
-        ("lr", 0.0, "lr: expected > 0"),
+        ("optim", {"lr": 0.0}, "optim.lr: expected > 0"),
         ("ent_coef", -0.1, "ent_coef: expected >= 0"),
         ("hidden", (), "hidden: expected positive widths"),
     ],
 )
 def test_validate_names_the_key(registered, field, value, message):
     with pytest.raises(ValueError, match=message):
+        if field == "optim":  # the section, with this algorithm's defaults for the other keys
+            value = registered.ReinforceOptim(**value)
         registered.ReinforceConfig(**{field: value}).validate()
 
 

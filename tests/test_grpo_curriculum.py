@@ -79,7 +79,7 @@ def test_no_curriculum_keeps_the_params():
 ])
 def test_learning_rate_warmup_and_linear_decay(warmup, end_frac, step, expected):
     env = Addition(max_digits=2)
-    o = grpo.config.OptimConfig(lr=1.0, warmup_updates=warmup, lr_end_frac=end_frac)
+    o = grpo.config.GRPOOptim(lr=1.0, warmup_updates=warmup, lr_end_frac=end_frac)
     cfg = grpo.GRPOConfig(num_prompts=2, group_size=2, num_updates=1000, num_minibatches=2, optim=o)
     schedule = grpo.update.schedule(cfg)  # 2 optimiser steps per update share one rate
     state = grpo.update.make_optimizer(cfg).init(jnp.zeros(2))

@@ -32,7 +32,7 @@ def _chunk(setup, state):
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     env = Reverse(max_digits=4)
-    cfg = grpo.GRPOConfig(num_prompts=32, group_size=8, num_minibatches=4, eval_episodes=256, optim=grpo.config.OptimConfig(lr=5e-4))
+    cfg = grpo.GRPOConfig(num_prompts=32, group_size=8, num_minibatches=4, eval_episodes=256, optim=grpo.config.GRPOOptim(lr=5e-4))
     setup = grpo.make_setup(EnvSetup(env, env.default_params, env.default_params), cfg)
     chunk = jax.jit(lambda s: _chunk(setup, s))
     evaluate = jax.jit(lambda s, k: grpo.evaluate.evaluate(setup, s, k))

@@ -34,7 +34,7 @@ def _cfg(loss="dapo", beta=0.04, rank=4, micro=1, minibatches=1):
     loss_cfg = grpo.config.LossConfig(type=loss, beta=beta, eps_high=0.28)
     return grpo.GRPOConfig(
         num_prompts=2, group_size=4, num_minibatches=minibatches, micro_batches=micro, eval_episodes=4, model=model,
-        loss=loss_cfg, optim=grpo.config.OptimConfig(lr=1e-2),
+        loss=loss_cfg, optim=grpo.config.GRPOOptim(lr=1e-2),
     )
 
 

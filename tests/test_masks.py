@@ -178,7 +178,7 @@ class Pick2(LegalBandit):
 
 
 PPO_CFG = ppo.PPOConfig(num_envs=16, num_steps=4, total_env_steps=16 * 4 * 16, update_epochs=4, num_minibatches=2,
-                        lr=1e-2, anneal_lr=False, ent_coef=0.0, eval_episodes=16, eval_max_steps=1, hidden=(32,))
+                        optim=ppo.config.PPOOptim(lr=1e-2, lr_end_frac=1.0), ent_coef=0.0, eval_episodes=16, eval_max_steps=1, hidden=(32,))
 
 
 def _train(env, cfg, updates):

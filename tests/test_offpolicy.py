@@ -104,7 +104,7 @@ def test_dqn_learns_q_star_of_one_and_two_step_probes():
     """ActionMatch (one step): Q*(+1, 1) = Q*(-1, 0) = 1, the others -1. TwoStep:
     Q*(0, .) = gamma = 0.9, Q*(1, .) = 1 (bootstrapping over a non-terminal step)."""
     base = dict(num_envs=4, steps_per_update=2, gradient_steps=2, batch_size=32, buffer_size=400, learning_starts=64,
-                lr=3e-3, gamma=0.9, tau=0.1, target_update_every=1, epsilon_start=1.0, epsilon_end=1.0, n_step=1,
+                optim=dqn.config.DQNOptim(lr=3e-3), gamma=0.9, tau=0.1, target_update_every=1, epsilon_start=1.0, epsilon_end=1.0, n_step=1,
                 dueling=False, **PROBE_Q)
     state = _trained(dqn, "ProbeActionMatch-v0", dqn.DQNConfig(total_env_steps=2000, **base))
     net = dqn.build.__globals__["QNetwork"](2, (32,))
@@ -119,7 +119,7 @@ def test_pqn_learns_q_star_with_truncation_bootstrap():
     """TwoStep: Q*(0, .) = 0.9, Q*(1, .) = 1. TimeLimit (reward 1 forever, truncated at 10
     steps; gamma 0.8 there): Q* = 1 / (1 - gamma) = 5 only if truncation bootstraps from the
     final obs (ending the sum there would give at most (1 - 0.8^10) / 0.2 = 4.46)."""
-    base = dict(num_envs=8, num_steps=16, update_epochs=2, num_minibatches=2, lr=3e-3, anneal_lr=False,
+    base = dict(num_envs=8, num_steps=16, update_epochs=2, num_minibatches=2, optim=pqn.config.PQNOptim(lr=3e-3, lr_end_frac=1.0),
                 gamma=0.9, td_lambda=0.8, epsilon_start=1.0, epsilon_end=1.0, **PROBE_Q)
     net = pqn.build.__globals__["QNetwork"](2, (32,), layer_norm=True)
     state = _trained(pqn, "ProbeTwoStep-v0", pqn.PQNConfig(total_env_steps=8192, **base))
@@ -139,7 +139,7 @@ def test_pqn_learns_q_star_with_truncation_bootstrap():
 def test_sac_moves_its_action_to_the_continuous_probe_target():
     """ProbeContinuous: reward -(a - 0.5)^2, one step; the deterministic action -> 0.5."""
     cfg = sac.SACConfig(num_envs=4, steps_per_update=1, total_env_steps=2400, gradient_steps=1, batch_size=64,
-                        buffer_size=800, learning_starts=64, lr=3e-3, init_alpha=0.05, **PROBE_Q)
+                        buffer_size=800, learning_starts=64, optim=sac.config.SACOptim(lr=3e-3), init_alpha=0.05, **PROBE_Q)
     state = _trained(sac, "ProbeContinuous-v0", cfg)
     actor = sac.build.__globals__["SquashedGaussianActor"](1, (32,))
     mode = jax.vmap(lambda p: actor.apply(p, jnp.array([0.5])).mode())(state.learner.actor)
@@ -167,7 +167,7 @@ def test_registered_through_entry_points_and_reject_wrong_spaces():
         (dqn.DQNConfig, "total_env_steps", 1005, "total_env_steps: 1005 is not a multiple of num_envs"),
         (dqn.DQNConfig, "tau", 0.0, "tau: expected 0 < tau <= 1"),
         (dqn.DQNConfig, "loss", "l1", "loss: expected one of \\['mse', 'huber'\\], got 'l1'"),
-        (dqn.DQNConfig, "lr_end_frac", 1.5, "lr_end_frac: expected 0 <= fraction <= 1"),
+        (dqn.DQNConfig, "optim", dqn.config.DQNOptim(lr_end_frac=1.5), "optim.lr_end_frac: expected 0 <= lr_end_frac <= 1"),
         (pqn.PQNConfig, "num_minibatches", 3, "num_minibatches: 3 does not divide the batch"),
         (pqn.PQNConfig, "td_lambda", 1.5, "td_lambda: expected 0 <= td_lambda <= 1"),
         (sac.SACConfig, "buffer_size", 0, "buffer_size: expected a positive integer"),
@@ -194,8 +194,8 @@ def test_dqn_huber_loss_and_annealing_floor_by_hand():
     mse, huber = both(params, batch)
     np.testing.assert_allclose(float(mse), (0.5 * 0.25 + 0.5 * 9.0) / 2, rtol=1e-5)
     np.testing.assert_allclose(float(huber), (0.5 * 0.25 + (3.0 - 0.5)) / 2, rtol=1e-5)
-    # anneal_lr with a floor: the rate falls linearly to lr * lr_end_frac at the last update.
-    cfg = dqn.DQNConfig(anneal_lr=True, lr_end_frac=0.25, total_env_steps=3200)  # 100 updates x 4 grad steps
+    # A decay with a floor: the rate falls linearly to lr * lr_end_frac at the last update.
+    cfg = dqn.DQNConfig(optim=dqn.config.DQNOptim(lr_end_frac=0.25), total_env_steps=3200)  # 100 updates x 4 grad steps
     sched = dqn.update.schedule(cfg)
     np.testing.assert_allclose(jax.jit(jax.vmap(sched.factor))(jnp.array([0, 200, 400, 800])), [1.0, 0.625, 0.25, 0.25])
     assert float(dqn.update.schedule(dqn.DQNConfig()).factor(10**6)) == 1.0  # not annealed: constant

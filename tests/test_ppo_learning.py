@@ -15,7 +15,7 @@ from jaxrl.algos.common.train import program_on as program, train_on as train_fn
 
 PROBE_CFG = ppo.PPOConfig(
     num_envs=16, num_steps=16, total_env_steps=16 * 16 * 40, update_epochs=4, num_minibatches=2,
-    hidden=(16,), lr=1e-2, anneal_lr=False, ent_coef=0.0, eval_episodes=2, eval_max_steps=20,
+    hidden=(16,), optim=ppo.config.PPOOptim(lr=1e-2, lr_end_frac=1.0), ent_coef=0.0, eval_episodes=2, eval_max_steps=20,
 )
 
 
@@ -72,7 +72,7 @@ def test_gaussian_policy_moves_its_mean_to_the_best_action():
 
 CARTPOLE_CFG = ppo.PPOConfig(
     num_envs=8, num_steps=64, total_env_steps=512 * 80, update_epochs=4, num_minibatches=4,
-    lr=6e-3, hidden=(64,), eval_episodes=8,
+    optim=ppo.config.PPOOptim(lr=6e-3), hidden=(64,), eval_episodes=8,
 )
 
 

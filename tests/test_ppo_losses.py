@@ -90,10 +90,10 @@ BAD = [
     (dict(update_epochs=2.5), "update_epochs: expected a positive integer, got 2.5"),
     (dict(gamma=1.5), "gamma: expected 0 < gamma <= 1, got 1.5"),
     (dict(gae_lambda=-0.1), "gae_lambda: expected 0 <= gae_lambda <= 1"),
-    (dict(lr=0.0), "lr: expected lr > 0"),
+    (dict(optim=ppo.config.PPOOptim(lr=0.0)), "optim.lr: expected > 0"),
     (dict(clip_eps=0.0), "clip_eps: expected clip_eps > 0"),
     (dict(vf_clip_eps=-1.0), "vf_clip_eps: expected null (no value clipping) or > 0"),
-    (dict(max_grad_norm=0.0), "max_grad_norm: expected max_grad_norm > 0"),
+    (dict(optim=ppo.config.PPOOptim(max_grad_norm=0.0)), "optim.max_grad_norm: expected > 0"),
     (dict(hidden=()), "hidden: expected a non-empty list of positive integers"),
     (dict(activation="swish2"), "activation: expected one of"),
     (dict(dist="beta"), "dist: expected one of"),
@@ -127,12 +127,13 @@ def test_dist_must_fit_action_space_and_hyperparams_reject_unknown():
         program(ppo, env, params, ppo.PPOConfig(dist="gaussian"))
     with pytest.raises(ValueError, match="unknown PPO hyperparameter"):
         ppo.hyperparams(ppo.PPOConfig(), learning_rate=1e-3)
-    h = ppo.hyperparams(ppo.PPOConfig(lr=1e-3))
+    h = ppo.hyperparams(ppo.PPOConfig(optim=ppo.config.PPOOptim(lr=1e-3)))
     assert h["lr"].dtype == jnp.float32 and float(h["vf_clip_eps"]) == math.inf
 
 
 def test_optimizer_clips_global_norm_and_anneals():
-    cfg = ppo.PPOConfig(num_envs=1, num_steps=4, total_env_steps=8, update_epochs=1, num_minibatches=1, lr=0.1)
+    cfg = ppo.PPOConfig(num_envs=1, num_steps=4, total_env_steps=8, update_epochs=1, num_minibatches=1,
+                        optim=ppo.config.PPOOptim(lr=0.1))
     plan = ppo.config.plan(cfg)  # 2 optimiser steps in the run
     opt = ppo.update.make_optimizer(cfg, plan, max_grad_norm=1.0)
     p = jnp.zeros(2)

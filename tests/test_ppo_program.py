@@ -16,7 +16,7 @@ from jaxrl.algos.common.train import program_on as program, train_on as train_fn
 
 CFG = ppo.PPOConfig(
     num_envs=4, num_steps=16, total_env_steps=4 * 16 * 8, update_epochs=2, num_minibatches=2,
-    hidden=(16,), lr=3e-3, normalize_obs=True, normalize_reward=True, vf_clip_eps=0.2, eval_episodes=3,
+    hidden=(16,), optim=ppo.config.PPOOptim(lr=3e-3), normalize_obs=True, normalize_reward=True, vf_clip_eps=0.2, eval_episodes=3,
 )
 UPDATES = 3
 

@@ -17,7 +17,7 @@ from jaxrl.algos import ppo
 from jaxrl.algos.common.train import COMPILER_OPTIONS, program_on, train_on
 from jaxrl.algos.contract import Policy
 from jaxrl.algos.ppo import acting, update
-from jaxrl.algos.ppo.config import NetworkConfig, PPOConfig
+from jaxrl.algos.ppo.config import NetworkConfig, PPOConfig, PPOOptim
 from jaxrl.algos.ppo.losses import sequence_loss
 from jaxrl.algos.ppo.state import Batch, SequenceBatch
 from jaxrl.core import rollout
@@ -104,8 +104,8 @@ def test_sequence_forward_equals_the_rollout(torso):
 def _memory_run(torso: str):
     env, params = jaxrl.make("MemoryCue-v0")
     cfg = PPOConfig(
-        num_envs=32, num_steps=16, total_env_steps=32 * 16 * 24, update_epochs=4, num_minibatches=4, lr=3e-3,
-        anneal_lr=False, hidden=(32,), network=NetworkConfig(torso=torso, cell_size=32), eval_episodes=64,
+        num_envs=32, num_steps=16, total_env_steps=32 * 16 * 24, update_epochs=4, num_minibatches=4,
+        optim=PPOOptim(lr=3e-3, lr_end_frac=1.0), hidden=(32,), network=NetworkConfig(torso=torso, cell_size=32), eval_episodes=64,
         eval_max_steps=8,
     )
     program = program_on(ppo, env, params, cfg)

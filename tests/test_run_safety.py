@@ -776,8 +776,8 @@ def test_a_checkpoint_that_does_not_read_back_is_never_marked_good(fake_table, t
 
 
 @pytest.mark.parametrize("override, expected", [
-    ("ppo.adam_eps=.inf", "ppo.adam_eps: must be a finite number, got inf"),
-    ("ppo.lr=.nan", "ppo.lr: must be a finite number, got nan"),
+    ("ppo.optim.adam_eps=.inf", "ppo.optim.adam_eps: must be a finite number, got inf"),
+    ("ppo.optim.lr=.nan", "ppo.optim.lr: must be a finite number, got nan"),
     ("train.stop_at={metric: episode_return, threshold: .nan}", "train.stop_at.threshold: must be a finite number"),
 ])
 def test_non_finite_numbers_are_refused(tmp_path, capsys, override, expected):

@@ -306,7 +306,7 @@ def apply_overrides(raw: dict, overrides=()) -> dict:
     for item in overrides:
         path, sep, text = str(item).partition("=")
         if not sep or not path.strip():
-            raise ConfigError(f"--set {short(item)}: expected key=value, e.g. ppo.lr=1e-3")
+            raise ConfigError(f"--set {short(item)}: expected key=value, e.g. ppo.optim.lr=1e-3")
         try:
             value = yamlio.load(text, max_chars=yamlio.MAX_VALUE_CHARS) if text.strip() else ""
         except yamlio.YamlError as exc:
@@ -322,7 +322,10 @@ def apply_overrides(raw: dict, overrides=()) -> dict:
             if not isinstance(child, dict):
                 raise ConfigError(f"--set {short(item)}: {short('.'.join(parts[: i + 1]))} is not a section")
             node = child
-        node[parts[-1]] = value
+        try:  # an old key whose value changed meaning too (anneal_lr: true -> optim.lr_end_frac: 0.0)
+            node[parts[-1]] = _compat.renamed_value(path.strip(), value, node.get(parts[-1]))
+        except ValueError as exc:
+            raise ConfigError(f"--set {short(item)}: {exc}") from None
     return out
 
 

@@ -29,14 +29,20 @@ TRACED = ("lr", "max_grad_norm", "gamma", "ent_coef", "vf_coef")  # live in the 
 
 
 @dataclasses.dataclass(frozen=True)
+class ReinforceOptim(optim.OptimConfig):
+    """The ``reinforce.optim`` section: the shared optimiser's keys, with this algorithm's defaults."""
+
+    lr: float = 3e-3
+
+
+@dataclasses.dataclass(frozen=True)
 class ReinforceConfig(AlgoConfig):
     """The ``reinforce:`` section. :data:`TRACED` values are traced; the rest is static."""
 
     num_envs: int = 16  # parallel envs B (a multiple of the devices of an env split)
     num_steps: int = 64  # rollout length T: one gradient step per B * T env steps
     total_env_steps: int = 65_536  # whole run, a multiple of num_envs * num_steps
-    lr: float = 3e-3  # Adam learning rate (constant)
-    max_grad_norm: float = 1.0  # global-norm gradient clipping threshold
+    optim: ReinforceOptim = dataclasses.field(default_factory=ReinforceOptim)  # clip, Adam, rate schedule
     gamma: float = 0.99  # discount
     ent_coef: float = 0.01  # entropy bonus coefficient
     vf_coef: float = 0.5  # value loss coefficient
@@ -48,8 +54,7 @@ class ReinforceConfig(AlgoConfig):
             check(getattr(self, key) > 0, key, f"expected a positive integer, got {getattr(self, key)!r}")
         batch = self.num_envs * self.num_steps
         check(self.total_env_steps % batch == 0, "total_env_steps", f"not a multiple of num_envs * num_steps = {batch}")
-        for key in ("lr", "max_grad_norm"):
-            check(getattr(self, key) > 0.0, key, f"expected > 0, got {getattr(self, key)}")
+        self.optim.validate()  # "optim.lr: expected > 0, got -1.0"
         check(0.0 < self.gamma <= 1.0, "gamma", f"expected 0 < gamma <= 1, got {self.gamma}")
         for key in ("ent_coef", "vf_coef"):
             check(getattr(self, key) >= 0.0, key, f"expected >= 0, got {getattr(self, key)}")
@@ -60,7 +65,8 @@ def hyperparams(cfg: ReinforceConfig, **overrides) -> dict:
     """``{name: float32 array}`` of the :data:`TRACED` values with ``overrides``, broadcast to
     one shape (``lr=jnp.array([1e-3, 3e-3])``: a ``[2]`` batch to ``vmap`` ``init_with`` over)."""
     check(set(overrides) <= set(TRACED), "hyperparams", f"unknown {sorted(set(overrides) - set(TRACED))}")
-    values = {n: jnp.asarray(overrides.get(n, getattr(cfg, n)), jnp.float32) for n in TRACED}
+    config = {"lr": cfg.optim.lr, "max_grad_norm": cfg.optim.max_grad_norm, **{n: getattr(cfg, n) for n in TRACED[2:]}}
+    values = {n: jnp.asarray(overrides.get(n, config[n]), jnp.float32) for n in TRACED}
     shape = jnp.broadcast_shapes(*(v.shape for v in values.values()))
     return {n: jnp.broadcast_to(v, shape) for n, v in values.items()}
 
@@ -126,9 +132,11 @@ def act(network, params, carry, obs, key, deterministic: bool = False):
     return carry, policy_step(network, params, obs, key, deterministic).action
 
 
-def optimizer(lr, max_grad_norm) -> optax.GradientTransformation:
-    """The shared optimiser path (clip, Adam) at a constant rate; both values may be traced."""
-    return optim.adam(lr, max_grad_norm, optim.Schedule(total=1))
+def optimizer(cfg: ReinforceConfig, lr=None, max_grad_norm=None) -> optax.GradientTransformation:
+    """The shared optimiser path of ``cfg.optim`` (clip, Adam, its schedule over the run's
+    updates of one step each); ``lr`` and ``max_grad_norm`` (a sweep's) may be traced."""
+    updates = cfg.total_env_steps // (cfg.num_envs * cfg.num_steps)
+    return optim.from_config(cfg.optim, optim.schedule(cfg.optim, updates, 1), lr, max_grad_norm)
 
 
 def init(setup: Setup, key: jax.Array, hyper: dict | None = None) -> ReinforceState:
@@ -137,7 +145,7 @@ def init(setup: Setup, key: jax.Array, hyper: dict | None = None) -> ReinforceSt
     key, net_key, env_key = jax.random.split(key, 3)
     env = rollout.reset(setup.env, setup.env_params, env_key)
     params = networks.init_params(setup.network, net_key, jnp.asarray(env.obs[0], jnp.float32))
-    opt_state = optimizer(opt_hyper["lr"], opt_hyper["max_grad_norm"]).init(params)
+    opt_state = optimizer(setup.cfg, opt_hyper["lr"], opt_hyper["max_grad_norm"]).init(params)
     return ReinforceState(params, opt_state, env, key, jnp.zeros((), jnp.int32), LossHyper(**loss_hyper))
 
 
@@ -185,20 +193,19 @@ def build(envs: EnvSetup, cfg: ReinforceConfig) -> Program:
     check(max_steps is not None, "env", "the eval params have no max_steps_in_episode to cap an episode")
     network = networks.ActorCritic(action_dim=space.n, hidden=tuple(cfg.hidden), obs_ndim=max(len(obs_shape), 1))
     train_env = VmapEnv(EpisodeStatistics(AutoReset(envs.env)), cfg.num_envs)
-    setup = Setup(train_env, envs.params, network, cfg, optimizer(cfg.lr, cfg.max_grad_norm))
+    setup = Setup(train_env, envs.params, network, cfg, optimizer(cfg))
     eval_env = VmapEnv(EpisodeStatistics(AutoReset(envs.env)), cfg.eval_episodes)
     batch = cfg.num_envs * cfg.num_steps
     return Program(
-        init=functools.partial(init, setup),
         update=functools.partial(update, setup),
         evaluate=functools.partial(evaluate, setup, eval_env, envs.eval_params, int(max_steps)),
         plan=Plan(num_updates=cfg.total_env_steps // batch, env_steps_per_update=batch, grad_steps_per_update=1),
         batch_axes=batch_axes,  # sharding: which leaves an env split cuts
-        batch=BatchSize("num_envs", cfg.num_envs, "envs"),  # must divide over the devices
-        policy=Policy(envs.env, operator.attrgetter("params"), no_carry, functools.partial(act, network)),
         report=EvalReport({"episode_returns": "deterministic"}),  # what `jaxrl eval` summarises
         hyperparams=functools.partial(hyperparams, cfg),
-        init_with=functools.partial(init, setup),
+        init_with=functools.partial(init, setup),  # init(key) is init_with(key, hyperparams())
+        batch=BatchSize("num_envs", cfg.num_envs, "envs"),  # must divide over the devices
+        policy=Policy(envs.env, operator.attrgetter("params"), no_carry, functools.partial(act, network)),
     )
 
 

@@ -1,6 +1,11 @@
 """The one optimiser path of every algorithm: global-norm clipping, Adam, a learning-rate
 schedule, with the learning rate and the clipping threshold *traced*.
 
+:class:`OptimConfig` is the ``optim:`` section of every algorithm's config (``ppo.optim.lr``,
+``grpo.optim.warmup_updates``, ...): each algorithm subclasses it only to give its own
+defaults, so the keys, their meaning and their checks are the same everywhere.
+:func:`from_config` builds the optimiser of a section and :func:`schedule` its rate schedule.
+
 :func:`adam` wraps the chain in ``optax.inject_hyperparams``, so ``learning_rate`` and
 ``max_grad_norm`` live in the optimiser state as arrays: an algorithm's ``init`` can take
 them from a sweep (``vmap`` over seeds x values is one compiled program) and ``update``
@@ -9,12 +14,15 @@ reads them back from the state. The schedule's shape (:class:`Schedule`) is stat
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import optax
+
+from jaxrl.algos.contract import check
 
 #: The traced optimiser hyperparameters as algorithms' configs name them (``lr`` is stored
 #: as ``learning_rate`` in the ``optax.inject_hyperparams`` state).
@@ -47,9 +55,48 @@ class Schedule(NamedTuple):
         return out
 
 
-def per_update(num_updates: int, steps_per_update: int, anneal: bool) -> Schedule:
-    """Linear decay to 0 over ``num_updates`` updates (``anneal``), else constant."""
-    return Schedule(total=num_updates, end_frac=0.0 if anneal else 1.0, every=steps_per_update)
+@dataclasses.dataclass(frozen=True)
+class OptimConfig:
+    """The optimiser (``<algo>.optim``): clip by global norm, Adam, a linear rate schedule."""
+
+    lr: float = 1e-3  # Adam learning rate (traced); the schedule's peak
+    max_grad_norm: float = 1.0  # global-norm gradient clipping threshold (traced)
+    adam_eps: float = 1e-8  # Adam's epsilon (static)
+    adam_b1: float = 0.9  # Adam's first-moment decay (static)
+    adam_b2: float = 0.999  # Adam's second-moment decay (static)
+    warmup_updates: int = 0  # linear warm-up of the rate over this many updates (0: none)
+    lr_end_frac: float = 1.0  # linear decay to lr * lr_end_frac at the last update (1: constant, 0: to zero)
+
+    def validate(self, prefix: str = "optim") -> None:
+        """``ValueError("<prefix>.<key>: ...")`` for the first impossible value."""
+        for name in ("lr", "max_grad_norm", "adam_eps"):
+            value = getattr(self, name)
+            check(value > 0.0, f"{prefix}.{name}", f"expected > 0, got {value}")
+        for name in ("adam_b1", "adam_b2"):
+            value = getattr(self, name)
+            check(0.0 <= value < 1.0, f"{prefix}.{name}", f"expected 0 <= {name} < 1, got {value}")
+        w = self.warmup_updates
+        check(isinstance(w, int) and not isinstance(w, bool) and w >= 0, f"{prefix}.warmup_updates",
+              f"expected an integer >= 0, got {w!r}")
+        check(0.0 <= self.lr_end_frac <= 1.0, f"{prefix}.lr_end_frac",
+              f"expected 0 <= lr_end_frac <= 1, got {self.lr_end_frac}")
+
+
+def schedule(o: OptimConfig, num_updates: int, steps_per_update: int, per_step: bool = False) -> Schedule:
+    """``o``'s warm-up and decay over a run of ``num_updates`` updates of ``steps_per_update``
+    optimiser steps: the rate moves once per update, or at every step with ``per_step``
+    (PPO's schedule; the warm-up still lasts ``o.warmup_updates`` updates)."""
+    if per_step:
+        return Schedule(total=num_updates * steps_per_update, end_frac=o.lr_end_frac,
+                        warmup=o.warmup_updates * steps_per_update)
+    return Schedule(total=num_updates, end_frac=o.lr_end_frac, warmup=o.warmup_updates, every=steps_per_update)
+
+
+def from_config(o: OptimConfig, sched: Schedule, lr=None, max_grad_norm=None) -> optax.GradientTransformation:
+    """:func:`adam` of section ``o`` on ``sched``; ``lr`` / ``max_grad_norm`` (may be
+    traced: a sweep's values) replace the section's."""
+    return adam(o.lr if lr is None else lr, o.max_grad_norm if max_grad_norm is None else max_grad_norm, sched,
+                b1=o.adam_b1, b2=o.adam_b2, eps=o.adam_eps)
 
 
 def _rate(schedule: Schedule, learning_rate: jax.Array, count: jax.Array) -> jax.Array:

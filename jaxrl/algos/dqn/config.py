@@ -5,16 +5,24 @@ from __future__ import annotations
 import dataclasses
 
 from jaxrl.algos.common.network import QNetworkConfig, check_conv
-from jaxrl.algos.common.optim import traced_values
+from jaxrl.algos.common.optim import OptimConfig, traced_values
 from jaxrl.algos.contract import AlgoConfig, Plan, check, check_mlp
+
+
+@dataclasses.dataclass(frozen=True)
+class DQNOptim(OptimConfig):
+    """DQN's optimiser (``dqn.optim``): a constant rate unless ``lr_end_frac`` < 1 (then it moves once per update)."""
+
+    lr: float = 1e-3
+    max_grad_norm: float = 10.0
 
 
 @dataclasses.dataclass(frozen=True)
 class DQNConfig(AlgoConfig):
     """DQN settings (the ``dqn:`` section). Never mutated: counts come from :func:`plan`.
 
-    Traced (live in the train state, sweepable): ``lr``, ``max_grad_norm``, ``gamma``,
-    ``tau``. Everything else is static (shapes, loop counts, switches).
+    Traced (live in the train state, sweepable): ``optim.lr``, ``optim.max_grad_norm``,
+    ``gamma``, ``tau``. Everything else is static (shapes, loop counts, switches).
     """
 
     # --- acting and loop counts ---
@@ -32,10 +40,7 @@ class DQNConfig(AlgoConfig):
     epsilon_end: float = 0.05  # exploration rate at the end of the schedule
     exploration_fraction: float = 0.25  # share of the run over which epsilon decays linearly
     # --- optimisation (traced) ---
-    lr: float = 1e-3  # Adam learning rate (initial value when annealed)
-    anneal_lr: bool = False  # static: linear decay over the run, to lr * lr_end_frac
-    lr_end_frac: float = 0.0  # static: the annealed rate's final fraction of lr
-    max_grad_norm: float = 10.0  # global-norm gradient clipping
+    optim: DQNOptim = dataclasses.field(default_factory=DQNOptim)
     gamma: float = 0.99  # discount
     loss: str = "mse"  # static: "mse" (half squared TD error) or "huber" (quadratic within 1, then linear)
     tau: float = 0.02  # target update: target <- tau * online + (1 - tau) * target (1: hard copy)
@@ -72,10 +77,8 @@ class DQNConfig(AlgoConfig):
               f"epsilons must lie in [0, 1], got {self.epsilon_start} and {self.epsilon_end}")
         check(0.0 <= self.exploration_fraction <= 1.0, "exploration_fraction",
               f"expected 0 <= fraction <= 1, got {self.exploration_fraction}")
-        check(self.lr > 0.0, "lr", f"expected > 0, got {self.lr}")
-        check(0.0 <= self.lr_end_frac <= 1.0, "lr_end_frac", f"expected 0 <= fraction <= 1, got {self.lr_end_frac}")
+        self.optim.validate()
         check(self.loss in LOSSES, "loss", f"expected one of {list(LOSSES)}, got {self.loss!r}")
-        check(self.max_grad_norm > 0.0, "max_grad_norm", f"expected > 0, got {self.max_grad_norm}")
         check(0.0 < self.gamma <= 1.0, "gamma", f"expected 0 < gamma <= 1, got {self.gamma}")
         check(0.0 < self.tau <= 1.0, "tau", f"expected 0 < tau <= 1, got {self.tau}")
         check_mlp(self.hidden, self.activation)
@@ -89,7 +92,8 @@ LOSSES = ("mse", "huber")
 
 def hyperparams(cfg: DQNConfig, **overrides) -> dict:
     """``{name: float32 array}`` of the :data:`TRACED` values, ``overrides`` applied."""
-    return traced_values({n: getattr(cfg, n) for n in TRACED}, overrides, "DQN")
+    values = {"lr": cfg.optim.lr, "max_grad_norm": cfg.optim.max_grad_norm, "gamma": cfg.gamma, "tau": cfg.tau}
+    return traced_values(values, overrides, "DQN")
 
 
 def plan(cfg: DQNConfig) -> Plan:

@@ -62,15 +62,13 @@ class Setup(NamedTuple):
 
 
 def schedule(cfg: DQNConfig) -> optim.Schedule:
-    """Linear decay to ``lr_end_frac`` of the rate over the run's updates (``anneal_lr``), else constant."""
+    """``cfg.optim``'s schedule: linear decay to ``lr_end_frac`` of the rate over the run's updates (constant at 1)."""
     p = plan(cfg)
-    end = cfg.lr_end_frac if cfg.anneal_lr else 1.0
-    return optim.Schedule(total=p.num_updates, end_frac=end, every=p.grad_steps_per_update)
+    return optim.schedule(cfg.optim, p.num_updates, p.grad_steps_per_update)
 
 
 def make_optimizer(cfg: DQNConfig, lr=None, max_grad_norm=None) -> optax.GradientTransformation:
-    lr = cfg.lr if lr is None else lr
-    return optim.adam(lr, cfg.max_grad_norm if max_grad_norm is None else max_grad_norm, schedule(cfg))
+    return optim.from_config(cfg.optim, schedule(cfg), lr, max_grad_norm)
 
 
 def example_transition(env: Environment, env_params: Any) -> replay.Transition:

@@ -28,7 +28,7 @@ from typing import Literal
 import jax
 from flax import struct
 
-from jaxrl.algos.common.optim import traced_values
+from jaxrl.algos.common.optim import OptimConfig as _OptimConfig, traced_values
 from jaxrl.algos.contract import AlgoConfig, check
 from jaxrl.algos.grpo.variants import LOSS_TYPES  # the variant table's keys
 
@@ -90,15 +90,14 @@ class SamplingConfig:
 
 
 @dataclasses.dataclass(frozen=True)
-class OptimConfig:
-    """The optimiser (``grpo.optim``): :func:`jaxrl.algos.common.optim.adam`."""
+class GRPOOptim(_OptimConfig):
+    """GRPO's optimiser (``grpo.optim``): the rate moves once per update."""
 
-    lr: float = 1e-3  # Adam learning rate (traced)
-    max_grad_norm: float = 1.0  # global-norm gradient clipping (traced)
-    adam_b1: float = 0.9  # Adam's first-moment decay
-    adam_b2: float = 0.99  # Adam's second-moment decay
-    warmup_updates: int = 0  # linear learning-rate warm-up over this many updates
-    lr_end_frac: float = 1.0  # linear decay to lr * lr_end_frac at num_updates
+    adam_b2: float = 0.99
+
+
+#: 0.4.0's name of :class:`GRPOOptim` (the same defaults).
+OptimConfig = GRPOOptim
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,7 +127,7 @@ class GRPOConfig(AlgoConfig):
     model: ModelConfig = dataclasses.field(default_factory=ModelConfig)
     loss: LossConfig = dataclasses.field(default_factory=LossConfig)
     sampling: SamplingConfig = dataclasses.field(default_factory=SamplingConfig)
-    optim: OptimConfig = dataclasses.field(default_factory=OptimConfig)
+    optim: GRPOOptim = dataclasses.field(default_factory=GRPOOptim)
     warn: WarnConfig = dataclasses.field(default_factory=WarnConfig)
 
     def validate(self) -> None:
@@ -178,12 +177,7 @@ def validate(cfg: GRPOConfig) -> None:
     check(0.0 <= w.zero_std_frac <= 1.0, "warn.zero_std_frac", f"must be in [0, 1], got {w.zero_std_frac}")
     check(w.min_entropy >= 0, "warn.min_entropy", f"must be >= 0, got {w.min_entropy}")
     check(w.patience >= 0, "warn.patience", f"must be >= 0, got {w.patience}")
-    check(o.lr > 0, "optim.lr", f"must be > 0, got {o.lr}")
-    check(o.max_grad_norm > 0, "optim.max_grad_norm", f"must be > 0, got {o.max_grad_norm}")
-    check(0.0 <= o.adam_b1 < 1.0, "optim.adam_b1", f"must be in [0, 1), got {o.adam_b1}")
-    check(0.0 <= o.adam_b2 < 1.0, "optim.adam_b2", f"must be in [0, 1), got {o.adam_b2}")
-    check(o.warmup_updates >= 0, "optim.warmup_updates", f"must be >= 0, got {o.warmup_updates}")
-    check(0.0 <= o.lr_end_frac <= 1.0, "optim.lr_end_frac", f"must be in [0, 1], got {o.lr_end_frac}")
+    o.validate()
 
 
 @struct.dataclass

@@ -13,10 +13,21 @@ import math
 import jax
 from flax import struct
 
-from jaxrl.algos.common.optim import traced_values
-from jaxrl.algos.contract import AlgoConfig, Plan, check, check_mlp
+from jaxrl.algos.common.onpolicy import check_ppo_family
+from jaxrl.algos.common.optim import OptimConfig, traced_values
+from jaxrl.algos.contract import AlgoConfig, Plan, check
 
 CRITICS = ("centralised", "decentralised")
+
+
+@dataclasses.dataclass(frozen=True)
+class MAPPOOptim(OptimConfig):
+    """MAPPO's and IPPO's optimiser (``mappo.optim``): JaxMARL's, the rate decayed to 0 once per update."""
+
+    lr: float = 2.5e-4
+    max_grad_norm: float = 0.5
+    adam_eps: float = 1e-5
+    lr_end_frac: float = 0.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -25,10 +36,10 @@ class MAPPOConfig(AlgoConfig):
 
     ``critic: centralised`` (MAPPO) values the global state plus the agent's one-hot id;
     ``decentralised`` (IPPO) values the agent's own observation. Static: the counts,
-    ``anneal_lr``, ``adam_eps``, ``hidden``, ``activation``, ``critic``, ``agent_id``,
-    ``normalize_advantages``, ``eval_*`` and whether ``vf_clip_eps`` is ``None``. Traced
-    (in the train state, sweepable): ``lr``, ``max_grad_norm``, ``gamma``, ``gae_lambda``,
-    ``clip_eps``, ``vf_clip_eps``, ``ent_coef``, ``vf_coef``.
+    ``optim`` (but its ``lr`` and ``max_grad_norm``), ``hidden``, ``activation``, ``critic``,
+    ``agent_id``, ``normalize_advantages``, ``eval_*`` and whether ``vf_clip_eps`` is
+    ``None``. Traced (in the train state, sweepable): ``optim.lr``, ``optim.max_grad_norm``,
+    ``gamma``, ``gae_lambda``, ``clip_eps``, ``vf_clip_eps``, ``ent_coef``, ``vf_coef``.
     """
 
     # --- rollout and loop counts (static) ---
@@ -38,10 +49,7 @@ class MAPPOConfig(AlgoConfig):
     update_epochs: int = 4  # passes over each batch
     num_minibatches: int = 4  # minibatches per epoch; must divide B * T
     # --- optimisation ---
-    lr: float = 2.5e-4  # Adam learning rate (initial value when annealed)
-    anneal_lr: bool = True  # static: linear decay to 0, one notch per update (JaxMARL's schedule)
-    max_grad_norm: float = 0.5  # global-norm gradient clipping threshold
-    adam_eps: float = 1e-5  # static: Adam epsilon
+    optim: MAPPOOptim = dataclasses.field(default_factory=MAPPOOptim)
     # --- PPO objective (traced) ---
     gamma: float = 0.99  # discount
     gae_lambda: float = 0.95  # GAE lambda
@@ -60,29 +68,8 @@ class MAPPOConfig(AlgoConfig):
     eval_max_steps: int | None = None  # episode cap; None: the env's episode bound
 
     def validate(self) -> None:
-        for key in ("num_envs", "num_steps", "total_env_steps", "update_epochs", "num_minibatches", "eval_episodes"):
-            value = getattr(self, key)
-            check(isinstance(value, int) and not isinstance(value, bool) and value > 0, key,
-                  f"expected a positive integer, got {value!r}")
-        batch = self.num_envs * self.num_steps
-        if self.total_env_steps % batch:
-            lo = max(self.total_env_steps // batch, 1) * batch
-            check(False, "total_env_steps",
-                  f"{self.total_env_steps} is not a multiple of num_envs * num_steps = {batch} (e.g. use {lo} or {lo + batch})")
-        check(batch % self.num_minibatches == 0, "num_minibatches",
-              f"{self.num_minibatches} does not divide the batch num_envs * num_steps = {batch}")
-        check(0.0 < self.gamma <= 1.0, "gamma", f"expected 0 < gamma <= 1, got {self.gamma}")
-        check(0.0 <= self.gae_lambda <= 1.0, "gae_lambda", f"expected 0 <= gae_lambda <= 1, got {self.gae_lambda}")
-        for key in ("lr", "clip_eps", "max_grad_norm", "adam_eps"):
-            check(getattr(self, key) > 0.0, key, f"expected {key} > 0, got {getattr(self, key)}")
-        for key in ("ent_coef", "vf_coef"):
-            check(getattr(self, key) >= 0.0, key, f"expected {key} >= 0, got {getattr(self, key)}")
-        check(self.vf_clip_eps is None or self.vf_clip_eps > 0.0, "vf_clip_eps",
-              f"expected null (no value clipping) or > 0, got {self.vf_clip_eps}")
+        check_ppo_family(self)
         check(self.critic in CRITICS, "critic", f"expected one of {list(CRITICS)}, got {self.critic!r}")
-        check_mlp(self.hidden, self.activation)
-        check(self.eval_max_steps is None or (isinstance(self.eval_max_steps, int) and self.eval_max_steps > 0),
-              "eval_max_steps", f"expected null or a positive integer, got {self.eval_max_steps!r}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,7 +96,7 @@ TRACED = ("lr", "max_grad_norm", "clip_eps", "vf_clip_eps", "ent_coef", "vf_coef
 
 def hyperparams(cfg: MAPPOConfig, **overrides) -> dict:
     """``{name: float32 array}`` of every traced hyperparameter, ``overrides`` applied."""
-    values = {n: getattr(cfg, n) for n in TRACED}
+    values = {"lr": cfg.optim.lr, "max_grad_norm": cfg.optim.max_grad_norm, **{n: getattr(cfg, n) for n in TRACED[2:]}}
     if values["vf_clip_eps"] is None:
         values["vf_clip_eps"] = math.inf
     return traced_values(values, overrides, "MAPPO")

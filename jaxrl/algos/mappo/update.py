@@ -99,9 +99,8 @@ class Setup(NamedTuple):
 
 def make_optimizer(cfg: MAPPOConfig, plan: Plan, lr=None, max_grad_norm=None) -> optax.GradientTransformation:
     """:func:`~jaxrl.algos.common.optim.adam`, the rate decayed once per update (JaxMARL's)."""
-    schedule = optim.per_update(plan.num_updates, plan.grad_steps_per_update, cfg.anneal_lr)
-    return optim.adam(cfg.lr if lr is None else lr, cfg.max_grad_norm if max_grad_norm is None else max_grad_norm,
-                      schedule, eps=cfg.adam_eps)
+    schedule = optim.schedule(cfg.optim, plan.num_updates, plan.grad_steps_per_update)
+    return optim.from_config(cfg.optim, schedule, lr, max_grad_norm)
 
 
 def apply(setup: Setup, params, obs, state, avail=None):

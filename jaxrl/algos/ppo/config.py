@@ -9,8 +9,9 @@ import jax
 from flax import struct
 
 from jaxrl.algos.common.network import check_conv
-from jaxrl.algos.common.optim import traced_values
-from jaxrl.algos.contract import AlgoConfig, Plan, check, check_mlp
+from jaxrl.algos.common.onpolicy import check_ppo_family
+from jaxrl.algos.common.optim import OptimConfig, traced_values
+from jaxrl.algos.contract import AlgoConfig, Plan, check
 from jaxrl.models.networks import DISTRIBUTIONS, LOG_STD_MODES
 
 
@@ -45,20 +46,31 @@ class NetworkConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class PPOOptim(OptimConfig):
+    """PPO's optimiser (``ppo.optim``): the rate decays linearly to 0 over every optimiser step."""
+
+    lr: float = 2.5e-4
+    max_grad_norm: float = 0.5
+    adam_eps: float = 1e-5
+    lr_end_frac: float = 0.0  # linear decay to lr * lr_end_frac over the run, moved at every optimiser step (0: CleanRL's anneal_lr)
+
+
+@dataclasses.dataclass(frozen=True)
 class PPOConfig(AlgoConfig):
     """PPO settings (the ``ppo:`` section). Never mutated: counts come from :func:`plan`.
 
     *Static* fields fix shapes, loop counts and program structure (changing one
     recompiles): ``num_envs``, ``num_steps``, ``total_env_steps``, ``update_epochs``,
-    ``num_minibatches``, ``anneal_lr``, ``normalize_*``, ``hidden``, ``activation``,
-    ``shared_torso``, ``network``, ``dist``, ``action_mask``, ``log_std``, ``init_log_std``, ``adam_eps``,
-    ``eval_episodes``, ``eval_max_steps`` and whether ``vf_clip_eps`` is ``None``.
+    ``num_minibatches``, ``normalize_*``, ``hidden``, ``activation``,
+    ``shared_torso``, ``network``, ``dist``, ``action_mask``, ``log_std``, ``init_log_std``,
+    ``optim`` (but its ``lr`` and ``max_grad_norm``), ``eval_episodes``, ``eval_max_steps``
+    and whether ``vf_clip_eps`` is ``None``.
 
-    *Traced* fields live in the train state (``lr`` and ``max_grad_norm`` in the optimiser's,
-    the rest in :class:`PPOHyperparams`), so a ``vmap`` over seeds x values of them is one
-    compiled program (:func:`hyperparams`): ``lr``, ``clip_eps``,
-    ``vf_clip_eps`` (its value), ``ent_coef``, ``vf_coef``, ``max_grad_norm``, ``gamma``,
-    ``gae_lambda``.
+    *Traced* fields live in the train state (``optim.lr`` and ``optim.max_grad_norm`` in the
+    optimiser's, the rest in :class:`PPOHyperparams`), so a ``vmap`` over seeds x values of
+    them is one compiled program (:func:`hyperparams`, which names them ``lr``,
+    ``max_grad_norm``, ``clip_eps``, ``vf_clip_eps`` (its value), ``ent_coef``, ``vf_coef``,
+    ``gamma``, ``gae_lambda``).
     """
 
     # --- rollout and loop counts (static) ---
@@ -67,11 +79,8 @@ class PPOConfig(AlgoConfig):
     total_env_steps: int = 61_440  # whole run; a multiple of the batch
     update_epochs: int = 4  # passes over each batch
     num_minibatches: int = 4  # minibatches per epoch; must divide the batch
-    # --- optimisation (traced) ---
-    lr: float = 2.5e-4  # Adam learning rate (initial value when annealed)
-    anneal_lr: bool = True  # static: linear decay to 0 over all optimiser steps
-    max_grad_norm: float = 0.5  # global-norm gradient clipping threshold
-    adam_eps: float = 1e-5  # static: Adam epsilon
+    # --- optimisation ---
+    optim: PPOOptim = dataclasses.field(default_factory=PPOOptim)
     # --- PPO objective (traced) ---
     gamma: float = 0.99  # discount
     gae_lambda: float = 0.95  # GAE lambda
@@ -122,7 +131,7 @@ def hyperparams(cfg: PPOConfig, **overrides) -> dict:
     ``hyperparams(cfg, lr=jnp.array([1e-3, 3e-4]))`` builds a batch to ``vmap`` over (the
     other values are broadcast to the same ``[2]`` shape).
     """
-    values = {n: getattr(cfg, n) for n in TRACED}
+    values = {"lr": cfg.optim.lr, "max_grad_norm": cfg.optim.max_grad_norm, **{n: getattr(cfg, n) for n in TRACED[2:]}}
     if values["vf_clip_eps"] is None:
         values["vf_clip_eps"] = math.inf
     return traced_values(values, overrides, "PPO")
@@ -136,37 +145,7 @@ def loss_hyperparams(cfg: PPOConfig, **overrides) -> PPOHyperparams:
 
 def validate(cfg: PPOConfig) -> None:
     """Raise ``ValueError("<key>: <what is wrong>")`` for the first impossible setting."""
-    for key in ("num_envs", "num_steps", "total_env_steps", "update_epochs", "num_minibatches", "eval_episodes"):
-        value = getattr(cfg, key)
-        check(isinstance(value, int) and value > 0, key, f"expected a positive integer, got {value!r}")
-    batch = cfg.num_envs * cfg.num_steps
-    if cfg.total_env_steps % batch:
-        lo = max(cfg.total_env_steps // batch, 1) * batch
-        check(
-            False,
-            "total_env_steps",
-            f"{cfg.total_env_steps} is not a multiple of num_envs * num_steps = {batch} "
-            f"(e.g. use {lo} or {lo + batch})",
-        )
-    check(
-        batch % cfg.num_minibatches == 0,
-        "num_minibatches",
-        f"{cfg.num_minibatches} does not divide the batch num_envs * num_steps = {batch}",
-    )
-    check(0.0 < cfg.gamma <= 1.0, "gamma", f"expected 0 < gamma <= 1, got {cfg.gamma}")
-    check(0.0 <= cfg.gae_lambda <= 1.0, "gae_lambda", f"expected 0 <= gae_lambda <= 1, got {cfg.gae_lambda}")
-    check(cfg.lr > 0.0, "lr", f"expected lr > 0, got {cfg.lr}")
-    check(cfg.clip_eps > 0.0, "clip_eps", f"expected clip_eps > 0, got {cfg.clip_eps}")
-    check(
-        cfg.vf_clip_eps is None or cfg.vf_clip_eps > 0.0,
-        "vf_clip_eps",
-        f"expected null (no value clipping) or > 0, got {cfg.vf_clip_eps}",
-    )
-    check(cfg.ent_coef >= 0.0, "ent_coef", f"expected ent_coef >= 0, got {cfg.ent_coef}")
-    check(cfg.vf_coef >= 0.0, "vf_coef", f"expected vf_coef >= 0, got {cfg.vf_coef}")
-    check(cfg.max_grad_norm > 0.0, "max_grad_norm", f"expected max_grad_norm > 0, got {cfg.max_grad_norm}")
-    check(cfg.adam_eps > 0.0, "adam_eps", f"expected adam_eps > 0, got {cfg.adam_eps}")
-    check_mlp(cfg.hidden, cfg.activation)
+    check_ppo_family(cfg)
     check(isinstance(cfg.action_mask, bool), "action_mask", f"expected true or false, got {cfg.action_mask!r}")
     check(cfg.dist in ("auto",) + DISTRIBUTIONS, "dist", f"expected one of {['auto', *DISTRIBUTIONS]}, got {cfg.dist!r}")
     check(cfg.log_std in LOG_STD_MODES, "log_std", f"expected one of {list(LOG_STD_MODES)}, got {cfg.log_std!r}")
@@ -199,11 +178,6 @@ def validate(cfg: PPOConfig) -> None:
             "shared_torso",
             f"a {cfg.network.torso} torso is always shared by actor and critic; shared_torso is for torso: mlp",
         )
-    check(
-        cfg.eval_max_steps is None or (isinstance(cfg.eval_max_steps, int) and cfg.eval_max_steps > 0),
-        "eval_max_steps",
-        f"expected null or a positive integer, got {cfg.eval_max_steps!r}",
-    )
 
 
 def plan(cfg: PPOConfig) -> Plan:

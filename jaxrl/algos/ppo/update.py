@@ -32,16 +32,14 @@ from jaxrl.models import networks, normalize
 
 
 def schedule(cfg: PPOConfig, plan: Plan) -> Schedule:
-    """The learning-rate schedule: linear decay to 0 over the run's optimiser steps
-    (``anneal_lr``), else constant."""
-    return Schedule(total=plan.total_grad_steps, end_frac=0.0 if cfg.anneal_lr else 1.0)
+    """The learning-rate schedule of ``cfg.optim``, moved at every optimiser step (the
+    default decays linearly to 0 over the run's optimiser steps)."""
+    return optim.schedule(cfg.optim, plan.num_updates, plan.grad_steps_per_update, per_step=True)
 
 
 def make_optimizer(cfg: PPOConfig, plan: Plan, lr=None, max_grad_norm=None) -> optax.GradientTransformation:
     """:func:`jaxrl.algos.common.optim.adam` for ``cfg`` (``lr``/``max_grad_norm`` may be traced)."""
-    lr = cfg.lr if lr is None else lr
-    max_grad_norm = cfg.max_grad_norm if max_grad_norm is None else max_grad_norm
-    return optim.adam(lr, max_grad_norm, schedule(cfg, plan), eps=cfg.adam_eps)
+    return optim.from_config(cfg.optim, schedule(cfg, plan), lr, max_grad_norm)
 
 
 def _flat_loss(flat_params: jax.Array, unravel, setup: Setup, obs_stats, hyper: PPOHyperparams, mb):

@@ -5,16 +5,25 @@ from __future__ import annotations
 import dataclasses
 
 from jaxrl.algos.common.network import QNetworkConfig, check_conv
-from jaxrl.algos.common.optim import traced_values
+from jaxrl.algos.common.optim import OptimConfig, traced_values
 from jaxrl.algos.contract import AlgoConfig, Plan, check, check_mlp
+
+
+@dataclasses.dataclass(frozen=True)
+class PQNOptim(OptimConfig):
+    """PQN's optimiser (``pqn.optim``): the rate decays linearly to 0, once per update."""
+
+    lr: float = 3e-4
+    max_grad_norm: float = 10.0
+    lr_end_frac: float = 0.0
 
 
 @dataclasses.dataclass(frozen=True)
 class PQNConfig(AlgoConfig):
     """PQN settings (the ``pqn:`` section). Never mutated: counts come from :func:`plan`.
 
-    Traced (live in the train state, sweepable): ``lr``, ``max_grad_norm``, ``gamma``,
-    ``td_lambda``. Everything else is static.
+    Traced (live in the train state, sweepable): ``optim.lr``, ``optim.max_grad_norm``,
+    ``gamma``, ``td_lambda``. Everything else is static.
     """
 
     # --- rollout and loop counts ---
@@ -28,9 +37,7 @@ class PQNConfig(AlgoConfig):
     epsilon_end: float = 0.05  # exploration rate at the end of the schedule
     exploration_fraction: float = 0.5  # share of the run over which epsilon decays linearly
     # --- optimisation ---
-    lr: float = 3e-4  # Adam learning rate (traced; initial value when annealed)
-    anneal_lr: bool = True  # linear decay to 0 over the run (static)
-    max_grad_norm: float = 10.0  # global-norm gradient clipping (traced)
+    optim: PQNOptim = dataclasses.field(default_factory=PQNOptim)
     gamma: float = 0.99  # discount (traced)
     td_lambda: float = 0.9  # lambda of the Q(lambda) returns (traced)
     # --- the Q-function (static) ---
@@ -56,8 +63,7 @@ class PQNConfig(AlgoConfig):
               f"epsilons must lie in [0, 1], got {self.epsilon_start} and {self.epsilon_end}")
         check(0.0 <= self.exploration_fraction <= 1.0, "exploration_fraction",
               f"expected 0 <= fraction <= 1, got {self.exploration_fraction}")
-        check(self.lr > 0.0, "lr", f"expected > 0, got {self.lr}")
-        check(self.max_grad_norm > 0.0, "max_grad_norm", f"expected > 0, got {self.max_grad_norm}")
+        self.optim.validate()
         check(0.0 < self.gamma <= 1.0, "gamma", f"expected 0 < gamma <= 1, got {self.gamma}")
         check(0.0 <= self.td_lambda <= 1.0, "td_lambda", f"expected 0 <= td_lambda <= 1, got {self.td_lambda}")
         check_mlp(self.hidden, self.activation)
@@ -70,7 +76,8 @@ TRACED = ("lr", "max_grad_norm", "gamma", "td_lambda")
 
 def hyperparams(cfg: PQNConfig, **overrides) -> dict:
     """``{name: float32 array}`` of the :data:`TRACED` values, ``overrides`` applied."""
-    return traced_values({n: getattr(cfg, n) for n in TRACED}, overrides, "PQN")
+    values = {"lr": cfg.optim.lr, "max_grad_norm": cfg.optim.max_grad_norm, "gamma": cfg.gamma, "td_lambda": cfg.td_lambda}
+    return traced_values(values, overrides, "PQN")
 
 
 def plan(cfg: PQNConfig) -> Plan:

@@ -74,14 +74,13 @@ class Setup(NamedTuple):
 
 
 def schedule(cfg: PQNConfig) -> optim.Schedule:
-    """Linear decay to 0 over the run's updates (``anneal_lr``), else constant."""
+    """``cfg.optim``'s schedule, moved once per update (the default decays linearly to 0)."""
     p = plan(cfg)
-    return optim.per_update(p.num_updates, p.grad_steps_per_update, cfg.anneal_lr)
+    return optim.schedule(cfg.optim, p.num_updates, p.grad_steps_per_update)
 
 
 def make_optimizer(cfg: PQNConfig, lr=None, max_grad_norm=None) -> optax.GradientTransformation:
-    lr = cfg.lr if lr is None else lr
-    return optim.adam(lr, cfg.max_grad_norm if max_grad_norm is None else max_grad_norm, schedule(cfg))
+    return optim.from_config(cfg.optim, schedule(cfg), lr, max_grad_norm)
 
 
 def init(setup: Setup, key: jax.Array, hyper: dict | None = None) -> PQNState:

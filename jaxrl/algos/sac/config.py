@@ -4,16 +4,24 @@ from __future__ import annotations
 
 import dataclasses
 
-from jaxrl.algos.common.optim import traced_values
+from jaxrl.algos.common.optim import OptimConfig, traced_values
 from jaxrl.algos.contract import AlgoConfig, Plan, check, check_mlp
+
+
+@dataclasses.dataclass(frozen=True)
+class SACOptim(OptimConfig):
+    """SAC's optimiser (``sac.optim``), one for the actor, the critics and the temperature."""
+
+    lr: float = 1e-3
+    max_grad_norm: float = 10.0
 
 
 @dataclasses.dataclass(frozen=True)
 class SACConfig(AlgoConfig):
     """SAC settings (the ``sac:`` section). Never mutated: counts come from :func:`plan`.
 
-    Traced (live in the train state, sweepable): ``lr``, ``max_grad_norm``, ``gamma``,
-    ``tau``. Everything else is static.
+    Traced (live in the train state, sweepable): ``optim.lr``, ``optim.max_grad_norm``,
+    ``gamma``, ``tau``. Everything else is static.
     """
 
     # --- acting and loop counts ---
@@ -26,8 +34,7 @@ class SACConfig(AlgoConfig):
     buffer_size: int = 10_000  # transitions kept, a multiple of num_envs
     learning_starts: int = 256  # env steps (all envs) of uniform random actions before learning
     # --- optimisation (traced) ---
-    lr: float = 1e-3  # Adam learning rate of the actor, the critics and the temperature
-    max_grad_norm: float = 10.0  # global-norm gradient clipping of each
+    optim: SACOptim = dataclasses.field(default_factory=SACOptim)
     gamma: float = 0.99  # discount
     tau: float = 0.005  # Polyak coefficient of the target critics
     # --- entropy (static) ---
@@ -55,8 +62,7 @@ class SACConfig(AlgoConfig):
         check(self.buffer_size // self.num_envs >= self.steps_per_update, "buffer_size",
               "fewer rows per env than steps_per_update")
         check(self.learning_starts >= 0, "learning_starts", f"expected >= 0, got {self.learning_starts}")
-        check(self.lr > 0.0, "lr", f"expected > 0, got {self.lr}")
-        check(self.max_grad_norm > 0.0, "max_grad_norm", f"expected > 0, got {self.max_grad_norm}")
+        self.optim.validate()
         check(0.0 < self.gamma <= 1.0, "gamma", f"expected 0 < gamma <= 1, got {self.gamma}")
         check(0.0 < self.tau <= 1.0, "tau", f"expected 0 < tau <= 1, got {self.tau}")
         check(self.init_alpha > 0.0, "init_alpha", f"expected > 0, got {self.init_alpha}")
@@ -68,7 +74,8 @@ TRACED = ("lr", "max_grad_norm", "gamma", "tau")
 
 def hyperparams(cfg: SACConfig, **overrides) -> dict:
     """``{name: float32 array}`` of the :data:`TRACED` values, ``overrides`` applied."""
-    return traced_values({n: getattr(cfg, n) for n in TRACED}, overrides, "SAC")
+    values = {"lr": cfg.optim.lr, "max_grad_norm": cfg.optim.max_grad_norm, "gamma": cfg.gamma, "tau": cfg.tau}
+    return traced_values(values, overrides, "SAC")
 
 
 def plan(cfg: SACConfig) -> Plan:

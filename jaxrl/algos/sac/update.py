@@ -12,7 +12,7 @@ from flax import struct
 
 from jaxrl.algos.common import batching, optim, replay
 from jaxrl.algos.sac import losses
-from jaxrl.algos.sac.config import SACConfig, hyperparams
+from jaxrl.algos.sac.config import SACConfig, hyperparams, plan
 from jaxrl.core import prng, rollout
 from jaxrl.core.env import Environment
 from jaxrl.models.qnetworks import SquashedGaussianActor, TwinQ, squashed_sample
@@ -71,8 +71,9 @@ class Setup(NamedTuple):
 
 
 def make_optimizer(cfg: SACConfig, lr=None, max_grad_norm=None) -> optax.GradientTransformation:
-    lr = cfg.lr if lr is None else lr
-    return optim.adam(lr, cfg.max_grad_norm if max_grad_norm is None else max_grad_norm, optim.Schedule(total=1))
+    """``cfg.optim``'s optimiser, its rate moved once per update (constant by default)."""
+    p = plan(cfg)
+    return optim.from_config(cfg.optim, optim.schedule(cfg.optim, p.num_updates, p.grad_steps_per_update), lr, max_grad_norm)
 
 
 def example_transition(env: Environment, env_params: Any, action_dim: int) -> replay.Transition:

@@ -11,7 +11,7 @@ A run config reads::
 
 ``model`` has the keys and meaning of ``grpo.model`` with ``policy: hf`` (a run can go on
 as GRPO with ``--init-from``: the same ``path``, ``dtype`` and ``lora``), ``optim`` those of
-``grpo.optim``.
+``grpo.optim`` (:class:`~jaxrl.algos.common.optim.OptimConfig`, the section of every algorithm).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Literal
 
-from jaxrl.algos.common.optim import traced_values
+from jaxrl.algos.common.optim import OptimConfig as _OptimConfig, traced_values
 from jaxrl.algos.contract import AlgoConfig, check
 
 ALL_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -45,15 +45,15 @@ class ModelConfig:
 
 
 @dataclasses.dataclass(frozen=True)
-class OptimConfig:
-    """The optimiser (``sft.optim``): :func:`jaxrl.algos.common.optim.adam`, as ``grpo.optim``."""
+class SFTOptim(_OptimConfig):
+    """SFT's optimiser (``sft.optim``): one optimiser step per update."""
 
-    lr: float = 1e-4  # Adam learning rate (traced)
-    max_grad_norm: float = 1.0  # global-norm gradient clipping (traced)
-    adam_b1: float = 0.9  # Adam's first-moment decay
-    adam_b2: float = 0.99  # Adam's second-moment decay
-    warmup_updates: int = 0  # linear learning-rate warm-up over this many updates
-    lr_end_frac: float = 1.0  # linear decay to lr * lr_end_frac at num_updates
+    lr: float = 1e-4
+    adam_b2: float = 0.99
+
+
+#: 0.4.0's name of :class:`SFTOptim` (the same defaults).
+OptimConfig = SFTOptim
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,7 +66,7 @@ class SFTConfig(AlgoConfig):
     data: str = ""  # "": the task's demonstrations (its reference solver); else a JSONL with prompt/completion
     eval_episodes: int = 64  # held-out prompts answered greedily and scored by the task's verifier
     model: ModelConfig = dataclasses.field(default_factory=ModelConfig)
-    optim: OptimConfig = dataclasses.field(default_factory=OptimConfig)
+    optim: SFTOptim = dataclasses.field(default_factory=SFTOptim)
 
     def validate(self) -> None:
         validate(self)
@@ -86,12 +86,7 @@ def validate(cfg: SFTConfig) -> None:
     check(m.lora.rank == 0 or (bool(m.lora.targets) and set(m.lora.targets) <= set(ALL_TARGETS)), "model.lora.targets",
           f"expected a non-empty subset of {ALL_TARGETS}, got {tuple(m.lora.targets)}")
     check(m.head_chunk >= 1, "model.head_chunk", f"must be >= 1, got {m.head_chunk}")
-    check(o.lr > 0, "optim.lr", f"must be > 0, got {o.lr}")
-    check(o.max_grad_norm > 0, "optim.max_grad_norm", f"must be > 0, got {o.max_grad_norm}")
-    check(0.0 <= o.adam_b1 < 1.0, "optim.adam_b1", f"must be in [0, 1), got {o.adam_b1}")
-    check(0.0 <= o.adam_b2 < 1.0, "optim.adam_b2", f"must be in [0, 1), got {o.adam_b2}")
-    check(o.warmup_updates >= 0, "optim.warmup_updates", f"must be >= 0, got {o.warmup_updates}")
-    check(0.0 <= o.lr_end_frac <= 1.0, "optim.lr_end_frac", f"must be in [0, 1], got {o.lr_end_frac}")
+    o.validate()
 
 
 def hyperparams(cfg: SFTConfig, **overrides) -> dict:

@@ -129,13 +129,9 @@ def init(setup: Setup, key: Array, hyper: dict | None = None) -> SFTState:
 
 def schedule(cfg: SFTConfig) -> Schedule:
     """Warm-up and decay in updates (one optimiser step per update)."""
-    o = cfg.optim
-    return Schedule(total=cfg.num_updates, end_frac=o.lr_end_frac, warmup=o.warmup_updates, every=1)
+    return optim.schedule(cfg.optim, cfg.num_updates, 1)
 
 
 def make_optimizer(cfg: SFTConfig, lr=None, max_grad_norm=None) -> optax.GradientTransformation:
     """:func:`jaxrl.algos.common.optim.adam` for ``cfg`` (``lr``/``max_grad_norm`` may be traced)."""
-    o = cfg.optim
-    lr = o.lr if lr is None else lr
-    max_grad_norm = o.max_grad_norm if max_grad_norm is None else max_grad_norm
-    return optim.adam(lr, max_grad_norm, schedule(cfg), b1=o.adam_b1, b2=o.adam_b2)
+    return optim.from_config(cfg.optim, schedule(cfg), lr, max_grad_norm)
