@@ -218,14 +218,14 @@ def plot_learning_curve(records: Sequence[dict], path: str, title: str = "", cur
     records = [r for r in records if key is not None and key in r]
     if not records:
         return None
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure  # not pyplot: no global figure state, no backend switch
 
     steps = np.array([r["env_steps"] for r in records], np.float64)
     values = as_floats([r[key] for r in records])
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig = Figure(figsize=(6, 4))
+    FigureCanvasAgg(fig)
+    ax = fig.subplots()
     if values.ndim == 2:  # per-seed lists
         for s in range(values.shape[1]):
             ax.plot(steps, values[:, s], lw=0.8, alpha=0.6)
@@ -244,7 +244,6 @@ def plot_learning_curve(records: Sequence[dict], path: str, title: str = "", cur
     fig.tight_layout()
     png = io.BytesIO()
     fig.savefig(png, format="png", dpi=100)
-    plt.close(fig)
     rundir.write_bytes(path, png.getvalue())
     return path
 

@@ -24,6 +24,7 @@ import io
 import json
 import os
 import sys
+import threading
 import time
 from typing import Any, Callable
 
@@ -36,6 +37,7 @@ from jaxrl.run import config as config_lib
 from jaxrl.run import evaluate as eval_lib
 from jaxrl.run import logging as log_lib
 from jaxrl.run import alerts as alerts_lib, guards, loggers, rundir
+from jaxrl.run import checkpoint as checkpoint_lib
 from jaxrl.run.build import Built, build, seed_keys
 from jaxrl.run.checkpoint import Checkpoints, to_storable
 from jaxrl.run.config import ConfigError, RunConfig
@@ -68,6 +70,22 @@ def save_checkpoint(ckpts: Checkpoints, step: int, state) -> None:
     if distributed.is_primary():
         ckpts.save(step, host)
     distributed.barrier(f"checkpoint-{step}")
+
+
+def warm_end_of_run() -> None:
+    """Import what the end of a run needs (orbax for the final checkpoint, matplotlib for the
+    curve) in a background thread while the chunks run, instead of after them."""
+
+    def load():
+        try:
+            import matplotlib.backends.backend_agg  # noqa: F401
+            import matplotlib.figure  # noqa: F401
+
+            checkpoint_lib._orbax()
+        except Exception:  # noqa: BLE001 -- imported again where used, which reports it
+            pass
+
+    threading.Thread(target=load, name="jaxrl-warm-imports", daemon=True).start()
 
 
 # ------------------------------------------------------------------------------------------
@@ -245,6 +263,8 @@ def _run_locked(cfg, built, keys, layout, chunk, run_dir, resume, evaluate, out,
     if primary:
         rundir.write_text(os.path.join(run_dir, CONFIG_FILE), config_lib.dump_config(cfg))
     distributed.barrier("run-dir")
+    if primary:
+        warm_end_of_run()
     compiled_eval = []  # evaluate, prepared while the first chunk runs (one process)
     precompile = None
     if evaluate and primary and jax.process_count() == 1:
