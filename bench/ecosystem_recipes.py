@@ -115,7 +115,7 @@ def child_minatar_rejax(steps: int, seeds: int) -> dict:
         "env": "Breakout-MinAtar",
         "agent_kwargs": {"activation": p["activation"], "hidden_layer_sizes": list(p["hidden"])},
         "num_envs": p["num_envs"], "num_steps": p["num_steps"], "num_epochs": p["update_epochs"],
-        "num_minibatches": p["num_minibatches"], "learning_rate": p["lr"], "max_grad_norm": p["max_grad_norm"],
+        "num_minibatches": p["num_minibatches"], "learning_rate": p["optim"]["lr"], "max_grad_norm": p["optim"]["max_grad_norm"],
         "total_timesteps": steps, "eval_freq": steps, "skip_initial_evaluation": True,
         "gamma": p["gamma"], "gae_lambda": p["gae_lambda"], "clip_eps": p["clip_eps"],
         "ent_coef": p["ent_coef"], "vf_coef": p["vf_coef"],
@@ -314,7 +314,7 @@ def child_craftax_ppo_rejax(steps: int, num_envs: int) -> dict:
         env=Env(), env_params=raw.default_params,
         agent_kwargs={"activation": p["activation"], "hidden_layer_sizes": list(p["hidden"])},
         num_envs=num_envs, num_steps=p["num_steps"], num_epochs=p["update_epochs"],
-        num_minibatches=p["num_minibatches"], learning_rate=p["lr"], max_grad_norm=p["max_grad_norm"],
+        num_minibatches=p["num_minibatches"], learning_rate=p["optim"]["lr"], max_grad_norm=p["optim"]["max_grad_norm"],
         total_timesteps=steps, eval_freq=steps, skip_initial_evaluation=True, gamma=p["gamma"],
         gae_lambda=p["gae_lambda"], clip_eps=p["clip_eps"], ent_coef=p["ent_coef"], vf_coef=p["vf_coef"],
     )

@@ -81,6 +81,44 @@ RENAMED_KEYS: dict[str, str] = {
 }
 
 
+#: 0.5.0: every algorithm's optimiser keys moved into its ``optim`` section (the keys of
+#: ``jaxrl.algos.common.optim.OptimConfig``); ``anneal_lr`` became ``optim.lr_end_frac``
+#: (true: 0.0, false: 1.0; DQN's old ``lr_end_frac`` was the floor of ``anneal_lr: true``).
+_FLAT_OPTIM = {
+    "ppo": ("lr", "max_grad_norm", "adam_eps", "anneal_lr"),
+    "mappo": ("lr", "max_grad_norm", "adam_eps", "anneal_lr"),
+    "ippo": ("lr", "max_grad_norm", "adam_eps", "anneal_lr"),
+    "dqn": ("lr", "max_grad_norm", "lr_end_frac", "anneal_lr"),  # lr_end_frac first: anneal_lr reads it
+    "pqn": ("lr", "max_grad_norm", "anneal_lr"),
+    "sac": ("lr", "max_grad_norm"),
+}
+OPTIM_KEYS = {
+    f"{algo}.{key}": f"{algo}.optim.{'lr_end_frac' if key == 'anneal_lr' else key}"
+    for algo, keys in _FLAT_OPTIM.items() for key in keys
+}
+RENAMED_KEYS.update(OPTIM_KEYS)
+
+#: Renamed keys of a later release than :data:`MOVED_IN`: old key -> (renamed in, removed in).
+KEYS_RENAMED_LATER: dict[str, tuple[str, str]] = dict.fromkeys(OPTIM_KEYS, ("0.5.0", "0.6.0"))
+
+
+def _anneal_lr(value, current, floor: bool):
+    """``optim.lr_end_frac`` of an old ``anneal_lr: value``. ``current``: the new key's value
+    so far; ``floor``: it came from the same section's old ``lr_end_frac`` (DQN's floor)."""
+    if not isinstance(value, bool):
+        raise ValueError(f"expected true or false, got {value!r}")
+    if not value:
+        return 1.0
+    if floor:
+        return current
+    below_one = isinstance(current, (int, float)) and not isinstance(current, bool) and current < 1.0
+    return current if below_one else 0.0  # a decay set already (--set order) is kept
+
+
+#: Renamed keys whose value changes too: old key -> (what the warning adds, the mapping).
+KEY_VALUES = {old: ("anneal_lr: true is lr_end_frac: 0.0, false is 1.0", _anneal_lr) for old in OPTIM_KEYS if old.endswith(".anneal_lr")}
+
+
 def moved_message(old: str) -> str:
     new = " / ".join(MOVED_MODULES[old])
     moved, removed = MOVED_LATER.get(old, (MOVED_IN, REMOVED_IN))
@@ -166,11 +204,25 @@ def renamed_key(path: str) -> str:
     new = RENAMED_KEYS.get(path)
     if new is None:
         return path
+    moved, removed = KEYS_RENAMED_LATER.get(path, (MOVED_IN, REMOVED_IN))
+    note = f"; {KEY_VALUES[path][0]}" if path in KEY_VALUES else ""
     warnings.warn(
-        f"config key {path} is now {new} (since jaxrl {MOVED_IN}; the old spelling goes away in {REMOVED_IN})",
+        f"config key {path} is now {new}{note} (since jaxrl {moved}; the old spelling goes away in {removed})",
         FutureWarning, stacklevel=3,
     )
     return new
+
+
+def renamed_value(path: str, value, current=None, floor: bool = False):
+    """The value an old key's ``value`` has under its new key (itself for most keys);
+    ``current`` is the new key's value so far. ``ValueError("<old key>: ...")`` when it
+    cannot be read."""
+    if path not in KEY_VALUES:
+        return value
+    try:
+        return KEY_VALUES[path][1](value, current, floor)
+    except ValueError as exc:
+        raise ValueError(f"{path}: {exc}") from None
 
 
 def rename_config_keys(raw: dict) -> dict:
@@ -178,7 +230,7 @@ def rename_config_keys(raw: dict) -> dict:
     Raises ``ValueError`` when a key is given under both spellings."""
     if not isinstance(raw, dict):
         return raw
-    out = None
+    out, written = None, set()
     for old in RENAMED_KEYS:
         section, _, leaf = old.rpartition(".")
         node = _get(raw, section)
@@ -194,10 +246,26 @@ def rename_config_keys(raw: dict) -> dict:
         target = _ensure(out, new_section)
         if target is None:
             raise ValueError(f"{old} is the old spelling of {new}, but {new_section} is not a section")
-        if new_leaf in target:
+        floor = new in written  # DQN: anneal_lr after the same section's old lr_end_frac
+        if new_leaf in target and not (floor and old in KEY_VALUES):
             raise ValueError(f"both {old} and its new spelling {new} are given; keep {new}")
-        target[new_leaf] = value
+        target[new_leaf] = renamed_value(old, value, target.get(new_leaf), floor)
+        written.add(new)
     return raw if out is None else out
+
+
+def in_current_spelling(raw):
+    """A run config recorded by an older release (a checkpoint's ``meta.config``) as today's
+    ``config_to_dict`` writes it: old keys renamed, every default filled in (``raw`` itself
+    when it no longer loads). A resume compares the checkpoint's record with this."""
+    from jaxrl.run import config as config_lib  # lazily: importing jaxrl imports no JAX
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # the run's config.yaml, read too, warns once
+        try:
+            return config_lib.config_to_dict(config_lib.config_from_dict(raw))
+        except config_lib.ConfigError:
+            return raw
 
 
 def _get(node, dotted: str):

@@ -38,7 +38,7 @@ def make_setup(env: MultiAgentEnv, env_params, cfg: MAPPOConfig) -> Setup:
         raise ValueError(f"env: mappo needs a Discrete action space per agent, got {space!r}")
     plan = config.plan(cfg)
     net = network.MultiAgentActorCritic(space.n, tuple(cfg.hidden), cfg.activation)
-    sched = optim.per_update(plan.num_updates, plan.grad_steps_per_update, cfg.anneal_lr)
+    sched = optim.schedule(cfg.optim, plan.num_updates, plan.grad_steps_per_update)
     return Setup(training_env(env), env_params, net, cfg, plan, sched, update.make_optimizer(cfg, plan))
 
 
