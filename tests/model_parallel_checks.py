@@ -17,6 +17,7 @@ import os
 os.environ["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4"
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
+import dataclasses  # noqa: E402
 import functools  # noqa: E402
 import json  # noqa: E402
 import time  # noqa: E402
@@ -26,7 +27,7 @@ import numpy as np  # noqa: E402
 import optax  # noqa: E402
 from jax.sharding import NamedSharding, PartitionSpec as P  # noqa: E402
 
-from jaxrl.algos.contract import ModelParams, leaves_under  # noqa: E402
+from jaxrl.algos.contract import LMHooks, ModelParams, leaves_under  # noqa: E402
 from jaxrl.models.lm import LM, LMConfig, LoRAParams, RopeConfig, token_logprobs  # noqa: E402
 from jaxrl.models.lm.memory import estimate_memory  # noqa: E402
 from jaxrl.parallel import sharding  # noqa: E402
@@ -211,7 +212,7 @@ def trainer_checks() -> dict:
     except config_lib.ConfigError as exc:
         out["undeclared_error"] = str(exc)
     declared = ModelParams(leaves=functools.partial(leaves_under, names=("params", "opt_state")))
-    layout = trainer.make_layout(cfg, built._replace(program=built.program._replace(model_params=declared)), keys)
+    layout = trainer.make_layout(cfg, built._replace(program=dataclasses.replace(built.program, lm=LMHooks(model_params=declared))), keys)
     flat = {jax.tree_util.keystr(p): str(s.spec) for p, s in jax.tree_util.tree_flatten_with_path(layout.state)[0]}
     out["trainer_specs"] = flat
     return out

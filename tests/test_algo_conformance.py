@@ -156,7 +156,7 @@ def _sabotaged(monkeypatch, update=None, init=None):
 
     def build(envs, cfg):
         program = fake.make_fake(envs, cfg)
-        return program._replace(update=update or program.update, init=init or program.init)
+        return dataclasses.replace(program, update=update or program.update, init=init or program.init)
 
     from jaxrl.algos import registry
 

@@ -104,7 +104,7 @@ def test_auto_is_the_vector_path_and_algorithms_use_it():
     assert isinstance(train_env, VectorEnv) and train_env.num_envs == 20
     for path, kind in (("auto", VectorEnv), ("autoreset", VmapEnv)):
         program = program_on(dqn, env, params, dqn.DQNConfig(num_envs=4), vector=path)
-        assert isinstance(program.init.args[0].env, kind)  # the Setup the program is bound to
+        assert isinstance(program.init_with.args[0].env, kind)  # the Setup the program is bound to
 
 
 def test_bad_path_is_rejected_in_one_line():

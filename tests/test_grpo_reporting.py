@@ -78,9 +78,9 @@ def test_token_labels_say_sampled_reward_tokens_and_held_out_greedy_exact_match(
     lines = eval_lib.format_summary(eval_lib.summarise(scores, built.program.report)).splitlines()
     assert lines[0].startswith("eval held-out greedy reward ") and "0.583" in lines[0]
     assert lines[1].startswith("eval held-out greedy exact match ") and "0.333" in lines[1]
-    assert built.program.curve == Curve("return_mean", "sampled reward")
+    assert built.program.monitor.curve == Curve("return_mean", "sampled reward")
     records = log_lib.read_metrics(os.path.join(result.run_dir, "metrics.jsonl"))
-    assert log_lib.curve_labels(records, built.program.curve, "tokens") == (
+    assert log_lib.curve_labels(records, built.program.monitor.curve, "tokens") == (
         "return_mean", "sampled reward (return_mean)", "tokens (per seed)")
     assert log_lib.curve_labels(records, None, "env steps")[2] == "env steps (per seed)"
 

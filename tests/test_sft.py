@@ -249,7 +249,7 @@ def test_grpo_init_from_an_sft_run_starts_from_its_weights(sft_run, task, lora):
     # GRPO's policy log-probs of a demonstration are the SFT model's
     t, p, (prompts, completions) = task
     obs = jnp.asarray(np.concatenate([prompts[:4], completions[:4]], axis=1))
-    policy = built.program.init.args[0].policy
+    policy = built.program.init_with.args[0].policy
     glogp, _ = policy.token_logp(grpo.update.acting_params(one), obs, obs[:, prompts.shape[1]:], jnp.float32(1.0))
     base, adapters = src.frozen, src.params  # the SFT run's own state
     hidden = sft.losses.completion_hidden(lora[0].model, base, adapters, obs[:, : prompts.shape[1]], obs[:, prompts.shape[1]:], 397)

@@ -89,16 +89,13 @@ def _fake_init_with(cfg: FakeConfig, key, hyper) -> FakeState:
 
 def make_fake(envs, cfg: FakeConfig) -> Program:
     return Program(
-        init=functools.partial(_fake_init, cfg),
         update=functools.partial(_fake_update, cfg),
         evaluate=functools.partial(_fake_evaluate, cfg),
         plan=Plan(num_updates=cfg.num_updates, env_steps_per_update=16, grad_steps_per_update=1),
         batch_axes=replicated_axes,
-        batch=None,
-        policy=None,
         report=EvalReport({"episode_returns": "deterministic", "episode_returns_stochastic": "stochastic"}),
         hyperparams=dict,
-        init_with=functools.partial(_fake_init_with, cfg),
+        init_with=functools.partial(_fake_init_with, cfg),  # init(key) = init_with(key, hyperparams())
     )
 
 

@@ -9,10 +9,11 @@ An algorithm is one :class:`AlgoEntry` (registered by name, built-in or from a p
 * ``build(envs, cfg) -> Program``: the pure program for one configured run, given the
   :class:`EnvSetup` (the env, its training and evaluation params, an optional curriculum).
 
-A :class:`Program` carries the pure functions (``init``, ``update``, ``evaluate``), the
-static counts (:class:`Plan`), which axes of the train state are the batch (for sharding),
-the acting :class:`Policy` (eval, render, export), and the :class:`EvalReport` (which arrays
-of ``evaluate``'s output are per-episode scores). The config loader, the chunked trainer,
+A :class:`Program` carries the pure functions (``init_with``, ``update``, ``evaluate``;
+``init`` is derived), the static counts (:class:`Plan`), which axes of the train state are
+the batch (for sharding) and the :class:`EvalReport` (which arrays of ``evaluate``'s output
+are per-episode scores); optional: the acting :class:`Policy` (eval, render, export),
+``load_params``, a :class:`Monitor` and :class:`LMHooks`. The config loader, the chunked trainer,
 checkpoints, eval, render and sharding read only these types, never an algorithm's fields
 or module. ``docs/writing_an_algorithm.md`` walks through a complete example.
 """
@@ -21,6 +22,8 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import inspect
+import warnings
 from typing import Any, Callable, NamedTuple
 
 import jax
@@ -166,32 +169,24 @@ class ModelParams(NamedTuple):
     export: Callable[[Any, str, bool], str] | None = None
 
 
-class Program(NamedTuple):
-    """One configured algorithm as pure functions (see the module docstring).
+class Monitor(NamedTuple):
+    """What the trainer shows and watches besides the return (optional).
 
     Attributes:
-      init: ``init(key) -> state``, a pytree holding everything the run depends on.
-      update: ``update(state) -> (state, metrics)``, one full update; ``metrics`` a flat
-        dict of float32 scalars with the same keys every call.
-      evaluate: ``evaluate(state, key) -> metrics``, jittable; holds the ``report`` arrays.
-      plan: the static counts.
-      batch_axes: ``batch_axes(state) -> pytree of int`` with the state's structure: per
-        leaf, the axis that carries the env batch (``-1``: replicated). Applied to the
-        abstract state; seeds are vmapped in front by the trainer.
-      batch: the config count that must divide over the devices (``None``: nothing to split).
-      policy: acting outside training, or ``None`` if the algorithm cannot act alone.
-      report: which arrays of ``evaluate``'s output are per-episode scores.
-      hyperparams: ``hyperparams(**values) -> pytree`` of traced hyperparameters;
-        ``init_with(key, hyper)`` starts a run with them (sweeps: ``vmap`` over both).
-      init_with: ``init_with(key, hyper) -> state``.
-      samples: ``samples(state, key, num) -> list[str]``, a few printable episodes
-        (``jaxrl eval``, transcripts of token tasks), or ``None``.
-      load_params: ``load_params(fresh, trained) -> state``: the fresh state ``init`` made,
-        starting from the learned parameters of ``trained`` (a state of the same
-        algorithm and network) with its own optimiser, envs and counters (``jaxrl train
-        --init-from RUN``), or ``None`` if the algorithm cannot.
       curve: the training metric of progress bars and curves (``None``: the return).
       alerts: signs of a stalled run the trainer reports once (:class:`Alert`).
+    """
+
+    curve: Curve | None = None
+    alerts: tuple = ()
+
+
+class LMHooks(NamedTuple):
+    """What a language-model run adds (optional; GRPO on token tasks, SFT).
+
+    Attributes:
+      samples: ``samples(state, key, num) -> list[str]``, a few printable episodes
+        (``jaxrl eval``, transcripts of token tasks), or ``None``.
       rollouts: ``rollouts(state, key, n, r) -> dict``, host-side (one seed's state): ``r``
         sampled episodes on each of ``n`` held-out prompts plus a greedy one, as numpy
         arrays and transcripts (``jaxrl eval -n N -r R``; the keys are listed in
@@ -200,23 +195,147 @@ class Program(NamedTuple):
         ``None``: the algorithm runs with ``mesh.model: 1`` only.
     """
 
-    init: Callable[[jax.Array], State]
+    samples: Callable[[State, jax.Array, int], list[str]] | None = None
+    rollouts: Callable[[State, jax.Array, int, int], dict] | None = None
+    model_params: ModelParams | None = None
+
+
+class DerivedInit:
+    """``init(key) = init_with(key, hyperparams())``: :attr:`Program.init` unless one is given.
+
+    Equal to another made from the same two functions, so a rebuilt program reuses jit caches.
+    """
+
+    __slots__ = ("init_with", "hyperparams", "__weakref__")
+
+    def __init__(self, init_with: Callable[[jax.Array, Any], State], hyperparams: Callable[..., Any]):
+        self.init_with, self.hyperparams = init_with, hyperparams
+
+    def __call__(self, key: jax.Array) -> State:
+        return self.init_with(key, self.hyperparams())
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, DerivedInit) and (other.init_with, other.hyperparams) == (self.init_with, self.hyperparams)
+
+    def __hash__(self) -> int:
+        return hash((self.init_with, self.hyperparams))
+
+    def __repr__(self) -> str:
+        return f"DerivedInit({self.init_with!r}, {self.hyperparams!r})"
+
+
+#: Releases: the one that grouped :class:`Program`'s optional fields, and the one that drops the old spellings.
+MOVED_IN, REMOVED_IN = "0.5.0", "0.6.0"
+#: 0.4.0 fields of :class:`Program` now in a record: old name -> the field holding that record.
+MOVED_FIELDS = {"curve": "monitor", "alerts": "monitor", "samples": "lm", "rollouts": "lm", "model_params": "lm"}
+_RECORDS = {"monitor": Monitor, "lm": LMHooks}
+#: 0.4.0's field order, for positional construction the old way.
+_FIELDS_040 = ("init", "update", "evaluate", "plan", "batch_axes", "batch", "policy", "report", "hyperparams",
+               "init_with", "samples", "load_params", "curve", "alerts", "rollouts", "model_params")
+
+
+def _deprecated(old: str, new: str) -> None:
+    warnings.warn(f"{old} is deprecated since jaxrl {MOVED_IN} and goes away in {REMOVED_IN}: {new}",
+                  DeprecationWarning, stacklevel=3)
+
+
+@dataclasses.dataclass(frozen=True, init=False, eq=False)
+class Program:
+    """One configured algorithm as pure functions (see the module docstring).
+
+    Every algorithm gives the first seven; the rest are optional capabilities.
+
+    Attributes:
+      update: ``update(state) -> (state, metrics)``, one full update; ``metrics`` a flat
+        dict of float32 scalars with the same keys every call.
+      evaluate: ``evaluate(state, key) -> metrics``, jittable; holds the ``report`` arrays.
+      plan: the static counts.
+      batch_axes: ``batch_axes(state) -> pytree of int`` with the state's structure: per
+        leaf, the axis that carries the env batch (``-1``: replicated). Applied to the
+        abstract state; seeds are vmapped in front by the trainer.
+      report: which arrays of ``evaluate``'s output are per-episode scores.
+      hyperparams: ``hyperparams(**values) -> pytree`` of traced hyperparameters.
+      init_with: ``init_with(key, hyper) -> state``, a pytree holding everything the run
+        depends on, started with ``hyper`` (sweeps: ``vmap`` over both).
+      batch: the config count that must divide over the devices (``None``: nothing to split).
+      policy: acting outside training (eval, render, export), or ``None``.
+      load_params: ``load_params(fresh, trained) -> state``: the fresh state ``init`` made,
+        starting from the learned parameters of ``trained`` (a state of the same
+        algorithm and network) with its own optimiser, envs and counters (``jaxrl train
+        --init-from RUN``), or ``None`` if the algorithm cannot.
+      monitor: the training curve and stall alerts (:class:`Monitor`).
+      lm: transcripts, sampled rollouts and model-axis parameters (:class:`LMHooks`).
+      init: ``init(key) -> state``; derived, ``init_with(key, hyperparams())``
+        (:class:`DerivedInit`).
+
+    The 0.4.0 spellings still work until 0.6.0, with a ``DeprecationWarning`` naming the
+    new one: the keywords and attributes ``samples``, ``rollouts``, ``model_params``
+    (now in ``lm``), ``curve``, ``alerts`` (in ``monitor``), an ``init=`` of one's own,
+    0.4.0's positional order, and ``_replace`` (use :func:`dataclasses.replace`).
+    """
+
     update: Callable[[State], tuple[State, Metrics]]
     evaluate: Callable[[State, jax.Array], Metrics]
     plan: Plan
     batch_axes: Callable[[State], Any]
-    batch: BatchSize | None
-    policy: Policy | None
     report: EvalReport
     hyperparams: Callable[..., Any]
     init_with: Callable[[jax.Array, Any], State]
-    samples: Callable[[State, jax.Array, int], list[str]] | None = None
+    batch: BatchSize | None = None
+    policy: Policy | None = None
     load_params: Callable[[State, State], State] | None = None
-    curve: Curve | None = None
-    alerts: tuple = ()
-    rollouts: Callable[[State, jax.Array, int, int], dict] | None = None
-    model_params: ModelParams | None = None
+    monitor: Monitor = Monitor()
+    lm: LMHooks = LMHooks()
+    init: Callable[[jax.Array], State] | None = None
 
+    def __init__(self, *args, **kwargs):
+        names = [f.name for f in dataclasses.fields(self)]
+        if len(args) > 3 and isinstance(args[3], Plan) and not isinstance(args[2], Plan):
+            _deprecated("Program's 0.4.0 positional order", f"pass keywords ({', '.join(names[:7])}, ...)")
+            names = list(_FIELDS_040)
+        if len(args) > len(names):
+            raise TypeError(f"Program takes at most {len(names)} positional arguments, got {len(args)}")
+        for name, value in zip(names, args):
+            if name in kwargs:
+                raise TypeError(f"Program got multiple values for {name!r}")
+            kwargs[name] = value
+        for old, record in MOVED_FIELDS.items():
+            if old in kwargs:
+                _deprecated(f"Program({old}=...)", f"pass {record}={_RECORDS[record].__name__}({old}=...)")
+                kwargs[record] = kwargs.get(record, _RECORDS[record]())._replace(**{old: kwargs.pop(old)})
+        if not isinstance(kwargs.get("init"), (DerivedInit, type(None))):
+            _deprecated("Program(init=...)", "drop init=; it is derived as init_with(key, hyperparams())")
+        unknown = sorted(set(kwargs) - {f.name for f in dataclasses.fields(self)})
+        missing = [f.name for f in dataclasses.fields(self) if f.default is dataclasses.MISSING and f.name not in kwargs]
+        if unknown or missing:
+            raise TypeError(f"Program: unknown field(s) {unknown}, missing {missing}")
+        for f in dataclasses.fields(self):
+            object.__setattr__(self, f.name, kwargs.get(f.name, f.default))
+        if isinstance(self.init, (DerivedInit, type(None))):  # derived again, from this program's functions
+            object.__setattr__(self, "init", DerivedInit(self.init_with, self.hyperparams))
+
+    def _replace(self, **changes) -> "Program":
+        """0.4.0's ``NamedTuple`` method: :func:`dataclasses.replace` with the old keywords too."""
+        _deprecated("Program._replace", "use dataclasses.replace(program, ...)")
+        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        for old, record in MOVED_FIELDS.items():  # an old keyword edits its record, not a stale copy
+            if old in changes:
+                fields[record] = changes.pop(record, fields[record])._replace(**{old: changes.pop(old)})
+        return Program(**{**fields, **changes})
+
+    def __getattr__(self, name: str):  # only for names that are not fields: 0.4.0's moved ones
+        record = MOVED_FIELDS.get(name)
+        if record is None:
+            raise AttributeError(f"'Program' object has no attribute {name!r}")
+        _deprecated(f"Program.{name}", f"read Program.{record}.{name}")
+        return getattr(object.__getattribute__(self, record), name)
+
+
+Program.__signature__ = inspect.Signature([  # what help() and editors show: the 0.5.0 keywords
+    inspect.Parameter(f.name, inspect.Parameter.POSITIONAL_OR_KEYWORD if f.name != "init" else inspect.Parameter.KEYWORD_ONLY,
+                      default=inspect.Parameter.empty if f.default is dataclasses.MISSING else f.default, annotation=f.type)
+    for f in dataclasses.fields(Program)
+])
 
 def leaves_under(state: State, names: tuple[str, ...]) -> Any:
     """A :attr:`ModelParams.leaves` mask: ``True`` on the leaves of ``state`` whose path

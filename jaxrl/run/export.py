@@ -117,7 +117,7 @@ def export_hf(run_dir: str, out_dir: str, seed: int = 0, step: int | None = None
     from jaxrl.run.evaluate import load_run
 
     cfg, built, states, _ = load_run(run_dir, step=step)
-    declared = built.program.model_params
+    declared = built.program.lm.model_params
     if declared is None or declared.export is None:
         raise ConfigError(f"{run_dir!r}: {cfg.algo} on {cfg.env.id} trained no language model to export")
     if not 0 <= int(seed) < cfg.train.seeds:

@@ -100,6 +100,16 @@ def _gib(n: int) -> str:
     return f"{n / 2**30:,.1f} GiB" if n >= 2**30 else f"{n / 2**20:,.1f} MiB" if n >= 2**20 else f"{n / 2**10:,.1f} KiB"
 
 
+def _seeds(n: int) -> str:
+    return f"{n:,} seed{'s' if n > 1 else ''}"
+
+
+def not_enough_memory(need: str, have: int, where: str, lower: str, per: str = "available") -> ResourceError:
+    """The one shape of every memory refusal: what needs how much (``need``), the memory
+    ``have`` of ``where`` (``per``: "available", or "per device"), and what to ``lower``."""
+    return ResourceError(f"not enough memory: {need}, more than the {_gib(have)} of {where} {per}; lower {lower}")
+
+
 def config_floor(cfg, built=None) -> tuple[int, str, str] | None:
     """``(parameters, how, keys)``: a lower bound on the trained parameters of one seed,
     from the algorithm config's sizes alone (nothing traced), or ``None`` when it has none.
@@ -145,11 +155,10 @@ def check_config_floor(cfg, built=None, available: tuple[int, str] | None = None
     have, where = available or available_memory(cfg.devices)
     if need <= have:
         return
-    seeds = cfg.train.seeds
-    raise ResourceError(
-        f"not enough memory: the {cfg.algo} network has at least {params:,} parameters ({how}, from the config), "
-        f"at least {_gib(need)} as float32 with Adam's two moments for {seeds:,} seed{'s' if seeds > 1 else ''}, "
-        f"more than the {_gib(have)} of {where} available; lower {keys} or train.seeds"
+    raise not_enough_memory(
+        f"the {cfg.algo} network has at least {params:,} parameters ({how}, from the config), "
+        f"at least {_gib(need)} as float32 with Adam's two moments for {_seeds(cfg.train.seeds)}",
+        have, where, f"{keys} or train.seeds",
     )
 
 
@@ -174,7 +183,7 @@ def check_memory(cfg, built, available: tuple[int, str] | None = None) -> None:
     have, where = available or available_memory(cfg.devices)
     check_config_floor(cfg, built, (have, where))
     state, evaluation = estimate_bytes(cfg, built)
-    declared = built.program.model_params
+    declared = built.program.lm.model_params
     if declared is not None and declared.estimate is not None:  # a model's own estimate, per device
         from jaxrl.parallel.sharding import resolve_devices
 
@@ -183,21 +192,17 @@ def check_memory(cfg, built, available: tuple[int, str] | None = None) -> None:
         est = declared.estimate(max(1, n_dev // model), model, cfg.mesh.strategy)
         per_device = have // max(1, n_dev) if where != "host memory" else have
         if est.total * cfg.train.seeds > per_device:
-            raise ResourceError(
-                f"not enough memory: one update needs {_gib(est.total * cfg.train.seeds)} per device "
-                f"({est.parts()}; {est.setup}), more than the {_gib(per_device)} of {where} per device; "
-                f"lower {cfg.algo}.num_prompts, use {cfg.algo}.micro_batches, LoRA, bfloat16 or mesh.model"
+            raise not_enough_memory(
+                f"one update needs {_gib(est.total * cfg.train.seeds)} per device ({est.parts()}; {est.setup})",
+                per_device, where, f"{cfg.algo}.num_prompts, use {cfg.algo}.micro_batches, LoRA, bfloat16 or mesh.model",
+                per="per device",
             )
     if state + evaluation <= have:
         return
-    seeds = cfg.train.seeds
-    parts = f"the train state of {seeds:,} seed{'s' if seeds > 1 else ''} needs {_gib(state)}"
+    parts = f"the train state of {_seeds(cfg.train.seeds)} needs {_gib(state)}"
     if evaluation:
         parts += f" and evaluation {_gib(evaluation)}"
-    raise ResourceError(
-        f"not enough memory: {parts}, more than the {_gib(have)} of {where} available; "
-        f"lower train.seeds or the sizes in the {cfg.algo} section"
-    )
+    raise not_enough_memory(parts, have, where, f"train.seeds or the sizes in the {cfg.algo} section")
 
 
 def check_compiled_memory(cfg, compiled, n_devices: int = 1, available: tuple[int, str] | None = None) -> None:
@@ -217,12 +222,10 @@ def check_compiled_memory(cfg, compiled, n_devices: int = 1, available: tuple[in
     have, where = available or available_memory(cfg.devices)
     if need <= have:
         return
-    seeds = cfg.train.seeds
-    raise ResourceError(
-        f"not enough memory: one chunk of {seeds:,} seed{'s' if seeds > 1 else ''} needs {_gib(need)} "
-        f"(train state {_gib(state * max(1, n_devices))}, rollout and update buffers {_gib(max(0, temps) * max(1, n_devices))}, "
-        f"from the compiled program), more than the {_gib(have)} of {where} available; "
-        f"lower train.seeds or the batch sizes in the {cfg.algo} section"
+    raise not_enough_memory(
+        f"one chunk of {_seeds(cfg.train.seeds)} needs {_gib(need)} (train state {_gib(state * max(1, n_devices))}, "
+        f"rollout and update buffers {_gib(max(0, temps) * max(1, n_devices))}, from the compiled program)",
+        have, where, f"train.seeds or the batch sizes in the {cfg.algo} section",
     )
 
 

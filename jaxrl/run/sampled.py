@@ -2,7 +2,7 @@
 
 As ``vf-eval -n -r`` does: ``r`` completions (dialogues) sampled at the run's sampling
 temperature for each of ``n`` held-out prompts, by the program's
-:attr:`~jaxrl.algos.contract.Program.rollouts` hook. The summary reports the sampled
+:attr:`~jaxrl.algos.contract.LMHooks.rollouts` hook. The summary reports the sampled
 reward's mean and std over all ``n * r`` completions, each prompt's mean, pass@k for
 ``k = 1, 2, 4, ... <= r`` (and ``r``) with the unbiased estimator of Chen et al. (2021),
 the greedy score on the same prompts, and a few whole transcripts. A completion counts as

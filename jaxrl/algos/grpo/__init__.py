@@ -13,15 +13,15 @@ discrete actions an MLP, so GRPO also trains CartPole. :data:`ENTRY` registers
 from __future__ import annotations
 
 import functools
-import os
 
 import jax
 import jax.numpy as jnp
 
 from jaxrl.algos.common import lm as common_lm
+from jaxrl.algos.common import lm_program
 from jaxrl.algos.common.masks import action_mask_fn, mask_logits
 from jaxrl.algos.contract import (
-    Alert, AlgoEntry, BatchSize, Curve, EnvSetup, EvalReport, ModelParams, Plan, Policy, Program, leaves_under, no_carry,
+    Alert, AlgoEntry, BatchSize, Curve, EnvSetup, LMHooks, ModelParams, Monitor, Plan, Policy, Program, no_carry,
     replicated_axes,
 )
 from jaxrl.algos.grpo import config, evaluate, losses, policy, rollout, update
@@ -52,11 +52,6 @@ def rollout_length(env: Environment, env_params, cfg: GRPOConfig) -> int:
     return int(limit)
 
 
-def _lm_dtype(cfg: GRPOConfig):
-    """The compute dtype of ``grpo.model.dtype``."""
-    return common_lm.lm_dtype(cfg.model.dtype)
-
-
 def _lora_config(cfg: GRPOConfig):
     """``grpo.model.lora`` as a :class:`jaxrl.models.lm.LoRAConfig` (``None``: full fine-tuning)."""
     return common_lm.lora_config(cfg.model.lora)
@@ -79,36 +74,7 @@ def model_params(cfg: GRPOConfig, seq_len: int = 0) -> ModelParams | None:
     reference) and the optimiser moments that mirror them; ``None`` for the small networks."""
     if cfg.model.policy != "hf":
         return None
-    import json
-
-    from jaxrl.models import lm
-
-    file = os.path.join(cfg.model.path, "config.json")
-    with open(file, encoding="utf-8") as f:
-        c = lm.LMConfig.from_hf(json.load(f), source=file)
-    leaves = functools.partial(leaves_under, names=("params", "ref_params", "frozen", "opt_state"))
-    return ModelParams(leaves, c.num_heads, c.num_kv_heads, functools.partial(_memory, c, cfg, seq_len),
-                       functools.partial(export_hf, cfg))
-
-
-def export_hf(cfg: GRPOConfig, state: GRPOState, out_dir: str, adapters_only: bool = False) -> str:
-    """One seed's trained model (``state``, unbatched) as a Hugging Face directory: the base
-    with LoRA merged, or the full fine-tuned weights, in the checkpoint's dtype, with the
-    source's config, generation config and tokenizer files; ``adapters_only``: PEFT's
-    ``adapter_config.json`` and ``adapter_model.safetensors`` (LoRA runs only)."""
-    from jaxrl.models import lm
-
-    m = cfg.model
-    model, base = lm.load_lm(m.path, dtype=_lm_dtype(cfg))
-    lcfg = _lora_config(cfg)
-    if lcfg is None:
-        if adapters_only:
-            raise ValueError("adapters only: this run fine-tuned every weight (grpo.model.lora.rank 0); export the whole model")
-        weights = jax.tree_util.tree_map(lambda w, b: jnp.asarray(w, b.dtype), state.params, base)
-        return lm.save_hf(out_dir, model, weights, source=m.path)
-    if adapters_only:
-        return lm.save_peft(out_dir, model, state.params, lcfg, os.path.abspath(m.path))
-    return lm.save_hf(out_dir, model, state.frozen, lora=state.params, lora_config=lcfg, source=m.path)
+    return lm_program.model_params(cfg, "grpo", ("params", "ref_params", "frozen", "opt_state"), _memory, seq_len)
 
 
 def _memory(lm_config, cfg: GRPOConfig, seq_len: int, data: int, model: int, strategy: str):
@@ -169,30 +135,13 @@ def _params(state: GRPOState):
 
 def _acting_policy(envs: EnvSetup, cfg: GRPOConfig) -> Policy | None:
     """Acting outside training: the MLP policy of a control env; token tasks have none
-    (their episodes are shown as transcripts, :attr:`Program.samples`)."""
+    (their episodes are shown as transcripts, :attr:`LMHooks.samples`)."""
     if isinstance(envs.env, TokenTask):
         return None
     n_actions = envs.env.action_space(envs.params).n
     model = MLPPolicy(n_actions, tuple(cfg.model.hidden))
     mask_fn = action_mask_fn(envs.env, envs.params, cfg.action_mask)
     return Policy(envs.env, _params, no_carry, functools.partial(_mlp_act, model, mask_fn=mask_fn))
-
-
-def _info_keys(envs: EnvSetup) -> set:
-    return set(jax.eval_shape(envs.env.reset, jax.random.PRNGKey(0), envs.eval_params)[1].info)
-
-
-def _report(envs: EnvSetup, info: set) -> EvalReport:
-    token = isinstance(envs.env, TokenTask)
-    scores = {"episode_returns": "greedy"}
-    phrases = {"episode_returns": "held-out greedy reward" if token else "greedy return"}
-    if "exact_match" in info:
-        scores["episode_returns_exact_match"] = "exact match"
-        phrases["episode_returns_exact_match"] = "held-out greedy exact match" if token else "greedy exact match"
-    for name, phrase in envs.env.eval_scores if token else ():
-        scores[f"episode_returns_{name}"] = name
-        phrases[f"episode_returns_{name}"] = f"held-out greedy {phrase}"
-    return EvalReport(scores, metric="reward" if token else "return", phrases=phrases)
 
 
 #: What to try when groups stop carrying a gradient (docs/rlvr.md, "When training stalls").
@@ -223,27 +172,28 @@ def build(envs: EnvSetup, cfg: GRPOConfig) -> Program:
     """The GRPO family on ``envs.env`` as a :class:`~jaxrl.algos.contract.Program`."""
     setup = make_setup(envs, cfg)
     token = isinstance(envs.env, TokenTask)
-    info = _info_keys(envs)  # the env's info keys (exact_match?)
+    info = lm_program.info_keys(envs.env, envs.eval_params)  # exact_match?
     steps_per_update = cfg.sampling.oversample * cfg.num_prompts * cfg.group_size * setup.num_steps
     plan = Plan(cfg.num_updates, steps_per_update, cfg.num_epochs * cfg.num_minibatches,
                 step_unit="tokens" if token else "env steps")
+    lm = LMHooks(
+        samples=functools.partial(evaluate.samples, setup),
+        rollouts=functools.partial(evaluate.sampled_rollouts, setup),
+        model_params=model_params(cfg, envs.env.dialogue_len),
+    ) if token else LMHooks(model_params=model_params(cfg))
     return Program(
-        init=functools.partial(update.init, setup),
         update=functools.partial(evaluate.update_and_evaluate if cfg.eval_every else update.update, setup),
         evaluate=functools.partial(evaluate.evaluate, setup),
         plan=plan,
         batch_axes=replicated_axes,  # prompt groups are born inside the update and pinned there
-        batch=BatchSize("num_prompts", cfg.num_prompts, "prompt groups"),
-        policy=_acting_policy(envs, cfg),
-        report=_report(envs, info),
+        report=lm_program.greedy_report(envs.env, info, token),
         hyperparams=functools.partial(hyperparams, cfg),
         init_with=functools.partial(update.init, setup),
-        samples=functools.partial(evaluate.samples, setup) if token else None,
+        batch=BatchSize("num_prompts", cfg.num_prompts, "prompt groups"),
+        policy=_acting_policy(envs, cfg),
         load_params=load_params,
-        curve=Curve("return_mean", "sampled reward" if token else "sampled return"),
-        alerts=alerts(envs, cfg, info),
-        rollouts=functools.partial(evaluate.sampled_rollouts, setup) if token else None,
-        model_params=model_params(cfg, envs.env.dialogue_len if token else 0),
+        monitor=Monitor(Curve("return_mean", "sampled reward" if token else "sampled return"), alerts(envs, cfg, info)),
+        lm=lm,
     )
 
 

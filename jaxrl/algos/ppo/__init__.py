@@ -16,10 +16,11 @@ from typing import Any
 import jax
 
 from jaxrl.algos.common import masks
+from jaxrl.algos.common.assemble import env_batch, episode_cap
 from jaxrl.algos.common.envs import batched_env, env_batch_axes
 from jaxrl.algos.common.network import conv_fields
 from jaxrl.algos.contract import (
-    AlgoEntry, BatchSize, EnvSetup, EvalReport, Policy, Program, no_carry, replicated_axes,
+    AlgoEntry, EnvSetup, EvalReport, Policy, Program, no_carry, replicated_axes,
 )
 from jaxrl.algos.ppo import acting, config, evaluate, losses, update
 from jaxrl.algos.ppo.config import PPOConfig, PPOHyperparams, hyperparams
@@ -110,15 +111,6 @@ def make_setup(env: Environment, env_params: Any, cfg: PPOConfig, vector: str = 
     return Setup(train_env, env_params, network, cfg, plan, schedule, update.make_optimizer(cfg, plan))
 
 
-def _eval_max_steps(env: Environment, env_params: Any, cfg: PPOConfig) -> int:
-    if cfg.eval_max_steps is not None:
-        return cfg.eval_max_steps
-    limit = env.episode_bound(env_params)
-    if limit is None:
-        raise ValueError(f"eval_max_steps: {env.name} has no episode bound (max_steps_in_episode or a fixed horizon); set eval_max_steps")
-    return int(limit)
-
-
 def batch_axes(state: PPOTrainState) -> PPOTrainState:
     """The env batch is axis 0 of the env states, observations, return accumulators and
     a recurrent torso's memory."""
@@ -172,19 +164,17 @@ def build(envs: EnvSetup, cfg: PPOConfig) -> Program:
     setup = make_setup(envs.env, envs.params, cfg, envs.vector)
     eval_env = VmapEnv(agent_env(envs.env, envs.params, cfg), 2 * cfg.eval_episodes)
     network = setup.network
+    max_steps = episode_cap(envs.env, envs.eval_params, cfg.eval_max_steps)
     return Program(
-        init=functools.partial(update.init, setup),
         update=functools.partial(update.update, setup),
-        evaluate=functools.partial(
-            evaluate.evaluate, setup, eval_env, envs.eval_params, _eval_max_steps(envs.env, envs.eval_params, cfg)
-        ),
+        evaluate=functools.partial(evaluate.evaluate, setup, eval_env, envs.eval_params, max_steps),
         plan=setup.plan,
         batch_axes=batch_axes,
-        batch=BatchSize("num_envs", cfg.num_envs, "envs"),
-        policy=_policy(envs, cfg, network),
         report=EvalReport({"episode_returns": "deterministic", "episode_returns_stochastic": "stochastic"}),
         hyperparams=functools.partial(hyperparams, cfg),
         init_with=functools.partial(update.init, setup),
+        batch=env_batch(cfg),
+        policy=_policy(envs, cfg, network),
         load_params=load_params,
     )
 

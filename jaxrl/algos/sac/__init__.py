@@ -12,16 +12,13 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Any
-
-import jax
+import operator
 
 from jaxrl.algos.common import replay
-from jaxrl.algos.common.acting import episode_returns, eval_max_steps
-from jaxrl.algos.common.envs import batched_env, env_batch_axes
-from jaxrl.algos.contract import (
-    AlgoEntry, BatchSize, EnvSetup, EvalReport, Policy, Program, check, no_carry, replicated_axes,
-)
+from jaxrl.algos.common.acting import eval_max_steps
+from jaxrl.algos.common.assemble import env_and_buffer_axes, env_batch, greedy_returns, no_curriculum
+from jaxrl.algos.common.envs import batched_env
+from jaxrl.algos.contract import AlgoEntry, EnvSetup, EvalReport, Policy, Program, check, no_carry
 from jaxrl.algos.sac import config, losses, update
 from jaxrl.algos.sac.config import SACConfig, hyperparams
 from jaxrl.algos.sac.update import SACState, Setup
@@ -42,28 +39,11 @@ def _deterministic(actor: SquashedGaussianActor, params, obs, key):
     return actor.apply(params, obs).mode()
 
 
-def evaluate(actor, eval_env, eval_params, max_steps: int, state: SACState, key) -> dict:
-    """Undiscounted returns of deterministic episodes (:func:`~jaxrl.algos.common.acting.episode_returns`)."""
-    act_fn = functools.partial(_deterministic, actor, state.learner.actor)
-    return episode_returns(act_fn, eval_env, eval_params, max_steps, key)
-
-
-def batch_axes(state: SACState) -> SACState:
-    """Env batch: axis 0 of the env states and observations, axis 1 of the buffer's data."""
-    return replicated_axes(state).replace(
-        env=env_batch_axes(state.env), buffer=replay.batch_axes(state.buffer)
-    )
-
-
-def _params(state: SACState) -> Any:
-    return state.learner.actor
-
-
 def build(envs: EnvSetup, cfg: SACConfig) -> Program:
     """SAC on ``envs.env`` as a :class:`~jaxrl.algos.contract.Program`."""
     space = envs.env.action_space(envs.params)
     check(isinstance(space, spaces.Box), "env", f"sac needs a Box action space, got {space!r}")
-    check(envs.curriculum is None, "env.curriculum", "sac runs no curriculum")
+    no_curriculum(envs, "sac")
     action_dim = int(math.prod(space.shape))
     replay.check_memory(cfg.buffer_size, update.example_transition(envs.env, envs.params, action_dim), "buffer_size")
     obs_ndim = max(len(envs.env.observation_space(envs.params).shape), 1)
@@ -75,17 +55,18 @@ def build(envs: EnvSetup, cfg: SACConfig) -> Program:
                   -cfg.target_entropy_scale * action_dim)
     eval_env = VmapEnv(agent_env, cfg.eval_episodes)
     max_steps = eval_max_steps(envs.eval_params, cfg.eval_max_steps)
+    params = operator.attrgetter("learner.actor")
     return Program(
-        init=functools.partial(update.init, setup),
         update=functools.partial(update.update, setup),
-        evaluate=functools.partial(evaluate, actor, eval_env, envs.eval_params, max_steps),
+        evaluate=functools.partial(greedy_returns, functools.partial(_deterministic, actor), params, eval_env,
+                                   envs.eval_params, max_steps),
         plan=config.plan(cfg),
-        batch_axes=batch_axes,
-        batch=BatchSize("num_envs", cfg.num_envs, "envs"),
-        policy=Policy(agent_env, _params, no_carry, functools.partial(act, actor)),
+        batch_axes=env_and_buffer_axes,
         report=EvalReport({"episode_returns": "deterministic"}),
         hyperparams=functools.partial(hyperparams, cfg),
         init_with=functools.partial(update.init, setup),
+        batch=env_batch(cfg),
+        policy=Policy(agent_env, params, no_carry, functools.partial(act, actor)),
     )
 
 

@@ -14,16 +14,14 @@ greedily and scores them with the task's verifier, as GRPO's does. One concern p
 from __future__ import annotations
 
 import functools
-import json
 import os
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 
 from jaxrl.algos.common import lm as common_lm
+from jaxrl.algos.common import lm_program
 from jaxrl.algos.contract import (
-    AlgoEntry, BatchSize, Curve, EnvSetup, EvalReport, ModelParams, Plan, Program, leaves_under, replicated_axes,
+    AlgoEntry, BatchSize, Curve, EnvSetup, LMHooks, ModelParams, Monitor, Plan, Program, replicated_axes,
 )
 from jaxrl.algos.sft import config, evaluate, losses, update
 from jaxrl.algos.sft.config import SFTConfig, hyperparams
@@ -101,69 +99,33 @@ def _memory(lm_config, cfg: SFTConfig, seq_len: int, data: int, model: int, stra
     )
 
 
-def export_hf(cfg: SFTConfig, state: SFTState, out_dir: str, adapters_only: bool = False) -> str:
-    """One seed's trained model as a Hugging Face directory (LoRA merged, or the full
-    weights in the checkpoint's dtype); ``adapters_only``: PEFT's adapter files."""
-    from jaxrl.models import lm
-
-    m = cfg.model
-    model, base = lm.load_lm(m.path, dtype=common_lm.lm_dtype(m.dtype))
-    lcfg = common_lm.lora_config(m.lora)
-    if lcfg is None:
-        if adapters_only:
-            raise ValueError("adapters only: this run fine-tuned every weight (sft.model.lora.rank 0); export the whole model")
-        return lm.save_hf(out_dir, model, jax.tree_util.tree_map(lambda w, b: jnp.asarray(w, b.dtype), state.params, base),
-                          source=m.path)
-    if adapters_only:
-        return lm.save_peft(out_dir, model, state.params, lcfg, os.path.abspath(m.path))
-    return lm.save_hf(out_dir, model, state.frozen, lora=state.params, lora_config=lcfg, source=m.path)
-
-
 def model_params(cfg: SFTConfig, seq_len: int) -> ModelParams:
     """The leaves a ``model`` mesh axis splits: the weights, frozen or trained, and Adam's moments."""
-    from jaxrl.models import lm
-
-    file = os.path.join(cfg.model.path, "config.json")
-    with open(file, encoding="utf-8") as f:
-        c = lm.LMConfig.from_hf(json.load(f), source=file)
-    leaves = functools.partial(leaves_under, names=("params", "frozen", "opt_state"))
-    return ModelParams(leaves, c.num_heads, c.num_kv_heads, functools.partial(_memory, c, cfg, seq_len),
-                       functools.partial(export_hf, cfg))
-
-
-def _report(env: TokenTask, info: set) -> EvalReport:
-    scores, phrases = {"episode_returns": "greedy"}, {"episode_returns": "held-out greedy reward"}
-    if "exact_match" in info:
-        scores["episode_returns_exact_match"] = "exact match"
-        phrases["episode_returns_exact_match"] = "held-out greedy exact match"
-    for name, phrase in env.eval_scores:
-        scores[f"episode_returns_{name}"] = name
-        phrases[f"episode_returns_{name}"] = f"held-out greedy {phrase}"
-    return EvalReport(scores, metric="reward", phrases=phrases)
+    return lm_program.model_params(cfg, "sft", ("params", "frozen", "opt_state"), _memory, seq_len)
 
 
 def build(envs: EnvSetup, cfg: SFTConfig, data: tuple[np.ndarray, np.ndarray] | None = None) -> Program:
     """SFT on ``envs.env``'s demonstrations as a :class:`~jaxrl.algos.contract.Program`."""
     setup = make_setup(envs, cfg, data)
     env = setup.env
-    info = set(jax.eval_shape(env.reset, jax.random.PRNGKey(0), envs.eval_params)[1].info)
+    info = lm_program.info_keys(env, envs.eval_params)
     tokens = cfg.batch_size * (env.prompt_len + env.max_turn_tokens)
     return Program(
-        init=functools.partial(update.init, setup),
         update=functools.partial(update.update, setup),
         evaluate=functools.partial(evaluate.evaluate, setup),
         plan=Plan(cfg.num_updates, tokens, 1, step_unit="tokens"),
         batch_axes=replicated_axes,  # the batch is gathered inside the update
-        batch=BatchSize("batch_size", cfg.batch_size, "demonstrations"),
-        policy=None,
-        report=_report(env, info),
+        report=lm_program.greedy_report(env, info, token=True),
         hyperparams=functools.partial(hyperparams, cfg),
         init_with=functools.partial(update.init, setup),
-        samples=functools.partial(evaluate.samples, setup),
+        batch=BatchSize("batch_size", cfg.batch_size, "demonstrations"),
         load_params=load_params,
-        curve=Curve("loss", "training loss (completion tokens)"),
-        rollouts=functools.partial(evaluate.sampled_rollouts, setup),
-        model_params=model_params(cfg, env.prompt_len + env.max_turn_tokens),
+        monitor=Monitor(Curve("loss", "training loss (completion tokens)")),
+        lm=LMHooks(
+            samples=functools.partial(evaluate.samples, setup),
+            rollouts=functools.partial(evaluate.sampled_rollouts, setup),
+            model_params=model_params(cfg, env.prompt_len + env.max_turn_tokens),
+        ),
     )
 
 
