@@ -17,7 +17,8 @@ import functools
 import jax
 
 from jaxrl.algos.common import optim
-from jaxrl.algos.contract import AlgoEntry, BatchSize, EnvSetup, EvalReport, Policy, Program, no_carry, replicated_axes
+from jaxrl.algos.common.assemble import env_batch, episode_cap
+from jaxrl.algos.contract import AlgoEntry, EnvSetup, EvalReport, Policy, Program, no_carry, replicated_axes
 from jaxrl.algos.mappo import config, evaluate, network, update
 from jaxrl.algos.mappo.config import IPPOConfig, MAPPOConfig, hyperparams
 from jaxrl.algos.mappo.update import MAPPOState, Setup
@@ -55,32 +56,23 @@ def act(setup: Setup, params, carry, obs, key, deterministic: bool):
     return carry, dist.mode() if deterministic else dist.sample(key)
 
 
-def _eval_max_steps(envs: EnvSetup, cfg: MAPPOConfig) -> int:
-    if cfg.eval_max_steps is not None:
-        return cfg.eval_max_steps
-    bound = envs.env.episode_bound(envs.eval_params)
-    if bound is None:
-        raise ValueError(f"eval_max_steps: {envs.env.name} has no episode bound; set eval_max_steps")
-    return int(bound)
-
-
 def build(envs: EnvSetup, cfg: MAPPOConfig) -> Program:
     """MAPPO / IPPO on ``envs.env`` as a :class:`~jaxrl.algos.contract.Program`."""
     if envs.curriculum is not None:
         raise ValueError("env.curriculum: mappo does not run a curriculum; remove it")
     setup = make_setup(envs.env, envs.params, cfg)
+    max_steps = episode_cap(envs.env, envs.eval_params, cfg.eval_max_steps)
     return Program(
-        init=functools.partial(update.init, setup),
         update=functools.partial(update.update, setup),
-        evaluate=functools.partial(evaluate.evaluate, setup, envs.env, envs.eval_params, _eval_max_steps(envs, cfg)),
+        evaluate=functools.partial(evaluate.evaluate, setup, envs.env, envs.eval_params, max_steps),
         plan=setup.plan,
         batch_axes=batch_axes,
-        batch=BatchSize("num_envs", cfg.num_envs, "envs"),
-        policy=Policy(envs.env, lambda s: s.params, no_carry, functools.partial(act, setup)),
         report=EvalReport({"episode_returns": "deterministic", "episode_returns_stochastic": "stochastic"},
                           metric="team return"),
         hyperparams=functools.partial(hyperparams, cfg),
         init_with=functools.partial(update.init, setup),
+        batch=env_batch(cfg),
+        policy=Policy(envs.env, lambda s: s.params, no_carry, functools.partial(act, setup)),
         load_params=lambda fresh, trained: fresh.replace(params=trained.params),
     )
 
