@@ -307,3 +307,33 @@ def format_rate(rate: float) -> str:
     if rate >= 1e3:
         return f"{rate / 1e3:.1f}k"
     return f"{rate:.0f}"
+
+
+def train_and_evaluate(train: Callable, evaluate: Callable, key) -> tuple[Any, Any, Any]:
+    """One seed's training, then its evaluation: ``(training curve [U] of episode returns,
+    deterministic eval returns [E], stochastic eval returns [E])``; vmap it over keys."""
+    import jax
+
+    train_key, eval_key = jax.random.split(key)
+    state, metrics = train(train_key)
+    ev = evaluate(state, eval_key)
+    return metrics["episode_return"], ev["episode_returns"], ev["episode_returns_stochastic"]
+
+
+def ppo_recipe(config_path: str | Path, total_env_steps: int):
+    """``(run config, PPO config at total_env_steps per seed, program, run)`` of a PPO recipe
+    YAML, built on the env object (no run directory): ``run(key)`` is
+    :func:`train_and_evaluate` of that program, for ``jax.vmap`` over seed keys."""
+    import functools
+
+    import jaxrl
+    from jaxrl.algos import ppo
+    from jaxrl.algos.common.train import program_on, train_on
+    from jaxrl.run.config import load_config
+
+    cfg = load_config(str(config_path))
+    acfg = dataclasses.replace(cfg.algo_config, total_env_steps=total_env_steps)
+    env, params = jaxrl.make(cfg.env.id)
+    program = program_on(ppo, env, params, acfg)
+    train = train_on(ppo, env, params, acfg)
+    return cfg, acfg, program, functools.partial(train_and_evaluate, train, program.evaluate)

@@ -60,28 +60,13 @@ def _emit(record: dict) -> None:
 # ------------------------------------------------------------------------- MinAtar: jaxrl
 def child_minatar_jaxrl(steps: int, seeds: int) -> dict:
     t_start = _now()
-    import dataclasses
-
     import jax
     import numpy as np
 
-    import jaxrl
-    from jaxrl.algos import ppo
-    from jaxrl.algos.common.train import COMPILER_OPTIONS, program_on, train_on
-    from jaxrl.run.config import load_config
+    from bench import common
+    from jaxrl.algos.common.train import COMPILER_OPTIONS
 
-    cfg = load_config(str(MINATAR_CFG))
-    acfg = dataclasses.replace(cfg.algo_config, total_env_steps=steps)
-    env, params = jaxrl.make(cfg.env.id)
-    program = program_on(ppo, env, params, acfg)
-    train = train_on(ppo, env, params, acfg)
-
-    def run(key):
-        train_key, eval_key = jax.random.split(key)
-        state, metrics = train(train_key)
-        ev = program.evaluate(state, eval_key)
-        return metrics["episode_return"], ev["episode_returns"], ev["episode_returns_stochastic"]
-
+    cfg, acfg, program, run = common.ppo_recipe(MINATAR_CFG, steps)
     keys = jax.random.split(jax.random.PRNGKey(0), seeds)
     t0 = _now()
     compiled = jax.jit(jax.vmap(run), compiler_options=COMPILER_OPTIONS).lower(keys).compile()

@@ -37,28 +37,13 @@ RECIPES = {
 def child(recipe: str, steps: int, seeds: int) -> dict:
     """One recipe in this process: compile, run, evaluate; a JSON-able record."""
     t_start = time.perf_counter()
-    import dataclasses
-
     import jax
     import numpy as np
 
-    import jaxrl
-    from jaxrl.algos import ppo
-    from jaxrl.algos.common.train import COMPILER_OPTIONS, program_on, train_on
-    from jaxrl.run.config import load_config
+    from bench import common
+    from jaxrl.algos.common.train import COMPILER_OPTIONS
 
-    cfg = load_config(str(RECIPES[recipe]))
-    acfg = dataclasses.replace(cfg.algo_config, total_env_steps=steps)
-    env, params = jaxrl.make(cfg.env.id)
-    program = program_on(ppo, env, params, acfg)
-    train = train_on(ppo, env, params, acfg)
-
-    def run(key):
-        train_key, eval_key = jax.random.split(key)
-        state, metrics = train(train_key)
-        ev = program.evaluate(state, eval_key)
-        return metrics["episode_return"], ev["episode_returns"], ev["episode_returns_stochastic"]
-
+    cfg, acfg, program, run = common.ppo_recipe(RECIPES[recipe], steps)
     keys = jax.random.split(jax.random.PRNGKey(0), seeds)
     t0 = time.perf_counter()
     compiled = jax.jit(jax.vmap(run), compiler_options=COMPILER_OPTIONS).lower(keys).compile()

@@ -6,6 +6,9 @@ Everything that moved is listed here, in one place:
   the modules their names live in now. ``import jaxrl.env`` and ``from jaxrl.env import
   Environment`` give the same objects as ``jaxrl.core.env`` and a ``DeprecationWarning``
   naming the new path; ``jaxrl.render`` (an attribute of the package) does the same.
+* :data:`MOVED_NAMES` -- names that left a module which still exists (``jaxrl eval``'s
+  handler left ``jaxrl.run.evaluate``); the old module's ``__getattr__`` forwards them with
+  the same warning (:func:`moved_name`).
 * :data:`RENAMED_KEYS` -- config keys that were renamed; a config (or ``--set``) using the
   old spelling is read as the new one with a ``FutureWarning`` (shown to command-line users,
   who cannot act on a ``DeprecationWarning`` they never see).
@@ -56,6 +59,16 @@ MOVED_MODULES: dict[str, tuple[str, ...]] = {
 
 #: Modules that moved in a later release than :data:`MOVED_IN`: (moved in, removed in).
 MOVED_LATER: dict[str, tuple[str, str]] = {"jaxrl.adapters.reset_pool": ("0.4.0", "0.5.0")}
+
+#: ``old module.name`` -> ``(new module.name, moved in, removed in)`` for names that left a
+#: module which still exists; that module's ``__getattr__`` calls :func:`moved_name`.
+MOVED_NAMES: dict[str, tuple[str, str, str]] = {
+    **{
+        f"jaxrl.run.evaluate.{name}": (f"jaxrl.run.eval_command.{name}", "0.5.0", "0.6.0")
+        for name in ("main_eval", "main_sampled", "main_remote", "main_render", "check_render_args")
+    },
+    "jaxrl.cli.check_env_main": ("jaxrl.run.check_command.main_check_env", "0.5.0", "0.6.0"),
+}
 
 #: Old paths that are still public under the same name, so they load without a warning
 #: (``jaxrl.spaces`` is re-exported by the package: ``from jaxrl.spaces import Box`` is fine).
@@ -191,6 +204,21 @@ def package_attribute(name: str):
     if old not in SILENT:
         warnings.warn(moved_message(old), DeprecationWarning, stacklevel=3)
     return shim(old)
+
+
+def moved_name(module: str, name: str):
+    """``module.name`` for a name of :data:`MOVED_NAMES` (from its new module, with a
+    ``DeprecationWarning``); ``AttributeError`` for any other name."""
+    entry = MOVED_NAMES.get(f"{module}.{name}")
+    if entry is None:
+        raise AttributeError(f"module {module!r} has no attribute {name!r}")
+    new, moved, removed = entry
+    new_module, _, new_name = new.rpartition(".")
+    warnings.warn(
+        f"{module}.{name} moved to {new} in jaxrl {moved}; the old path goes away in {removed}",
+        DeprecationWarning, stacklevel=3,
+    )
+    return getattr(importlib.import_module(new_module), new_name)
 
 
 # ------------------------------------------------------------------------------------------

@@ -138,25 +138,7 @@ def _add_check_env(sub) -> None:
     p.add_argument("--envs", type=int, default=16, help="envs in the random rollout (default 16)")
     p.add_argument("--seed", type=int, default=0, help="PRNG seed (default 0)")
     p.add_argument("--only", metavar="CHECK[,CHECK]", help="run just these checks (comma-separated names)")
-    p.set_defaults(func=check_env_main)
-
-
-def check_env_main(args: argparse.Namespace) -> int:
-    """``jaxrl check-env ENV_ID [--steps N] [--envs N] [--seed S] [--only A,B]``: 0 if every
-    check passed, 1 if one failed, 2 for an unknown id or bad arguments."""
-    import jax
-
-    from jaxrl.core import registry
-    from jaxrl.core.check import check_env
-
-    only = [name.strip() for name in args.only.split(",") if name.strip()] if getattr(args, "only", None) else None
-    try:
-        env, params = registry.make(args.env_id)
-        report = check_env(env, params, num_steps=args.steps, num_envs=args.envs, key=jax.random.PRNGKey(args.seed), only=only)
-    except (KeyError, ValueError, TypeError) as exc:
-        print(f"jaxrl check-env: {exc.args[0] if exc.args else exc}", file=sys.stderr)
-        return 2
-    return 0 if report.passed else 1
+    p.set_defaults(func=_lazy("jaxrl.run.check_command", "main_check_env"))
 
 
 # ------------------------------------------------------------ train / eval / render
@@ -202,7 +184,7 @@ def _add_eval(sub) -> None:
         "--remote", metavar="URL",
         help="step the policy against an env served at URL (e.g. ws://host:8000 from `jaxrl serve`), host-stepped",
     )
-    p.set_defaults(func=_lazy("jaxrl.run.evaluate", "main_eval"))
+    p.set_defaults(func=_lazy("jaxrl.run.eval_command", "main_eval"))
 
 
 def _add_render(sub) -> None:
@@ -214,7 +196,7 @@ def _add_render(sub) -> None:
     p.add_argument("--seed", type=int, default=0, help="PRNG seed of the episode")
     p.add_argument("--fps", type=int, default=30, help="frames per second of the GIF, >= 1 (default 30)")
     p.add_argument("--step", type=count, metavar="N", help="roll checkpoint N (updates done) instead of the newest")
-    p.set_defaults(func=_lazy("jaxrl.run.evaluate", "main_render"))
+    p.set_defaults(func=_lazy("jaxrl.run.eval_command", "main_render"))
 
 
 def _add_export_hf(sub) -> None:
@@ -410,6 +392,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         code, line = known
         print(_one_line(line), file=sys.stderr)
         return code
+
+
+def __getattr__(name: str):
+    """Handlers that moved out of this module (``check_env_main``), with a warning."""
+    from jaxrl import _compat
+
+    return _compat.moved_name(__name__, name)
 
 
 def _end_process(code: int) -> None:

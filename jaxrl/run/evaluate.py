@@ -1,4 +1,5 @@
-"""Evaluate and render a trained run: ``jaxrl eval RUN_DIR`` and ``jaxrl render RUN_DIR``.
+"""Evaluating and rendering a trained run, as library functions (the commands ``jaxrl eval``
+and ``jaxrl render`` are their callers in :mod:`jaxrl.run.eval_command`).
 
 Evaluation runs the program's own ``evaluate(state, key)`` (jitted, vmapped over the run's
 seeds) and summarises the per-episode arrays its :class:`~jaxrl.algos.contract.EvalReport`
@@ -12,8 +13,9 @@ and exact match). The summary of each pools the episodes of all seeds and report
   returns the same).
 
 Rendering rolls one episode of seed 0's policy with the program's acting
-:class:`~jaxrl.algos.contract.Policy` and writes a GIF through :mod:`jaxrl.core.render`; an
-algorithm without one (a token task) prints transcripts of its episodes instead.
+:class:`~jaxrl.algos.contract.Policy` into frames through :mod:`jaxrl.core.render` (an
+algorithm without one, a token task, has transcripts instead: :func:`sample_lines`). Remote
+evaluation steps that policy from this host against an OpenEnv server (:func:`remote_returns`).
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from jaxrl.run import config as config_lib
 from jaxrl.run.build import Built, build, seed_keys
 from jaxrl.run.checkpoint import Checkpoints
 from jaxrl.run.config import ConfigError, RunConfig
-from jaxrl.run.files import CHECKPOINT_DIR, CONFIG_FILE, EVAL_FILE
+from jaxrl.run.files import CHECKPOINT_DIR, CONFIG_FILE
 
 EVAL_SEED_OFFSET = 1_000_003  # eval keys never coincide with a training seed's key
 
@@ -231,51 +233,6 @@ def _recorded_config(ckpts: Checkpoints, step: int, fallback: RunConfig) -> RunC
         raise CheckpointCorrupt(step, ckpts.directory, f"its recorded config is not valid: {exc}") from None
 
 
-def main_eval(args) -> int:
-    """``jaxrl eval RUN_DIR [--episodes N]``: print and write ``eval.json``; failures raise
-    and reach the one-line handler of :func:`jaxrl.cli.main`."""
-    from jaxrl.run import guards, rundir
-
-    out_path = os.path.join(args.run_dir, EVAL_FILE)
-    rundir.refuse_link(out_path)  # before the work, not after it
-    guards.check_seed(args.seed, "--seed", guards.MAX_SEED - EVAL_SEED_OFFSET)
-    if getattr(args, "remote", None):
-        return main_remote(args, out_path)
-    n, r = getattr(args, "prompts", None), getattr(args, "rollouts", None)
-    if n is not None or r is not None:
-        return main_sampled(args, out_path, n, r)
-    cfg, built, states, step = load_run(args.run_dir, args.episodes, getattr(args, "step", None))
-    summary = evaluate_run(built, states, seed=args.seed)
-    summary["checkpoint_update"] = step
-    write_summary(summary, out_path)
-    print(format_summary(summary))
-    for line in sample_lines(built, states, seed=args.seed):
-        print(line)
-    return 0
-
-
-def main_sampled(args, out_path: str, n: int | None, r: int | None) -> int:
-    """``jaxrl eval RUN -n N -r R`` (:mod:`jaxrl.run.sampled`): print it and add it to
-    ``eval.json`` under ``"sampled"`` (the file's other entries are kept)."""
-    from jaxrl.run import sampled
-
-    if n is None or r is None:
-        raise ConfigError("-n/--prompts and -r/--rollouts go together: e.g. jaxrl eval RUN -n 64 -r 8")
-    if n < 1 or r < 1:
-        raise ConfigError(f"-n/--prompts and -r/--rollouts: must be >= 1, got -n {n} -r {r}")
-    if args.episodes is not None:
-        raise ConfigError("--episodes does not apply with -n/-r (the prompts are -n)")
-    cfg, built, states, step = load_run(args.run_dir, step=getattr(args, "step", None))
-    if built.program.rollouts is None:
-        raise ConfigError(f"-n/-r: {cfg.algo} on {cfg.env.id} has no held-out prompts to sample (token-task runs only)")
-    first = jax.tree_util.tree_map(lambda x: x[0], states)
-    key = jax.random.PRNGKey(args.seed + EVAL_SEED_OFFSET)
-    summary = {**sampled.summarise(built.program.rollouts(first, key, n, r)), "checkpoint_update": step, "seed_of_run": 0}
-    merge_summary(out_path, "sampled", summary)
-    print(sampled.format_sampled(summary))
-    return 0
-
-
 def remote_action_map(policy_space, remote: dict):
     """``policy action -> action the server takes``: identity, or for a policy acting in a
     box of other bounds (PPO's ``[-1, 1]``) a clip and an affine map onto the server's box
@@ -332,43 +289,6 @@ def _fresh_actor(policy, agent, step):
     return act
 
 
-def main_remote(args, out_path: str) -> int:
-    """``jaxrl eval RUN --remote URL``: the run's deterministic policy against a served env
-    (``jaxrl serve`` or any OpenEnv server speaking jaxrl's observation shape), stepped from
-    this host; the summary goes into ``eval.json`` under ``"remote"``."""
-    from jaxrl.interop import openenv
-
-    if getattr(args, "prompts", None) is not None or getattr(args, "rollouts", None) is not None:
-        raise ConfigError("--remote does not combine with -n/-r")
-    cfg, built, states, step = load_run(args.run_dir, step=getattr(args, "step", None))
-    policy = built.program.policy
-    if policy is None:
-        raise ConfigError(f"--remote: {cfg.algo} on {cfg.env.id} has no acting policy to step a remote env with")
-    episodes = args.episodes if args.episodes is not None else int(getattr(cfg.algo_config, "eval_episodes", 10))
-    if episodes < 2:
-        raise ConfigError(f"--episodes: need at least 2 episodes for a confidence interval, got {episodes}")
-    try:
-        schema = openenv.schema(args.remote)
-    except (ConnectionError, ValueError) as exc:
-        raise ConfigError(f"--remote: {exc}") from None
-    remote_space = (schema.get("action") or {}).get("x-jaxrl-space")
-    if not remote_space:
-        raise ConfigError(f"--remote {args.remote}: the server's /schema names no x-jaxrl-space (not a jaxrl serve server)")
-    action_map = remote_action_map(policy.env.action_space(built.envs.eval_params), remote_space)
-    obs_space = policy.env.observation_space(built.envs.eval_params)
-    agent = policy.params(jax.tree_util.tree_map(lambda x: x[0], states))
-    act = functools.partial(_fresh_actor, policy, agent, jax.jit(functools.partial(_act, policy, agent, True)))
-    try:
-        returns = remote_returns(act, args.remote, episodes, args.seed + EVAL_SEED_OFFSET, np.dtype(obs_space.dtype), action_map)
-    except (ConnectionError, openenv.OpenEnvError, TimeoutError) as exc:
-        raise ConfigError(f"--remote {args.remote}: {exc}") from None
-    stats = {**return_stats(returns), "label": "remote deterministic return"}
-    summary = {"policies": {"deterministic": stats}, "metric": "return", "remote": args.remote, "checkpoint_update": step}
-    merge_summary(out_path, "remote", summary)
-    print(format_summary(summary))
-    return 0
-
-
 def sample_lines(built: Built, states: Any, seed: int = 0, num: int = 5) -> list[str]:
     """The program's printable episodes (GRPO: held-out prompts with greedy completions and
     rewards) for the first seed; empty if it has none."""
@@ -392,14 +312,13 @@ def episode_actor(policy, agent, deterministic: bool = True):
     """``act(key, obs) -> action`` for one episode of ``policy`` (host loop, e.g.
     :func:`jaxrl.core.render.rollout`): the carry starts from ``policy.init_carry`` and is
     threaded from each step to the next (a recurrent policy keeps its memory)."""
-    step = jax.jit(functools.partial(_act, policy, agent, deterministic))
-    carry = [policy.init_carry(agent)]
+    return actor_factory(policy, agent, deterministic)()
 
-    def act(key, obs):
-        carry[0], action = step(carry[0], key, obs)
-        return action
 
-    return act
+def actor_factory(policy, agent, deterministic: bool = True):
+    """``() -> act``: each call a fresh :func:`episode_actor` (a new carry), all sharing one
+    compiled step, for episodes stepped one after another (``jaxrl eval --remote``)."""
+    return functools.partial(_fresh_actor, policy, agent, jax.jit(functools.partial(_act, policy, agent, deterministic)))
 
 
 def render_frames(built: Built, states: Any, steps: int, deterministic: bool = True, seed: int = 0):
@@ -416,39 +335,8 @@ def render_frames(built: Built, states: Any, steps: int, deterministic: bool = T
     return render.rollout_frames(policy.env, built.envs.eval_params, rollout_states)
 
 
-def check_render_args(args) -> None:
-    """``--steps`` and ``--fps`` positive; ``--out`` a file in an existing directory."""
-    for name in ("steps", "fps"):
-        value = getattr(args, name)
-        if value < 1:
-            raise ConfigError(f"--{name}: must be >= 1, got {value}")
-    folder = os.path.dirname(os.path.abspath(args.out))
-    if not os.path.isdir(folder):
-        raise ConfigError(f"--out {args.out!r}: the folder {folder!r} does not exist")
-    if os.path.isdir(args.out):
-        raise ConfigError(f"--out {args.out!r} is a directory; name a .gif file")
+def __getattr__(name: str):
+    """The command handlers that moved to :mod:`jaxrl.run.eval_command` (with a warning)."""
+    from jaxrl import _compat
 
-
-def main_render(args) -> int:
-    """``jaxrl render RUN_DIR --out FILE.gif``; failures raise (see :func:`main_eval`)."""
-    from jaxrl.core import render
-    from jaxrl.run import guards
-
-    check_render_args(args)
-    guards.check_seed(args.seed, "--seed")
-    cfg, built, states, _ = load_run(args.run_dir, step=getattr(args, "step", None))
-    if built.program.policy is None and built.program.samples is not None:
-        print("jaxrl: this run's episodes are token sequences; transcripts instead of frames:")
-        for line in sample_lines(built, states, seed=args.seed):
-            print(line)
-        return 0
-    try:
-        frames = render_frames(built, states, args.steps, not args.stochastic, args.seed)
-    except NotImplementedError as exc:  # the env has no renderer
-        raise ConfigError(f"render: {exc or 'this env does not render'}; `jaxrl eval {args.run_dir}` scores the run without frames") from None
-    render.save_gif(frames, args.out, fps=args.fps)
-    stored = render.gif_frame_count(args.out)
-    merged = len(frames) - stored
-    note = f" ({len(frames)} states; {merged} repeated frames shown by lengthening the previous one)" if merged else ""
-    print(f"jaxrl: wrote {stored} frames ({len(frames) - 1} env steps) to {args.out}{note}")
-    return 0
+    return _compat.moved_name(__name__, name)
