@@ -131,6 +131,20 @@ def test_a_040_run_config_loads_as_the_new_shape():
     assert dqn["dqn"]["optim"] == pytest.approx({**DEFAULTS_040["dqn"], "lr": 0.002, "adam_b1": 0.9, "warmup_updates": 0})
 
 
+@pytest.mark.xfail(strict=True, reason="jaxrl/run/resume.py's check_config_drift compares the raw record; "
+                   "it needs _compat.in_current_spelling(trained) (issue 26 item 5 report)")
+def test_resume_accepts_a_040_checkpoint_record(tmp_path):
+    import io
+
+    from jaxrl.run import resume
+
+    old = {"algo": "ppo", "env": {"id": "CartPole-v1"}, "ppo": PPO_040, "train": {"seed": 0}, "devices": 1, "shard": "auto"}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        cfg = C.config_from_dict(old)  # the run's config.yaml, read through the renaming
+    resume.check_config_drift(cfg, {"meta": {"config": old}}, str(tmp_path), 3, False, True, io.StringIO())
+
+
 BAD = [("lr", -1, "expected > 0, got -1.0"), ("max_grad_norm", 0, "expected > 0, got 0.0"),
        ("adam_eps", 0, "expected > 0, got 0.0"), ("adam_b2", 1.0, "expected 0 <= adam_b2 < 1, got 1.0"),
        ("warmup_updates", -2, "expected an integer >= 0, got -2"), ("lr_end_frac", 1.5, "expected 0 <= lr_end_frac <= 1, got 1.5")]

@@ -40,7 +40,7 @@ class DQNConfig(AlgoConfig):
     epsilon_end: float = 0.05  # exploration rate at the end of the schedule
     exploration_fraction: float = 0.25  # share of the run over which epsilon decays linearly
     # --- optimisation (traced) ---
-    optim: DQNOptim = dataclasses.field(default_factory=DQNOptim)
+    optim: DQNOptim = dataclasses.field(default_factory=DQNOptim)  # the optimiser: every algorithm's keys (jaxrl.algos.common.optim.OptimConfig), DQN's defaults
     gamma: float = 0.99  # discount
     loss: str = "mse"  # static: "mse" (half squared TD error) or "huber" (quadratic within 1, then linear)
     tau: float = 0.02  # target update: target <- tau * online + (1 - tau) * target (1: hard copy)

@@ -49,7 +49,7 @@ class MAPPOConfig(AlgoConfig):
     update_epochs: int = 4  # passes over each batch
     num_minibatches: int = 4  # minibatches per epoch; must divide B * T
     # --- optimisation ---
-    optim: MAPPOOptim = dataclasses.field(default_factory=MAPPOOptim)
+    optim: MAPPOOptim = dataclasses.field(default_factory=MAPPOOptim)  # the optimiser: every algorithm's keys (jaxrl.algos.common.optim.OptimConfig), JaxMARL's defaults
     # --- PPO objective (traced) ---
     gamma: float = 0.99  # discount
     gae_lambda: float = 0.95  # GAE lambda

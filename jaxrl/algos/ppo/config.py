@@ -80,7 +80,7 @@ class PPOConfig(AlgoConfig):
     update_epochs: int = 4  # passes over each batch
     num_minibatches: int = 4  # minibatches per epoch; must divide the batch
     # --- optimisation ---
-    optim: PPOOptim = dataclasses.field(default_factory=PPOOptim)
+    optim: PPOOptim = dataclasses.field(default_factory=PPOOptim)  # the optimiser: every algorithm's keys (jaxrl.algos.common.optim.OptimConfig), PPO's defaults
     # --- PPO objective (traced) ---
     gamma: float = 0.99  # discount
     gae_lambda: float = 0.95  # GAE lambda

@@ -37,7 +37,7 @@ class PQNConfig(AlgoConfig):
     epsilon_end: float = 0.05  # exploration rate at the end of the schedule
     exploration_fraction: float = 0.5  # share of the run over which epsilon decays linearly
     # --- optimisation ---
-    optim: PQNOptim = dataclasses.field(default_factory=PQNOptim)
+    optim: PQNOptim = dataclasses.field(default_factory=PQNOptim)  # the optimiser: every algorithm's keys (jaxrl.algos.common.optim.OptimConfig), PQN's defaults
     gamma: float = 0.99  # discount (traced)
     td_lambda: float = 0.9  # lambda of the Q(lambda) returns (traced)
     # --- the Q-function (static) ---

@@ -34,7 +34,7 @@ class SACConfig(AlgoConfig):
     buffer_size: int = 10_000  # transitions kept, a multiple of num_envs
     learning_starts: int = 256  # env steps (all envs) of uniform random actions before learning
     # --- optimisation (traced) ---
-    optim: SACOptim = dataclasses.field(default_factory=SACOptim)
+    optim: SACOptim = dataclasses.field(default_factory=SACOptim)  # the optimiser: every algorithm's keys (jaxrl.algos.common.optim.OptimConfig), SAC's defaults
     gamma: float = 0.99  # discount
     tau: float = 0.005  # Polyak coefficient of the target critics
     # --- entropy (static) ---
