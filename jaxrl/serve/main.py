@@ -16,6 +16,7 @@ import socket
 import sys
 import types
 
+from jaxrl.run import compile_cache
 from jaxrl.run.config import ConfigError
 
 EXIT_IO = 3
@@ -86,6 +87,7 @@ def main_serve(args) -> int:
         print(f"jaxrl serve needs {exc.name}: pip install 'jaxrl[serve]'", file=sys.stderr)
         return 2
     check_args(args)
+    compile_cache.enable()  # a restarted server loads its buckets' programs
     try:
         sock = bind(args.host, args.port)
     except _Unavailable as exc:
