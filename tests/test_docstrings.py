@@ -6,6 +6,8 @@ like a measurement: a duration (``1.3 ms``, ``0.54 s``), a rate (``24 M steps/s`
 (``10x faster``, ``3.8×``), a share of a whole (``12% of``) or the machine it was taken on
 (``2-core``). Such text goes stale the day the code changes; it belongs in
 ``docs/performance.md`` (or the topic's docs page) with where and how it was measured.
+That every module docstring opens with one sentence naming the module's concept is checked
+with the rest of the module rule in ``tests/test_layers.py``.
 """
 
 from __future__ import annotations
