@@ -59,11 +59,11 @@ def main_sampled(args, out_path: str, n: int | None, r: int | None) -> int:
     if args.episodes is not None:
         raise ConfigError("--episodes does not apply with -n/-r (the prompts are -n)")
     cfg, built, states, step = load_run(args.run_dir, step=getattr(args, "step", None))
-    if built.program.rollouts is None:
+    if built.program.lm.rollouts is None:
         raise ConfigError(f"-n/-r: {cfg.algo} on {cfg.env.id} has no held-out prompts to sample (token-task runs only)")
     first = jax.tree_util.tree_map(lambda x: x[0], states)
     key = jax.random.PRNGKey(args.seed + EVAL_SEED_OFFSET)
-    summary = {**sampled.summarise(built.program.rollouts(first, key, n, r)), "checkpoint_update": step, "seed_of_run": 0}
+    summary = {**sampled.summarise(built.program.lm.rollouts(first, key, n, r)), "checkpoint_update": step, "seed_of_run": 0}
     merge_summary(out_path, "sampled", summary)
     print(sampled.format_sampled(summary))
     return 0
@@ -127,7 +127,7 @@ def main_render(args) -> int:
     check_render_args(args)
     guards.check_seed(args.seed, "--seed")
     cfg, built, states, _ = load_run(args.run_dir, step=getattr(args, "step", None))
-    if built.program.policy is None and built.program.samples is not None:
+    if built.program.policy is None and built.program.lm.samples is not None:
         print("jaxrl: this run's episodes are token sequences; transcripts instead of frames:")
         for line in sample_lines(built, states, seed=args.seed):
             print(line)

@@ -292,10 +292,10 @@ def _fresh_actor(policy, agent, step):
 def sample_lines(built: Built, states: Any, seed: int = 0, num: int = 5) -> list[str]:
     """The program's printable episodes (GRPO: held-out prompts with greedy completions and
     rewards) for the first seed; empty if it has none."""
-    if built.program.samples is None:
+    if built.program.lm.samples is None:
         return []
     first = jax.tree_util.tree_map(lambda x: x[0], states)
-    lines = built.program.samples(first, jax.random.PRNGKey(seed + EVAL_SEED_OFFSET), num)
+    lines = built.program.lm.samples(first, jax.random.PRNGKey(seed + EVAL_SEED_OFFSET), num)
     return ["samples (held-out prompt -> greedy completion):", *("  " + line for line in lines)] if lines else []
 
 
