@@ -322,7 +322,7 @@ def model_specs(mesh: Mesh, state_shapes: Any, strategy: str, declared: ModelPar
     if declared is None:
         raise ValueError(
             f"mesh.model={m}: this algorithm declares no parameters a model axis could split "
-            "(Program.model_params); use mesh.model: 1"
+            "(Program.lm.model_params); use mesh.model: 1"
         )
     heads = (declared.num_heads, declared.num_kv_heads) if declared.num_heads or declared.num_kv_heads else None
     return param_specs(state_shapes, mesh, strategy, declared.leaves(state_shapes), heads)

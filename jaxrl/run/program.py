@@ -114,12 +114,12 @@ def make_layout(cfg: RunConfig, built: Built, keys: jax.Array) -> sharding.Layou
     device): whole seeds per device, no collectives. ``shard: envs`` (or ``auto`` otherwise):
     the leaves the program's ``batch_axes`` marks are split over the devices (its ``batch``
     count must divide), everything else is replicated; ``mesh.model > 1`` splits the leaves
-    the program's ``model_params`` declares. Raises :class:`ConfigError` when ``devices`` is
+    the program's ``lm.model_params`` declares. Raises :class:`ConfigError` when ``devices`` is
     not available or a split does not divide.
     """
     try:
         mesh = sharding.make_mesh(cfg.devices, cfg.mesh.model)
-        specs = sharding.model_specs(mesh, jax.eval_shape(built.program.init, _one_key(keys)), cfg.mesh.strategy, built.program.model_params)
+        specs = sharding.model_specs(mesh, jax.eval_shape(built.program.init, _one_key(keys)), cfg.mesh.strategy, built.program.lm.model_params)
     except ValueError as exc:
         raise ConfigError(str(exc) if str(exc).startswith("mesh.") else f"devices: {exc}") from None
     program = built.program

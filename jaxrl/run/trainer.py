@@ -293,7 +293,7 @@ def _run_locked(cfg, built, keys, layout, chunk, run_dir, resume, evaluate, out,
             pending = compiled_eval[0](local)
     if primary:
         records = log_lib.read_metrics(metrics_path)
-        curve = built.program.curve
+        curve = built.program.monitor.curve
         log_lib.plot_learning_curve(records, os.path.join(run_dir, CURVE_FILE), f"{cfg.algo} on {cfg.env.id}",
                                     curve, built.derived.step_unit)
     if pending is not None:
@@ -351,10 +351,10 @@ def _loop(
     jsonl = log_lib.MetricsLog(metrics_path if primary else os.devnull)
     log = loggers.open_sinks(cfg.train.loggers, os.path.dirname(metrics_path), jsonl, config_lib.config_to_dict(cfg), primary)
     show = cfg.train.progress and primary
-    curve = built.program.curve
+    curve = built.program.monitor.curve
     bar = log_lib.Progress(d.total_env_steps * d.seeds, done * d.env_steps_per_update * d.seeds, show, d.step_unit,
                            curve.label if curve else "return")
-    watch = alerts_lib.Watch(built.program.alerts, os.path.dirname(metrics_path), primary)
+    watch = alerts_lib.Watch(built.program.monitor.alerts, os.path.dirname(metrics_path), primary)
     start = time.perf_counter()
     chunks_since_save = 0
     mesh = trace_mesh(layout)
