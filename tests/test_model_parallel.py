@@ -80,7 +80,7 @@ def test_parameters_and_adam_moments_really_are_split(report):
 
 def test_trainer_applies_the_mesh_key_to_declared_leaves(report):
     assert report["undeclared_error"] == (
-        "mesh.model=2: this algorithm declares no parameters a model axis could split (Program.model_params); "
+        "mesh.model=2: this algorithm declares no parameters a model axis could split (Program.lm.model_params); "
         "use mesh.model: 1")
     specs = report["trainer_specs"]  # PPO, fsdp, params and opt_state declared; seeds in front
     assert specs[".agent.params['params']['actor']['dense_0']['kernel']"] == "P(None, None, 'model')"
