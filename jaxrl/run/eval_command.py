@@ -14,6 +14,7 @@ import os
 import jax
 import numpy as np
 
+from jaxrl.run import compile_cache
 from jaxrl.run.config import ConfigError
 from jaxrl.run.evaluate import (
     EVAL_SEED_OFFSET, actor_factory, evaluate_run, format_summary, load_run, merge_summary, remote_action_map,
@@ -28,6 +29,8 @@ def main_eval(args) -> int:
     """``jaxrl eval RUN_DIR [--episodes N]``: print and write ``eval.json``; failures raise
     and reach the one-line handler of :func:`jaxrl.cli.main`."""
     from jaxrl.run import guards, rundir
+
+    compile_cache.enable()  # before the first compile
 
     out_path = os.path.join(args.run_dir, EVAL_FILE)
     rundir.refuse_link(out_path)  # before the work, not after it
@@ -123,6 +126,8 @@ def main_render(args) -> int:
     """``jaxrl render RUN_DIR --out FILE.gif``; failures raise (see :func:`main_eval`)."""
     from jaxrl.core import render
     from jaxrl.run import guards
+
+    compile_cache.enable()
 
     check_render_args(args)
     guards.check_seed(args.seed, "--seed")
