@@ -191,7 +191,7 @@ class Acrobot(Environment):
 
     def render(self, state, params) -> np.ndarray:
         """A 500x500 frame like Gymnasium's: the two links, the joints and the goal bar."""
-        from jaxrl.core import render
+        from jaxrl.core import raster
 
         size = 500
         l1, l2 = float(params.link_length_1), float(params.link_length_2)
@@ -205,10 +205,10 @@ class Acrobot(Environment):
             p1[0] + l2 * math.sin(t1 + t2) * scale,
             p1[1] + l2 * math.cos(t1 + t2) * scale,
         )
-        canvas = render.blank(size, size)
+        canvas = raster.blank(size, size)
         bar_y = centre - 1.0 * scale  # the goal height: 1 m above the fixed joint
-        render.line(canvas, (centre - 2.2 * scale, bar_y), (centre + 2.2 * scale, bar_y), (0, 0, 0), 1)
+        raster.line(canvas, (centre - 2.2 * scale, bar_y), (centre + 2.2 * scale, bar_y), (0, 0, 0), 1)
         for a, b in ((p0, p1), (p1, p2)):
-            render.line(canvas, a, b, (0, 204, 204), 0.2 * scale)
-            render.circle(canvas, a, 0.1 * scale, (204, 204, 0))
+            raster.line(canvas, a, b, (0, 204, 204), 0.2 * scale)
+            raster.circle(canvas, a, 0.1 * scale, (204, 204, 0))
         return canvas

@@ -163,19 +163,19 @@ class CartPole(Environment):
         return spaces.Discrete(2)
 
     def render(self, state, params) -> np.ndarray:
-        from jaxrl.core import render
+        from jaxrl.core import raster
 
         width, height = 600, 400
         world_width = float(params.x_threshold) * 2
         scale = width / world_width
         cart_y = 300  # pixel row of the cart's top (image y grows downwards)
-        canvas = render.blank(height, width)
-        render.line(canvas, (0, cart_y), (width, cart_y), (0, 0, 0), 1)
+        canvas = raster.blank(height, width)
+        raster.line(canvas, (0, cart_y), (width, cart_y), (0, 0, 0), 1)
         cart_x = float(state.x) * scale + width / 2.0
-        render.rect(canvas, cart_x - 25, cart_y - 15, cart_x + 25, cart_y + 15, (0, 0, 0))
+        raster.rect(canvas, cart_x - 25, cart_y - 15, cart_x + 25, cart_y + 15, (0, 0, 0))
         pole_len = scale * 2 * float(params.length)
         theta = float(state.theta)
         tip = (cart_x + pole_len * math.sin(theta), cart_y - 10 - pole_len * math.cos(theta))
-        render.line(canvas, (cart_x, cart_y - 10), tip, (202, 152, 101), 10)
-        render.circle(canvas, (cart_x, cart_y - 10), 5, (129, 132, 203))
+        raster.line(canvas, (cart_x, cart_y - 10), tip, (202, 152, 101), 10)
+        raster.circle(canvas, (cart_x, cart_y - 10), 5, (129, 132, 203))
         return canvas

@@ -79,7 +79,7 @@ def reached_goal(position, velocity, params):
 
 def render_car(position: float, params, flag_position: float) -> np.ndarray:
     """A 600x400 frame like Gymnasium's: the valley, the car and the goal flag."""
-    from jaxrl.core import render
+    from jaxrl.core import raster
 
     width, height = 600, 400
     lo, hi = float(params.min_position), float(params.max_position)
@@ -90,15 +90,15 @@ def render_car(position: float, params, flag_position: float) -> np.ndarray:
         y = (np.sin(3 * pos) * 0.45 + 0.55) * scale + clearance
         return (pos - lo) * scale, height - y
 
-    canvas = render.blank(height, width)
+    canvas = raster.blank(height, width)
     # The track, one pixel column at a time (cheap: no per-segment full-frame passes).
     cols = np.arange(width)
     _, rows = to_pixel(lo + (cols + 0.5) / scale)
     for dy in (-1, 0, 1):
         canvas[np.clip(np.round(rows).astype(int) + dy, 0, height - 1), cols] = 0
     fx, fy = to_pixel(flag_position)
-    render.line(canvas, (fx, fy), (fx, fy - 50), (0, 0, 0), 2)
-    render.rect(canvas, fx, fy - 50, fx + 25, fy - 40, (204, 204, 0))
+    raster.line(canvas, (fx, fy), (fx, fy - 50), (0, 0, 0), 2)
+    raster.rect(canvas, fx, fy - 50, fx + 25, fy - 40, (204, 204, 0))
     # The car: a thick segment along the slope, with two wheels.
     cx, cy = to_pixel(position)
     slope = math.cos(3 * position) * 0.45 * 3  # d height / d position
@@ -106,9 +106,9 @@ def render_car(position: float, params, flag_position: float) -> np.ndarray:
     ux, uy = math.cos(angle), -math.sin(angle)  # along the track, in pixels (y down)
     nx, ny = math.sin(angle), math.cos(angle)  # outward normal is (-nx, -ny)
     body = (cx - nx * 20, cy - ny * 20)
-    render.line(canvas, (body[0] - ux * 20, body[1] - uy * 20), (body[0] + ux * 20, body[1] + uy * 20), (0, 0, 0), 20)
+    raster.line(canvas, (body[0] - ux * 20, body[1] - uy * 20), (body[0] + ux * 20, body[1] + uy * 20), (0, 0, 0), 20)
     for side in (-1, 1):
-        render.circle(canvas, (cx + side * ux * 12 - nx * 6, cy + side * uy * 12 - ny * 6), 6, (128, 128, 128))
+        raster.circle(canvas, (cx + side * ux * 12 - nx * 6, cy + side * uy * 12 - ny * 6), 6, (128, 128, 128))
     return canvas
 
 

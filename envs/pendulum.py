@@ -119,17 +119,17 @@ class Pendulum(Environment):
     def render(self, state, params) -> np.ndarray:
         """A 500x500 frame like Gymnasium's: the rod (upright at theta = 0), the pivot and
         a bar above the pivot showing the last torque (length and side = size and sign)."""
-        from jaxrl.core import render
+        from jaxrl.core import raster
 
         size = 500
         scale = size / 4.4
         c = size / 2.0
         theta = float(state.theta)
         tip = (c + scale * math.sin(theta), c - scale * math.cos(theta))
-        canvas = render.blank(size, size)
-        render.line(canvas, (c, c), tip, (204, 77, 77), 0.2 * scale)
-        render.circle(canvas, (c, c), 0.05 * scale, (0, 0, 0))
+        canvas = raster.blank(size, size)
+        raster.line(canvas, (c, c), tip, (204, 77, 77), 0.2 * scale)
+        raster.circle(canvas, (c, c), 0.05 * scale, (0, 0, 0))
         u = float(state.last_u) / float(params.max_torque)
         if u != 0.0:
-            render.line(canvas, (c, c - 1.5 * scale), (c - u * scale, c - 1.5 * scale), (0, 0, 0), 6)
+            raster.line(canvas, (c, c - 1.5 * scale), (c - u * scale, c - 1.5 * scale), (0, 0, 0), 6)
         return canvas

@@ -87,15 +87,15 @@ def _random_sign(key) -> jax.Array:
 def render_probe(state: ProbeState) -> np.ndarray:
     """A 100x100 frame: a bar up (blue) or down (red) from the midline for ``obs`` in
     [-1, 1], and one dark tick per step taken along the bottom edge."""
-    from jaxrl.core import render
+    from jaxrl.core import raster
 
-    canvas = render.blank(100, 100)
+    canvas = raster.blank(100, 100)
     value = float(np.clip(np.asarray(state.obs)[0], -1.0, 1.0))
-    render.line(canvas, (0, 50), (100, 50), (0, 0, 0), 1)
+    raster.line(canvas, (0, 50), (100, 50), (0, 0, 0), 1)
     color = (66, 110, 220) if value >= 0 else (220, 80, 66)
-    render.rect(canvas, 35, 50, 65, 50 - 40 * value, color)
+    raster.rect(canvas, 35, 50, 65, 50 - 40 * value, color)
     for t in range(min(int(state.time), 24)):
-        render.rect(canvas, 2 + 4 * t, 94, 4 + 4 * t, 98, (40, 40, 40))
+        raster.rect(canvas, 2 + 4 * t, 94, 4 + 4 * t, 98, (40, 40, 40))
     return canvas
 
 

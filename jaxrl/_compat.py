@@ -45,7 +45,7 @@ MOVED_MODULES: dict[str, tuple[str, ...]] = {
     "jaxrl.normalize": ("jaxrl.models.normalize",),
     "jaxrl.prng": ("jaxrl.core.prng",),
     "jaxrl.registry": ("jaxrl.core.registry",),
-    "jaxrl.render": ("jaxrl.core.render",),
+    "jaxrl.render": ("jaxrl.core.render", "jaxrl.core.raster"),
     "jaxrl.rollout": ("jaxrl.core.rollout",),
     "jaxrl.sharding": ("jaxrl.parallel.sharding", "jaxrl.algos.common.batching"),
     "jaxrl.spaces": ("jaxrl.core.spaces",),
@@ -68,6 +68,10 @@ MOVED_NAMES: dict[str, tuple[str, str, str]] = {
         for name in ("main_eval", "main_sampled", "main_remote", "main_render", "check_render_args")
     },
     "jaxrl.cli.check_env_main": ("jaxrl.run.check_command.main_check_env", "0.5.0", "0.6.0"),
+    **{
+        f"jaxrl.core.render.{name}": (f"jaxrl.core.raster.{name}", "0.5.0", "0.6.0")
+        for name in ("Color", "blank", "rect", "circle", "line", "polyline")
+    },
 }
 
 #: Old paths that are still public under the same name, so they load without a warning
@@ -145,6 +149,9 @@ def _forward(targets: tuple[str, ...], old: str, name: str):
     modules = [importlib.import_module(t) for t in targets]
     if name == "__all__":
         return sorted({n for m in modules for n in getattr(m, "__all__", [k for k in vars(m) if not k.startswith("_")])})
+    for module in modules:  # a name defined in a target first: no second (moved-name) warning
+        if name in vars(module):
+            return vars(module)[name]
     for module in modules:
         if hasattr(module, name):
             return getattr(module, name)

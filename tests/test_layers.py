@@ -70,8 +70,6 @@ REVIEWED: dict[str, str] = {
     "section the algorithms load from: one concept, the loaded checkpoint as an algorithm's model",
     "jaxrl/core/wrappers.py": "FrameStack is read by jaxrl.run.build (env.frame_stack), the other wrappers by "
     "the algorithms: one concept, environments around environments, each with one job",
-    "jaxrl/core/render.py": "two concepts, to split: a raster for env render methods (adapters, env suite) "
-    "and rollouts to frames and GIF files (jaxrl render, notebooks); kept while its old path is public",
 }
 
 

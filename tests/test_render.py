@@ -1,9 +1,12 @@
-"""Rendering: every env draws a ``uint8[H, W, 3]`` frame that depends on its state, and a
-rollout turns into a GIF that decodes back to the same number of frames."""
+"""Rendering: every env draws a ``uint8[H, W, 3]`` frame that depends on its state, the
+raster's shapes cover the pixels geometry says, and a rollout turns into a GIF that decodes
+back to the same number of frames."""
 
 from __future__ import annotations
 
 import io
+import sys
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -12,7 +15,7 @@ import pytest
 from PIL import Image
 
 import jaxrl
-from jaxrl.core import render
+from jaxrl.core import raster, render
 
 ENV_IDS = [
     "CartPole-v1",
@@ -117,3 +120,41 @@ def test_gif_frame_count_reports_what_the_file_holds(tmp_path):
     b = np.full((8, 8, 3), 255, np.uint8)
     path = render.save_gif([a, a, a, b, a], str(tmp_path / "x.gif"))
     assert render.gif_frame_count(path) == 3
+
+
+def test_raster_shapes_cover_the_pixels_geometry_says():
+    canvas = raster.blank(20, 30, (1, 2, 3))
+    assert canvas.shape == (20, 30, 3) and canvas.dtype == np.uint8 and np.all(canvas == (1, 2, 3))
+    raster.rect(canvas, 25, 4, 5, 14, (255, 0, 0))  # corners in any order: 20 x 10 pixels
+    red = np.all(canvas == (255, 0, 0), axis=-1)
+    assert red.sum() == 200 and red[4:14, 5:25].all()
+    disc = raster.blank(64, 64)
+    raster.circle(disc, (32, 32), 10, (0, 0, 0))
+    assert abs(np.all(disc == 0, axis=-1).sum() - np.pi * 10**2) < 0.05 * np.pi * 10**2
+    bar = raster.blank(20, 40)
+    raster.line(bar, (5, 10), (35, 10), (0, 0, 0), width=4)  # a 30 x 4 box and two half-discs
+    assert abs(np.all(bar == 0, axis=-1).sum() - (30 * 4 + np.pi * 2**2)) <= 8
+
+
+_MOVED = ("Color", "blank", "rect", "circle", "line", "polyline")
+
+
+@pytest.mark.parametrize("name", _MOVED)
+def test_drawing_names_still_load_from_render_with_a_warning(name):
+    with pytest.warns(DeprecationWarning, match=rf"jaxrl\.core\.render\.{name} moved to jaxrl\.core\.raster\.{name}"):
+        old = getattr(render, name)
+    assert old is getattr(raster, name)
+
+
+def test_old_render_module_path_loads_drawing_names_with_one_warning():
+    """``from jaxrl import render`` (0.1.0) reaches both halves; only the module move warns."""
+    sys.modules.pop("jaxrl.render", None)
+    vars(jaxrl).pop("render", None)
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        from jaxrl import render as old
+
+        assert old.blank is raster.blank and old.show_gif is render.show_gif
+    assert [str(w.message).split(" moved")[0] for w in record] == ["jaxrl.render"]
+    with pytest.raises(AttributeError):
+        render.no_such_name

@@ -37,7 +37,7 @@ import numpy as np
 from flax import struct
 
 from jaxrl.adapters.params import strong_types
-from jaxrl.core import render as render_lib
+from jaxrl.core import raster
 from jaxrl.core import spaces
 from jaxrl.core.multiagent import MultiAgentEnv, ma_timestep
 
@@ -206,20 +206,20 @@ class JaxMARLEnv(MultiAgentEnv):
     def render(self, state, params, size: int = 256):
         """``uint8[size, size, 3]``: MPE agents (blue) and landmarks (grey) in ``[-1.5, 1.5]^2``;
         SMAX units (allies blue, enemies red; dead ones left out) on the map."""
-        canvas = render_lib.blank(size, size)
+        canvas = raster.blank(size, size)
         if self.is_smax:
             inner = state.inner.state
             pos, alive = np.asarray(inner.unit_positions), np.asarray(inner.unit_alive)
             scale, allies = size / float(self.raw.map_width), self.raw.num_allies
             for i in np.flatnonzero(alive):
                 colour = (60, 90, 200) if i < allies else (200, 60, 60)
-                render_lib.circle(canvas, (pos[i, 0] * scale, size - pos[i, 1] * scale), max(2.0, 0.5 * scale), colour)
+                raster.circle(canvas, (pos[i, 0] * scale, size - pos[i, 1] * scale), max(2.0, 0.5 * scale), colour)
             return canvas
         pos, rad, a = np.asarray(state.inner.p_pos), np.asarray(self.raw.rad), self.num_agents
         to_px = lambda p: ((p[0] + 1.5) / 3.0 * size, (1.5 - p[1]) / 3.0 * size)  # noqa: E731
         for i in range(pos.shape[0]):
             colour = (60, 90, 200) if i < a else (150, 150, 150)
-            render_lib.circle(canvas, to_px(pos[i]), max(1.5, rad[i] / 3.0 * size), colour)
+            raster.circle(canvas, to_px(pos[i]), max(1.5, rad[i] / 3.0 * size), colour)
         return canvas
 
     def __repr__(self) -> str:

@@ -1,7 +1,7 @@
 """Frames of physics states without GL: an orthographic projection drawn in numpy.
 
 MuJoCo's renderer needs an OpenGL context (EGL/OSMesa/GLFW), which headless CPU machines
-and CI usually lack, so physics envs render through :mod:`jaxrl.core.render`'s rasteriser:
+and CI usually lack, so physics envs render through :mod:`jaxrl.core.raster`'s rasteriser:
 
 * :func:`render_bodies` draws bodies as discs joined to their parents (Brax states carry
   body positions for every backend);
@@ -21,7 +21,7 @@ from typing import NamedTuple, Sequence
 
 import numpy as np
 
-from jaxrl.core import render
+from jaxrl.core import raster
 
 BACKGROUND = (236, 240, 245)
 GROUND = (205, 200, 190)
@@ -66,11 +66,11 @@ def draw_ground(canvas: np.ndarray, view: View, metres: float) -> None:
     if view.planar:
         return
     height, width = canvas.shape[:2]
-    render.rect(canvas, 0, view.row, width, height, GROUND)
+    raster.rect(canvas, 0, view.row, width, height, GROUND)
     first = math.floor((view.center_a - metres / 2) / 0.5) * 0.5
     for i in range(int(metres / 0.5) + 2):
         x = view.project(np.array([[first + 0.5 * i, 0.0, 0.0]]))[0, 0]
-        render.line(canvas, (x, view.row), (x, view.row + 6), (120, 110, 100), 1)
+        raster.line(canvas, (x, view.row), (x, view.row + 6), (120, 110, 100), 1)
 
 
 def render_bodies(
@@ -79,15 +79,15 @@ def render_bodies(
     """Bodies at ``pos`` float ``[N, 3]`` (metres) as discs joined to their parents
     (``parents[i] < 0`` for none), ``uint8[height, width, 3]``; ``metres`` is the view width."""
     pos = np.asarray(pos, np.float64)
-    canvas = render.blank(height, width, BACKGROUND)
+    canvas = raster.blank(height, width, BACKGROUND)
     view = choose_view(pos, height, width, metres)
     draw_ground(canvas, view, metres)
     points = view.project(pos)
     for i, parent in enumerate(parents):
         if parent >= 0:
-            render.line(canvas, points[parent], points[i], LINK, max(3.0, view.scale * 0.06))
+            raster.line(canvas, points[parent], points[i], LINK, max(3.0, view.scale * 0.06))
     for p in points:
-        render.circle(canvas, p, max(3.0, view.scale * 0.05), BODY)
+        raster.circle(canvas, p, max(3.0, view.scale * 0.05), BODY)
     return canvas
 
 
@@ -112,7 +112,7 @@ def render_geoms(
     xmat = np.asarray(geom_xmat, np.float64).reshape(-1, 3, 3)
     size = np.asarray(geom_size, np.float64)
     solid = [g for g, t in enumerate(geom_type) if t != GEOM_PLANE]
-    canvas = render.blank(height, width, BACKGROUND)
+    canvas = raster.blank(height, width, BACKGROUND)
     view = choose_view(xpos[solid] if solid else xpos, height, width, metres)
     draw_ground(canvas, view, metres)
     for g in solid:
@@ -124,12 +124,12 @@ def _draw_geom(canvas, view: View, kind: int, center, rot, size) -> None:
     if kind in (GEOM_CAPSULE, GEOM_CYLINDER):
         axis = rot[:, 2] * size[1]  # the geom's local z axis, half-length long
         ends = view.project(np.stack([center - axis, center + axis]))
-        render.line(canvas, ends[0], ends[1], LINK, max(2.0, 2 * size[0] * view.scale))
+        raster.line(canvas, ends[0], ends[1], LINK, max(2.0, 2 * size[0] * view.scale))
     elif kind == GEOM_BOX:
         # The box's longest local axis as a thick segment, its second-longest as width.
         order = np.argsort(size)[::-1]
         axis = rot[:, order[0]] * size[order[0]]
         ends = view.project(np.stack([center - axis, center + axis]))
-        render.line(canvas, ends[0], ends[1], BODY, max(2.0, 2 * size[order[1]] * view.scale))
+        raster.line(canvas, ends[0], ends[1], BODY, max(2.0, 2 * size[order[1]] * view.scale))
     else:  # spheres, ellipsoids, meshes: a disc of the first size entry
-        render.circle(canvas, view.project(center)[0], max(2.0, size[0] * view.scale), BODY)
+        raster.circle(canvas, view.project(center)[0], max(2.0, size[0] * view.scale), BODY)
