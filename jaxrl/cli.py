@@ -154,7 +154,7 @@ def _add_train(sub) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("config", nargs="?", help="a YAML run config, e.g. configs/ppo_cartpole.yaml")
-    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config key, e.g. ppo.lr=1e-3")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config key, e.g. ppo.optim.lr=1e-3")
     p.add_argument("--seeds", type=count, help="train N seeds together in one vmapped program")
     p.add_argument("--out", help="run directory (default: <train.out_dir>/<algo>_<env>_<time>)")
     p.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its last checkpoint")

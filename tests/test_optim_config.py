@@ -131,8 +131,6 @@ def test_a_040_run_config_loads_as_the_new_shape():
     assert dqn["dqn"]["optim"] == pytest.approx({**DEFAULTS_040["dqn"], "lr": 0.002, "adam_b1": 0.9, "warmup_updates": 0})
 
 
-@pytest.mark.xfail(strict=True, reason="jaxrl/run/resume.py's check_config_drift compares the raw record; "
-                   "it needs _compat.in_current_spelling(trained) (issue 26 item 5 report)")
 def test_resume_accepts_a_040_checkpoint_record(tmp_path):
     import io
 
