@@ -33,6 +33,16 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxrl.core import spaces
+from jaxrl.core.check_rollout import (  # the rollout the checks read, and tree comparisons
+    Rollout,
+    _bit_equal,
+    _close,
+    _Counted,
+    _float_leaves_finite,
+    _to_numpy,
+    _type_diff,
+    rollout,
+)
 from jaxrl.core.env import Environment, replace_params
 from jaxrl.core.tokens import TokenTask
 
@@ -100,19 +110,17 @@ class CheckReport(Checks):
         width = max(len(c.name) for c in self.checks)
         lines = [f"check_env({self.env_name})"]
         lines += [f"  {c.status}  {c.name:<{width}}  {c.message}" for c in self.checks]
-        n_fail = len(self.failed_names())
         lines.append(
             f"throughput: {self.steps_per_second:,.0f} env steps/s "
             f"({self.num_envs} envs x {self.num_steps} steps, random actions, auto-reset; "
             f"first call incl. compile {self.compile_seconds:.2f} s)"
         )
-        lines.append("result: " + ("all checks passed" if n_fail == 0 else f"{n_fail} check(s) FAILED: {', '.join(self.failed_names())}"))
+        failed = self.failed_names()
+        if failed:
+            lines.append(f"result: {len(failed)} check(s) FAILED: {', '.join(failed)}")
+        else:
+            lines.append("result: all checks passed")
         return "\n".join(lines)
-
-
-from jaxrl.core.check_rollout import (  # the rollout the checks read, and tree comparisons
-    Rollout, _bit_equal, _close, _Counted, _float_leaves_finite, _to_numpy, _type_diff, rollout,
-)
 
 
 # ------------------------------------------------------------------- the checks
@@ -180,12 +188,15 @@ def check_jit(ctx: _Context) -> tuple[str, str]:
     env, params = ctx.env, ctx.params
     ctx.obs_space = env.observation_space(params)
     ctx.act_space = env.action_space(params)
-    ctx.reset_c, ctx.step_c = _Counted(env.reset), _Counted(env.step)
-    ctx.reset_j, ctx.step_j = _jit(ctx, ctx.reset_c), _jit(ctx, ctx.step_c)
+    # The counters wrap the functions jit traces: no_retrace reads them at the end.
+    ctx.reset_c = _Counted(env.reset)
+    ctx.step_c = _Counted(env.step)
+    ctx.reset_j = _jit(ctx, ctx.reset_c)
+    ctx.step_j = _jit(ctx, ctx.step_c)
     ctx.reset_step_b = _jit(ctx, functools.partial(reset_then_step, env))
-    k1, k2, k3 = jax.random.split(ctx.key, 3)
-    state, ts = ctx.reset_j(k1, params)
-    state, ts = ctx.step_j(k2, state, _sample_action(ctx, k3), params)
+    reset_key, step_key, action_key = jax.random.split(ctx.key, 3)
+    state, ts = ctx.reset_j(reset_key, params)
+    state, ts = ctx.step_j(step_key, state, _sample_action(ctx, action_key), params)
     jax.block_until_ready((state, ts))
     return PASS, "reset and step compile and run under jax.jit"
 
@@ -194,23 +205,28 @@ def check_vmap(ctx: _Context) -> tuple[str, str]:
     """``reset``/``step`` under ``vmap`` give a leading batch axis on every leaf and agree
     with unbatched calls (float tolerance 1e-5).
     """
-    params, n = ctx.params, SMALL_BATCH
+    params = ctx.params
+    n = SMALL_BATCH
     k_reset, k_step, k_act = jax.random.split(jax.random.fold_in(ctx.key, 1), 3)
-    reset_keys, step_keys = jax.random.split(k_reset, n), jax.random.split(k_step, n)
+    reset_keys = jax.random.split(k_reset, n)
+    step_keys = jax.random.split(k_step, n)
     actions = jax.vmap(ctx.act_space.sample)(jax.random.split(k_act, n))
     batched = ctx.reset_step_b(reset_keys, step_keys, actions, params)
+
     for what, tree in zip(("reset", "step"), batched):
         for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
             if np.shape(leaf)[:1] != (n,):
-                return FAIL, f"vmapped {what} output {jax.tree_util.keystr(path)} has shape {np.shape(leaf)}, expected leading axis {n}"
+                where = jax.tree_util.keystr(path)
+                return FAIL, f"vmapped {what} output {where} has shape {np.shape(leaf)}, expected leading axis {n}"
+
     batched = jax.tree_util.tree_map(_to_numpy, batched)
     for i in range(n):
         want_reset, want_step = jax.tree_util.tree_map(lambda x, i=i: x[i], batched)
-        s, t = ctx.reset_j(reset_keys[i], params)
-        if not _close((s, t), want_reset):
+        state, ts = ctx.reset_j(reset_keys[i], params)
+        if not _close((state, ts), want_reset):
             return FAIL, f"vmapped reset differs from unbatched reset for env {i}"
-        s, t = ctx.step_j(step_keys[i], s, actions[i], params)
-        if not _close((s, t), want_step):
+        state, ts = ctx.step_j(step_keys[i], state, actions[i], params)
+        if not _close((state, ts), want_step):
             return FAIL, f"vmapped step differs from unbatched step for env {i}"
     return PASS, f"reset/step vmap over {n} envs and match unbatched calls"
 
@@ -277,7 +293,8 @@ def _with_limit(params, limit: int):
 
 def _jit_rollout(ctx: _Context) -> Callable:
     """A freshly traced, jitted :func:`rollout` for this env (a new callable each time)."""
-    return _jit(ctx, _Counted(functools.partial(rollout, ctx.env, ctx.obs_space, ctx.act_space, ctx.num_envs, ctx.num_steps)))
+    fn = functools.partial(rollout, ctx.env, ctx.obs_space, ctx.act_space, ctx.num_envs, ctx.num_steps)
+    return _jit(ctx, _Counted(fn))
 
 
 def _ensure_rollouts(ctx: _Context) -> None:
@@ -288,19 +305,25 @@ def _ensure_rollouts(ctx: _Context) -> None:
         return
     try:
         fn = _jit_rollout(ctx)
-        key, limit = jax.random.fold_in(ctx.key, 3), _limit_of(ctx.params)
-        start = time.perf_counter()
+        key = jax.random.fold_in(ctx.key, 3)
+        limit = _limit_of(ctx.params)
+
+        start = time.perf_counter()  # the first call: trace, compile and run
         ctx.main = jax.block_until_ready(fn(key, ctx.params, jnp.int32(limit)))
         ctx.compile_seconds = time.perf_counter() - start
-        start = time.perf_counter()
+
+        start = time.perf_counter()  # the second call, same key: the throughput figure
         ctx.again = jax.block_until_ready(fn(key, ctx.params, jnp.int32(limit)))
-        ctx.steps_per_second = ctx.num_envs * ctx.num_steps / max(time.perf_counter() - start, 1e-9)
-        if limit > 0:
+        seconds = max(time.perf_counter() - start, 1e-9)
+        ctx.steps_per_second = ctx.num_envs * ctx.num_steps / seconds
+
+        if limit > 0:  # the same rollout again at a small limit, for the truncation check
             ctx.small_limit = min(limit, SMALL_LIMIT)
             small_params = _with_limit(ctx.params, ctx.small_limit)
             ctx.small = fn(jax.random.fold_in(key, 1), small_params, jnp.int32(ctx.small_limit))
-    except Exception as exc:
-        ctx.main, ctx.rollout_error = None, exc
+    except Exception as exc:  # remembered: every later check that needs the rollout re-raises it
+        ctx.main = None
+        ctx.rollout_error = exc
         raise
 
 
@@ -317,8 +340,9 @@ def check_observation_space(ctx: _Context) -> tuple[str, str]:
     _, ts = ctx.reset_j(ctx.key, ctx.params)
     obs = ts.obs
     if isinstance(space, (spaces.Box, spaces.Discrete)):
-        if tuple(np.shape(obs)) != tuple(space.shape) or jnp.result_type(obs) != space.dtype:
-            return FAIL, f"obs is {jnp.result_type(obs)}{list(np.shape(obs))}, space is {space.dtype}{list(space.shape)}"
+        shape, dtype = tuple(np.shape(obs)), jnp.result_type(obs)
+        if shape != tuple(space.shape) or dtype != space.dtype:
+            return FAIL, f"obs is {dtype}{list(shape)}, space is {space.dtype}{list(space.shape)}"
     if not bool(space.contains(obs)):
         return FAIL, f"reset obs {np.asarray(obs)} outside {space!r}"
     _ensure_rollouts(ctx)
@@ -367,23 +391,30 @@ def _check_fixed_horizon(ctx: _Context) -> tuple[str, str]:
     """No truncation limit: with ``env.episode_bound(params) = H`` every episode of the
     random rollout ends (terminated, never truncated) within ``H`` steps."""
     bound = ctx.env.episode_bound(ctx.params)
-    dialogue = bound is None and isinstance(ctx.env, TokenTask)  # bounded by its turns: a step writes a token
-    bound = int(ctx.env.max_completion_len) if dialogue else bound
+    # A token task without its own bound is bounded by its turns: every step writes a token.
+    dialogue = bound is None and isinstance(ctx.env, TokenTask)
+    if dialogue:
+        bound = int(ctx.env.max_completion_len)
     if bound is None:
         return SKIP, "no max_steps_in_episode and no episode_bound: episodes are unbounded"
+
     _ensure_rollouts(ctx)
-    ro = ctx.main
-    elapsed, truncated = np.asarray(ro.elapsed), np.asarray(ro.truncated)
-    if dialogue and not (elapsed > bound).any():  # truncated when its last turn ends unanswered
-        return PASS, f"bounded by its turns: every episode ended within {bound} steps ({int(truncated.sum())} at the turn cap)"
+    elapsed = np.asarray(ctx.main.elapsed)
+    truncated = np.asarray(ctx.main.truncated)
+    past_bound = elapsed > bound
+    if dialogue and not past_bound.any():
+        # A dialogue is truncated when its last turn ends unanswered: that is its bound at work.
+        at_cap = int(truncated.sum())
+        return PASS, f"bounded by its turns: every episode ended within {bound} steps ({at_cap} at the turn cap)"
     if truncated.any():
         t, b = np.argwhere(truncated)[0]
         return FAIL, f"truncated at step {t}, env {b}, but the params have no max_steps_in_episode to truncate at"
-    if (elapsed > bound).any():
-        t, b = np.argwhere(elapsed > bound)[0]
+    if past_bound.any():
+        t, b = np.argwhere(past_bound)[0]
         return FAIL, f"episode ran past episode_bound(params)={bound} (step {t}, env {b})"
-    ends = np.asarray(ro.terminated)
-    return PASS, f"fixed horizon: {int(ends.sum())} episodes terminated within episode_bound(params)={bound} steps (longest {int(elapsed.max())})"
+    ends = int(np.asarray(ctx.main.terminated).sum())
+    longest = int(elapsed.max())
+    return PASS, f"fixed horizon: {ends} episodes terminated within episode_bound(params)={bound} steps (longest {longest})"
 
 
 def check_determinism(ctx: _Context) -> tuple[str, str]:
@@ -397,29 +428,62 @@ def check_determinism(ctx: _Context) -> tuple[str, str]:
     # Two fresh traces must lower to the same program: a hidden Python counter or any other
     # state read at trace time shows up as a different constant (lowering costs no compile).
     args = (ctx.key, ctx.params, jnp.int32(_limit_of(ctx.params)))
-    first, second = (_jit_rollout(ctx).lower(*args).as_text() for _ in range(2))
+    first = _jit_rollout(ctx).lower(*args).as_text()
+    second = _jit_rollout(ctx).lower(*args).as_text()
     if first != second:
         return FAIL, "two fresh traces of reset/step lower to different programs (hidden Python state read at trace time?)"
     return PASS, "same key -> bit-identical rollout across calls; fresh traces lower to the same program"
 
 
 def _invalid_actions(space: spaces.Space) -> tuple[jax.Array, jax.Array] | None:
-    """A batch of out-of-range actions and their clipped counterparts."""
+    """A batch of (at most :data:`SMALL_BATCH`) out-of-range actions and their clipped
+    counterparts, or None for a space without known invalid actions."""
     if isinstance(space, spaces.Discrete):
-        info = jnp.iinfo(space.dtype)
-        bad = np.array([-1, space.n, space.n + 7, info.max, info.min][:SMALL_BATCH], dtype=np.int64)
-        return jnp.asarray(bad, space.dtype), jnp.asarray(np.clip(bad, 0, space.n - 1), space.dtype)
+        return _invalid_discrete(space)
     if isinstance(space, spaces.MultiDiscrete):
-        nvec, info = np.asarray(space.nvec, np.int64), jnp.iinfo(space.dtype)
-        bad = np.stack([-1 + 0 * nvec, nvec, nvec + 7, info.max + 0 * nvec, info.min + 0 * nvec][:SMALL_BATCH])
-        bad[1::2, 1:] = 0  # some rows invalid in the first component only
-        return jnp.asarray(bad, space.dtype), jnp.asarray(np.clip(bad, 0, nvec - 1), space.dtype)
+        return _invalid_multi_discrete(space)
     if isinstance(space, spaces.Box) and jnp.issubdtype(space.dtype, jnp.floating):
-        big = float(jnp.finfo(space.dtype).max)
-        values = jnp.asarray([1e6, -1e6, big, -big, -1e3][:SMALL_BATCH], space.dtype)
-        bad = jnp.broadcast_to(values.reshape((-1,) + (1,) * len(space.shape)), values.shape + space.shape)
-        return bad, jnp.clip(bad, space.low, space.high)
+        return _invalid_box(space)
     return None
+
+
+def _invalid_discrete(space: spaces.Discrete) -> tuple[jax.Array, jax.Array]:
+    """Below 0, at ``n``, past ``n``, and the dtype's largest and smallest values."""
+    info = jnp.iinfo(space.dtype)
+    values = [-1, space.n, space.n + 7, info.max, info.min]
+    bad = np.array(values[:SMALL_BATCH], dtype=np.int64)
+    clipped = np.clip(bad, 0, space.n - 1)
+    return jnp.asarray(bad, space.dtype), jnp.asarray(clipped, space.dtype)
+
+
+def _invalid_multi_discrete(space: spaces.MultiDiscrete) -> tuple[jax.Array, jax.Array]:
+    """The rows of :func:`_invalid_discrete` per component (``n`` is each component's
+    ``nvec``), the second and fourth invalid in the first component only."""
+    nvec = np.asarray(space.nvec, np.int64)
+    info = jnp.iinfo(space.dtype)
+    rows = [
+        np.full_like(nvec, -1),  # every component below 0
+        nvec,  # every component at its n
+        nvec + 7,  # every component past its n
+        np.full_like(nvec, info.max),
+        np.full_like(nvec, info.min),
+    ]
+    bad = np.stack(rows[:SMALL_BATCH])
+    # Rows 1 and 3 are out of range in the first component only (the others set to 0, a valid
+    # value): one bad component among good ones.
+    bad[1::2, 1:] = 0
+    clipped = np.clip(bad, 0, nvec - 1)  # per component
+    return jnp.asarray(bad, space.dtype), jnp.asarray(clipped, space.dtype)
+
+
+def _invalid_box(space: spaces.Box) -> tuple[jax.Array, jax.Array]:
+    """Actions with every component at +-1e6, +-the dtype's largest value, or -1e3."""
+    big = float(jnp.finfo(space.dtype).max)
+    values = jnp.asarray([1e6, -1e6, big, -big, -1e3][:SMALL_BATCH], space.dtype)
+    # Action i is values[i] in every component: [n] -> [n, *space.shape].
+    per_action = values.reshape(values.shape + (1,) * len(space.shape))
+    bad = jnp.broadcast_to(per_action, values.shape + tuple(space.shape))
+    return bad, jnp.clip(bad, space.low, space.high)
 
 
 def check_invalid_actions(ctx: _Context) -> tuple[str, str]:
@@ -440,7 +504,9 @@ def check_invalid_actions(ctx: _Context) -> tuple[str, str]:
     step_keys = jax.random.split(jax.random.fold_in(ctx.key, 5), n)
     _, out_bad = ctx.reset_step_b(reset_keys, step_keys, bad, ctx.params)
     _, ts = out_bad
-    finite = np.asarray(jnp.isfinite(ts.reward) & jax.vmap(_float_leaves_finite)(out_bad))
+    reward_finite = jnp.isfinite(ts.reward)
+    outputs_finite = jax.vmap(_float_leaves_finite)(out_bad)  # state and TimeStep, per action
+    finite = np.asarray(reward_finite & outputs_finite)
     if not finite.all():
         i = int(np.argwhere(~finite)[0][0])
         return FAIL, f"action {np.asarray(bad[i]).tolist()} gives a non-finite state/reward/obs"
@@ -458,8 +524,9 @@ def check_no_retrace(ctx: _Context) -> tuple[str, str]:
     """
     params = ctx.params
     other = params
-    if _limit_of(params) > 0:  # a new param value must not retrace: params are dynamic
-        other = _with_limit(params, _limit_of(params) + 1)
+    limit = _limit_of(params)
+    if limit > 0:  # a new param value must not retrace: params are dynamic
+        other = _with_limit(params, limit + 1)
     keys = jax.random.split(jax.random.fold_in(ctx.key, 6), 7)
     state, _ = ctx.reset_j(keys[0], other)
     for i, p in enumerate((params, other, params, params)):
@@ -513,12 +580,15 @@ def user_frame(exc: BaseException) -> str:
     import os
     import traceback
 
-    internal = tuple(os.path.dirname(m.__file__) + os.sep for m in (jax, np)) + (__file__,)
+    jax_dir = os.path.dirname(jax.__file__) + os.sep
+    numpy_dir = os.path.dirname(np.__file__) + os.sep
+    internal = (jax_dir, numpy_dir, __file__)
     frames = [f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.startswith(internal)]
     if not frames:
         return "?"
-    f = frames[-1]
-    return f"{f.filename}:{f.lineno} ({(f.line or '').strip()})"
+    frame = frames[-1]
+    code = (frame.line or "").strip()
+    return f"{frame.filename}:{frame.lineno} ({code})"
 
 
 def tracer_message(exc: BaseException) -> str:
@@ -539,8 +609,10 @@ def _run_one(fn, ctx: _Context) -> tuple[str, str]:
         ctx.trace_error = exc
         return FAIL, tracer_message(exc)
     except Exception as exc:  # a check that crashes is a failed check, with the reason
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-        return FAIL, f"raised {type(exc).__name__}: {first}"[:300]
+        text = str(exc).strip()
+        first_line = text.splitlines()[0] if text else ""
+        message = f"raised {type(exc).__name__}: {first_line}"
+        return FAIL, message[:300]
 
 
 def check_env(
@@ -595,6 +667,6 @@ def check_env(
         if verbose:
             print(f"  {status}  {name:<17}  {message}", flush=True)
     report = CheckReport(env.name, results, ctx.steps_per_second, ctx.compile_seconds, ctx.num_envs, ctx.num_steps)
-    if verbose:
+    if verbose:  # the checks are printed already: the report's last two lines, throughput and result
         print("\n".join(str(report).splitlines()[-2:]), flush=True)
     return report
