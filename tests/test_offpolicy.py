@@ -15,6 +15,7 @@ from jaxrl.algos.common import replay
 from jaxrl.algos.common.train import program_on, train
 from jaxrl.algos.dqn.losses import n_step_targets
 from jaxrl.algos.pqn.losses import lambda_returns
+from jaxrl.models.qnetworks import QNetwork
 
 
 def _filled(rows_written: int, capacity: int = 8, envs: int = 2) -> replay.Replay:
@@ -107,7 +108,7 @@ def test_dqn_learns_q_star_of_one_and_two_step_probes():
                 optim=dqn.config.DQNOptim(lr=3e-3), gamma=0.9, tau=0.1, target_update_every=1, epsilon_start=1.0, epsilon_end=1.0, n_step=1,
                 dueling=False, **PROBE_Q)
     state = _trained(dqn, "ProbeActionMatch-v0", dqn.DQNConfig(total_env_steps=2000, **base))
-    net = dqn.build.__globals__["QNetwork"](2, (32,))
+    net = QNetwork(2, (32,))
     q = jax.vmap(net.apply, in_axes=(0, None))(state.params, jnp.array([[1.0], [-1.0]]))
     np.testing.assert_allclose(np.asarray(q), np.broadcast_to([[-1.0, 1.0], [1.0, -1.0]], q.shape), atol=0.1)
     state = _trained(dqn, "ProbeTwoStep-v0", dqn.DQNConfig(total_env_steps=2000, **{**base, "n_step": 2}))
@@ -121,7 +122,7 @@ def test_pqn_learns_q_star_with_truncation_bootstrap():
     final obs (ending the sum there would give at most (1 - 0.8^10) / 0.2 = 4.46)."""
     base = dict(num_envs=8, num_steps=16, update_epochs=2, num_minibatches=2, optim=pqn.config.PQNOptim(lr=3e-3, lr_end_frac=1.0),
                 gamma=0.9, td_lambda=0.8, epsilon_start=1.0, epsilon_end=1.0, **PROBE_Q)
-    net = pqn.build.__globals__["QNetwork"](2, (32,), layer_norm=True)
+    net = QNetwork(2, (32,), layer_norm=True)
     state = _trained(pqn, "ProbeTwoStep-v0", pqn.PQNConfig(total_env_steps=8192, **base))
     q = jax.vmap(net.apply, in_axes=(0, None))(state.params, jnp.array([[0.0], [1.0]]))
     np.testing.assert_allclose(np.asarray(q), np.broadcast_to([[0.9, 0.9], [1.0, 1.0]], q.shape), atol=0.05)
@@ -129,7 +130,7 @@ def test_pqn_learns_q_star_with_truncation_bootstrap():
     # LayerNorm a constant input and ReLU a zero gradient; tanh without LayerNorm lets the
     # hidden biases and the head's weights grow it together (a lone bias moves slowly).
     cfg = pqn.PQNConfig(total_env_steps=16384, **{**base, "gamma": 0.8, "layer_norm": False, "activation": "tanh",
-                                                   "lr": 1e-2})
+                                                   "optim": pqn.config.PQNOptim(lr=1e-2, lr_end_frac=1.0)})
     state = _trained(pqn, "ProbeTimeLimit-v0", cfg)
     net = net.clone(layer_norm=False, activation="tanh")
     q = jax.vmap(net.apply, in_axes=(0, None))(state.params, jnp.array([[0.0]]))
@@ -183,7 +184,7 @@ def test_validate_names_the_key(cls, field, value, message):
 def test_dqn_huber_loss_and_annealing_floor_by_hand():
     """One-step, terminated transitions: the target is the reward, so the TD error is
     ``Q(s, a) - r``. Half its square (mse) vs Huber(1): equal within 1, ``|td| - 0.5`` beyond."""
-    net = dqn.build.__globals__["QNetwork"](2, (4,))
+    net = QNetwork(2, (4,))
     params = net.init(jax.random.PRNGKey(0), jnp.zeros(1))
     obs = jnp.array([[[0.5]], [[-0.5]]])  # [N=2, L=1, 1]
     q = np.asarray(net.apply(params, obs[:, 0]))[:, 0]
