@@ -289,20 +289,6 @@ def rename_config_keys(raw: dict) -> dict:
     return raw if out is None else out
 
 
-def in_current_spelling(raw):
-    """A run config recorded by an older release (a checkpoint's ``meta.config``) as today's
-    ``config_to_dict`` writes it: old keys renamed, every default filled in (``raw`` itself
-    when it no longer loads). A resume compares the checkpoint's record with this."""
-    from jaxrl.run import config as config_lib  # lazily: importing jaxrl imports no JAX
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", FutureWarning)  # the run's config.yaml, read too, warns once
-        try:
-            return config_lib.config_to_dict(config_lib.config_from_dict(raw))
-        except config_lib.ConfigError:
-            return raw
-
-
 def _get(node, dotted: str):
     for part in dotted.split("."):
         if not isinstance(node, dict):

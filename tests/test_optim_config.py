@@ -126,7 +126,7 @@ def test_a_040_run_config_loads_as_the_new_shape():
     assert resolved == _load({**old, "ppo": new})[0] and len(caught) == 4
     assert resolved["ppo"]["optim"]["lr_end_frac"] == 0.0 and resolved["ppo"]["optim"]["adam_eps"] == 1e-5
     # a checkpoint record's config (meta.config) reads back to today's full shape, as resume compares it
-    assert _compat.in_current_spelling(old) == resolved
+    assert C.in_current_spelling(old) == resolved
     dqn, _ = _load({"algo": "dqn", "env": {"id": "CartPole-v1"}, "dqn": DQN_040})
     assert dqn["dqn"]["optim"] == pytest.approx({**DEFAULTS_040["dqn"], "lr": 0.002, "adam_b1": 0.9, "warmup_updates": 0})
 

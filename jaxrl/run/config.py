@@ -34,6 +34,7 @@ import math
 import re
 import types
 import typing
+import warnings
 from typing import Any, Literal, Union
 
 import yaml
@@ -587,3 +588,15 @@ def derive(cfg: RunConfig, plan) -> Derived:
 def replace_algo_config(cfg: RunConfig, algo_config) -> RunConfig:
     """A new run config with ``algo_config`` in place of the algorithm's section."""
     return dataclasses.replace(cfg, algo_config=algo_config)
+
+
+def in_current_spelling(raw: dict) -> dict:
+    """A run config recorded by an older release (a checkpoint's ``meta.config``) as today's
+    :func:`config_to_dict` writes it: old keys renamed, every default filled in (``raw``
+    itself when it no longer loads). A resume compares the checkpoint's record with this."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # the run's config.yaml, read too, warns once
+        try:
+            return config_to_dict(config_from_dict(raw))
+        except ConfigError:
+            return raw

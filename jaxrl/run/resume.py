@@ -15,7 +15,6 @@ import time
 import jax
 import jax.numpy as jnp
 
-from jaxrl import _compat
 from jaxrl.algos.common.lm import model_mismatch
 from jaxrl.parallel import sharding
 from jaxrl.run import config as config_lib
@@ -107,7 +106,7 @@ def check_config_drift(cfg: RunConfig, record: dict, run_dir: str, step: int, ac
     trained = (record.get("meta") or {}).get("config")
     if not isinstance(trained, dict):
         raise ConfigError(f"--resume {run_dir!r}: checkpoint {step} records no config; cannot check config.yaml")
-    diff = rundir.config_diff(_compat.in_current_spelling(trained), config_lib.config_to_dict(cfg), ignore=OPERATIONAL_KEYS)
+    diff = rundir.config_diff(config_lib.in_current_spelling(trained), config_lib.config_to_dict(cfg), ignore=OPERATIONAL_KEYS)
     if not diff:
         return
     changes = rundir.describe_diff(diff)
