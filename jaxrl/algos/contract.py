@@ -289,7 +289,7 @@ class Program:
     init: Callable[[jax.Array], State] | None = None
 
     def __init__(self, *args, **kwargs):
-        names = [f.name for f in dataclasses.fields(self)]
+        names = [f.name for f in dataclasses.fields(self) if f.name != "init"]  # init: keyword only
         if len(args) > 3 and isinstance(args[3], Plan) and not isinstance(args[2], Plan):
             _deprecated("Program's 0.4.0 positional order", f"pass keywords ({', '.join(names[:7])}, ...)")
             names = list(_FIELDS_040)
@@ -336,6 +336,7 @@ Program.__signature__ = inspect.Signature([  # what help() and editors show: the
                       default=inspect.Parameter.empty if f.default is dataclasses.MISSING else f.default, annotation=f.type)
     for f in dataclasses.fields(Program)
 ])
+
 
 def leaves_under(state: State, names: tuple[str, ...]) -> Any:
     """A :attr:`ModelParams.leaves` mask: ``True`` on the leaves of ``state`` whose path
