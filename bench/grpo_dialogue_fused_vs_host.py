@@ -169,7 +169,7 @@ def main(argv=None) -> int:
     # the host env reproduces the rubric without the training-only shaping term
     cfg = config_lib.load_config(args.config, ["env.params.shaping=0.0"])
     built = trainer.build(cfg)
-    setup = built.program.init.args[0]  # functools.partial(update.init, setup)
+    setup = built.program.init_with.args[0]  # functools.partial(update.init, setup)
     state = jax.jit(built.program.init)(jax.random.PRNGKey(0))
     fns = make_fns(setup)
     fused = jax.jit(built.program.update)
