@@ -29,7 +29,7 @@ import types
 import warnings
 
 #: Releases: the one that moved the names, and the one that removes the old paths.
-MOVED_IN, REMOVED_IN = "0.2.0", "0.5.0"
+MOVED_IN, REMOVED_IN = "0.2.0", "0.6.0"  # kept a release longer than promised
 
 #: Old module path -> the modules its public names live in now (searched in order).
 MOVED_MODULES: dict[str, tuple[str, ...]] = {
@@ -58,7 +58,7 @@ MOVED_MODULES: dict[str, tuple[str, ...]] = {
 }
 
 #: Modules that moved in a later release than :data:`MOVED_IN`: (moved in, removed in).
-MOVED_LATER: dict[str, tuple[str, str]] = {"jaxrl.adapters.reset_pool": ("0.4.0", "0.5.0")}
+MOVED_LATER: dict[str, tuple[str, str]] = {"jaxrl.adapters.reset_pool": ("0.4.0", "0.6.0")}
 
 #: ``old module.name`` -> ``(new module.name, moved in, removed in)`` for names that left a
 #: module which still exists; that module's ``__getattr__`` calls :func:`moved_name`.
