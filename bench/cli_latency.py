@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -74,12 +75,14 @@ def measure_pair(argv: list[str], env: dict, old_argv: list[str], old_env: dict,
     return summary(new), summary(old)
 
 
-MARKERS = {"compile_start_s": b"Compiling jit(run)", "last_update_s": b"100%|"}
+MARKERS = {"xla_compile_start_s": b"Compiling jit(run)", "last_update_s": b"100%|"}
+TRACED = re.compile(rb"Finished tracing run for jit in ([0-9.]+) sec")
 
 
 def timeline(argv: list[str], env: dict) -> dict:
     """Seconds from the start of ``argv`` to the first appearance of each of :data:`MARKERS`
-    in its merged output (JAX's compile log; the progress bar reaching 100%) and to its exit."""
+    in its merged output (JAX's compile log; the progress bar reaching 100%), to the start of
+    the chunk's tracing (the log line of its end, less the duration it states) and to exit."""
     start = time.perf_counter()
     proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=ROOT)
     seen, tail = {}, b""
@@ -92,6 +95,9 @@ def timeline(argv: list[str], env: dict) -> dict:
         for name, marker in MARKERS.items():
             if name not in seen and marker in window:
                 seen[name] = round(now, 3)
+        traced = TRACED.search(window)
+        if traced and "trace_start_s" not in seen:
+            seen["trace_start_s"] = round(now - float(traced.group(1)), 3)
         tail = window[-4096:]
     if proc.wait() != 0:
         raise SystemExit(f"{' '.join(argv)} failed: {tail[-800:].decode(errors='replace')}")
@@ -103,7 +109,8 @@ def train_records(script: list[str], base: dict, repeats: int) -> dict:
     (``JAXRL_NO_CACHE=1``, what a first run pays) and with a warm one (the same command
     again); and, from a run with the progress bar and JAX's compile log, when it reaches
     compilation and how long the end of the run takes after the last update (final
-    checkpoint, evaluation, curve, exit), for 1 and 16 seeds, no cache."""
+    checkpoint, evaluation, curve, exit), for 1 and 16 seeds, no cache. The timeline's output
+    is read as it comes, so the markers are late by at most the pipe's latency."""
     out = {}
     with tempfile.TemporaryDirectory() as tmp:
         def argv(seeds, progress=False):
@@ -121,7 +128,9 @@ def train_records(script: list[str], base: dict, repeats: int) -> dict:
             [time_once(argv(16), warm) for _ in range(repeats)])
         for seeds in (1, 16):
             runs = [timeline(argv(seeds, progress=True), {**cold, "JAX_LOG_COMPILES": "1"}) for _ in range(repeats)]
-            out[f"train ppo_cartpole --seeds {seeds}: reaches compilation"] = summary([r["compile_start_s"] for r in runs])
+            out[f"train ppo_cartpole --seeds {seeds}: starts compiling the chunk (its tracing)"] = summary(
+                [r["trace_start_s"] for r in runs])
+            out[f"train ppo_cartpole --seeds {seeds}: hands the chunk to XLA"] = summary([r["xla_compile_start_s"] for r in runs])
             out[f"train ppo_cartpole --seeds {seeds}: end of run after the last update"] = summary(
                 [r["exit_s"] - r["last_update_s"] for r in runs])
     for name, rec in out.items():
