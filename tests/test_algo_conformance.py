@@ -3,9 +3,12 @@
 chunked equals scanned, vmapped seeds equal separate runs, resume is bit-exact, and the env
 split over two devices equals one device.
 
-The split needs two JAX devices before JAX starts, so one subprocess
-(``python tests/test_algo_conformance.py OUT.json``, forcing two host devices) checks every
-case in :data:`CASES` and writes one JSON report; the tests below read it. A newly
+The split needs two JAX devices before JAX starts, so a subprocess
+(``python tests/test_algo_conformance.py OUT.json CASE,CASE``, forcing two host devices)
+checks cases of :data:`CASES` and writes one JSON report; the tests read it. This file runs
+:data:`HERE`; tests/test_algo_conformance_lm_marl.py the rest (two files, so that
+``pytest -n 2 --dist loadfile`` can give them to two workers). The subprocess compiles with
+tests/fast_compile.py's settings, but for the cases in :data:`TRAINER_OPTIONS`. A newly
 registered algorithm without a tiny config in :data:`CASES` fails
 :func:`test_every_registered_algorithm_has_a_case`. The last tests feed the check broken
 variants of the fake algorithm of tests/test_trainer.py (trace-time Python state, a dtype
@@ -70,6 +73,13 @@ KL_NOISE = "grpo.loss.beta=0.0"
 #: Cases of algorithms that are not registered in the test process (the example plugin,
 #: registered in the subprocess from examples/reinforce).
 PLUGINS = {"reinforce"}
+#: The cases this file checks; tests/test_algo_conformance_lm_marl.py checks the others.
+HERE = ("ppo", "ppo_recurrent", "dqn", "pqn", "sac", "reinforce")
+#: The subprocess compiles with tests/fast_compile.py's ``OPTIONS`` (XLA at -O0: compiling is
+#: nearly all of the check's cost; every comparison is between programs compiled alike) in
+#: place of the trainer's ``COMPILER_OPTIONS``, but for these cases, as a sentinel; the sabotage
+#: tests at the end of this file run in-process at the trainer's own options.
+TRAINER_OPTIONS = {"ppo"}
 
 
 def _config(case: str):
@@ -81,19 +91,25 @@ def _config(case: str):
     return config_lib.load_config(os.path.join(REPO, "configs", source), [*sets, *TINY_CONTROL])
 
 
-def main(out_path: str) -> None:
-    """Check every case in this process (two forced host devices); write the JSON report."""
+def main(out_path: str, cases: list[str]) -> None:
+    """Check ``cases`` in this process (two forced host devices); write the JSON report."""
     import importlib
 
+    import fast_compile
+
     from jaxrl.algos import registry
+    from jaxrl.algos.common import train
     from jaxrl.run.conformance import check_algorithm
 
     sys.path.insert(0, EXAMPLE)
     if "reinforce" not in registry.algorithms():
         registry.register_algorithm(importlib.import_module("jaxrl_reinforce").ENTRY)
+    trainer_options = dict(train.COMPILER_OPTIONS)
     results = {}
-    for case in CASES:
+    for case in cases:
         print(f"== {case}", file=sys.stderr, flush=True)
+        train.COMPILER_OPTIONS.clear()  # read by every jit the check creates for this case
+        train.COMPILER_OPTIONS.update(trainer_options if case in TRAINER_OPTIONS else {**trainer_options, **fast_compile.OPTIONS})
         try:
             results[case] = check_algorithm(_config(case), devices=2, verbose=True).to_dict()
         except Exception as exc:  # noqa: BLE001 (reported per case)
@@ -106,7 +122,7 @@ def main(out_path: str) -> None:
 if __name__ == "__main__":
     os.environ["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=2"
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
-    main(sys.argv[1])
+    main(sys.argv[1], sys.argv[2].split(",") if len(sys.argv) > 2 else list(CASES))
     sys.exit(0)
 
 
@@ -115,16 +131,29 @@ import pytest  # noqa: E402
 from jaxrl.run.conformance import CHECKS  # noqa: E402
 
 
-@pytest.fixture(scope="module")
-def report(tmp_path_factory) -> dict:
-    """The subprocess's report: ``{case: {"checks": {name: [status, message]}}}``."""
+def run_report(tmp_path_factory, cases) -> dict:
+    """The subprocess's report on ``cases``: ``{case: {"checks": {name: [status, message]}}}``."""
     out = tmp_path_factory.mktemp("conformance") / "report.json"
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-    env["JAX_PLATFORMS"] = "cpu"
-    proc = subprocess.run([sys.executable, os.path.abspath(__file__), str(out)], capture_output=True, text=True,
-                          env=env, timeout=1500, cwd=REPO)
+    from fast_compile import subprocess_env
+
+    proc = subprocess.run([sys.executable, os.path.abspath(__file__), str(out), ",".join(cases)], capture_output=True,
+                          text=True, env=subprocess_env(), timeout=1500, cwd=REPO)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return json.loads(out.read_text())
+
+
+def check_case(report: dict, case: str) -> None:
+    result = report[case]
+    assert "error" not in result, f"{case}: {result.get('error')}"
+    checks = result["checks"]
+    assert list(checks) == list(CHECKS)
+    bad = [f"{name}: {status} {message}" for name, (status, message) in checks.items() if status != "PASS"]
+    assert not bad, f"{case} ({result['algo']} on {result['env']}):\n" + "\n".join(bad)
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory) -> dict:
+    return run_report(tmp_path_factory, HERE)
 
 
 def test_every_registered_algorithm_has_a_case():
@@ -136,14 +165,9 @@ def test_every_registered_algorithm_has_a_case():
     assert {"grpo_control", "grpo_token", "ppo_recurrent"} <= set(CASES)
 
 
-@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize("case", HERE)
 def test_algorithm_conforms(report, case):
-    result = report[case]
-    assert "error" not in result, f"{case}: {result.get('error')}"
-    checks = result["checks"]
-    assert list(checks) == list(CHECKS)
-    bad = [f"{name}: {status} {message}" for name, (status, message) in checks.items() if status != "PASS"]
-    assert not bad, f"{case} ({result['algo']} on {result['env']}):\n" + "\n".join(bad)
+    check_case(report, case)
 
 
 # ---------------------------------------------------------- the check fails when it should

@@ -31,10 +31,10 @@ MESH = AbstractMesh((2, 2), ("data", "model"))
 
 @pytest.fixture(scope="module")
 def report() -> dict:
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-    env["JAX_PLATFORMS"] = "cpu"
+    from fast_compile import subprocess_env  # XLA at -O0: both sides of each comparison compiled alike
+
     proc = subprocess.run([sys.executable, os.path.join(HERE, "model_parallel_checks.py")],
-                          capture_output=True, text=True, env=env, timeout=900)
+                          capture_output=True, text=True, env=subprocess_env(), timeout=900)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
