@@ -1,15 +1,14 @@
 """Compiler settings for the tests' multi-device subprocesses: faster compiles, same checks.
 
-The subprocesses of tests/test_algo_conformance*.py, tests/test_sharding.py,
-tests/test_model_parallel.py and tests/test_multiprocess.py spend nearly all their time
-compiling small programs. They run XLA's CPU backend at -O0 with LLVM's expensive passes off
-(:data:`OPTIONS`: in ``XLA_FLAGS`` for every jit, and in place of the trainer's
-``COMPILER_OPTIONS`` where a subprocess opts in). Each of their properties compares two
-programs compiled with the same settings (chunked vs scanned, vmapped vs alone, resumed vs
-straight, split vs one device, two processes vs one), so each keeps its meaning and its
-failure (a trace-time Python value, an ``n_active`` that changes the math, a lossy restore,
-a layout-dependent result). Fusion-emitter switches are not used: with
-``--xla_cpu_use_fusion_emitters=false`` a chunk and the scan of the same updates round
+The subprocesses of tests/test_algo_conformance*.py, tests/test_sharding.py and
+tests/test_model_parallel.py spend nearly all their time compiling small programs. They run
+XLA's CPU backend at -O0 with LLVM's expensive passes off (:data:`OPTIONS`: in ``XLA_FLAGS``
+for every jit, and in place of the trainer's ``COMPILER_OPTIONS`` where a subprocess opts
+in). Each of their properties compares two programs compiled with the same settings
+(chunked vs scanned, vmapped vs alone, resumed vs straight, split vs one device), so each
+keeps its meaning and its failure (a trace-time Python value, an ``n_active`` that changes
+the math, a lossy restore, a layout-dependent result). Fusion-emitter switches are not used:
+with ``--xla_cpu_use_fusion_emitters=false`` a chunk and the scan of the same updates round
 differently, and chunked == scanned would no longer hold bit for bit.
 """
 
