@@ -11,6 +11,11 @@ is shared: wall times are loaded). Needs the ``[jumanji]`` extra. Usage::
     python bench/masked_ppo.py                          # snake and binpack, 4 seeds
     python bench/masked_ppo.py --recipes knapsack --seeds 4
     python bench/masked_ppo.py --baselines-only         # just the random baselines
+    python bench/masked_ppo.py --recipes snake_cnn --compare ppo_jumanji_snake --no-unmasked
+
+``--compare RECIPE`` also trains RECIPE (masked) at the same env steps and seeds (e.g. the MLP
+Snake recipe against the conv one; ``--compare-set key=value`` overrides for it alone),
+recorded as ``compare``; ``--no-unmasked`` skips the unmasked run.
 """
 
 from __future__ import annotations
@@ -87,6 +92,9 @@ def main() -> None:
     ap.add_argument("--episodes", type=int, default=256, help="episodes per random baseline")
     ap.add_argument("--baselines-only", action="store_true", help="skip training")
     ap.add_argument("--set", action="append", default=[], help="extra overrides for every run (key=value)")
+    ap.add_argument("--compare", default=None, help="another recipe trained at the same env steps (e.g. ppo_jumanji_snake)")
+    ap.add_argument("--compare-set", action="append", default=[], help="overrides for the --compare run only (key=value)")
+    ap.add_argument("--no-unmasked", action="store_true", help="skip the ppo.action_mask=false run")
     args = ap.parse_args()
     out_json = common.RESULTS_DIR / f"{NAME}.json"
     old = json.loads(out_json.read_text())["records"] if out_json.exists() else []
@@ -103,9 +111,13 @@ def main() -> None:
                                                           "episodes": int(r.size)}
         print(recipe, "baselines", rec["random"], rec["random_legal"], flush=True)
         if not args.baselines_only:
-            for label, extra in (("masked", []), ("unmasked", ["ppo.action_mask=false"])):
+            runs = [("masked", recipe, [])] + ([] if args.no_unmasked else [("unmasked", recipe, ["ppo.action_mask=false"])])
+            if args.compare:
+                runs.append(("compare", args.compare, [f"ppo.total_env_steps={cfg.algo_config.total_env_steps}", *args.compare_set]))
+                rec["compare_recipe"] = " ".join([args.compare, *args.compare_set])
+            for label, which, extra in runs:
                 cpu0 = resource.getrusage(resource.RUSAGE_CHILDREN)
-                run = run_recipe(recipe, [f"train.seeds={args.seeds}", *extra, *args.set])
+                run = run_recipe(which, [f"train.seeds={args.seeds}", *extra, *args.set])
                 cpu1 = resource.getrusage(resource.RUSAGE_CHILDREN)
                 rec[label] = {k: run[k] for k in ("eval_det_mean", "eval_det_ci95", "eval_sto_mean", "eval_det_mean_per_seed",
                                                  "wall_s_total", "wall_s_first_chunk_incl_compile", "curve")}
@@ -148,6 +160,26 @@ def write_markdown(records: list[dict], meta: dict) -> None:
             f"{u.get('wall_s_total', '-')} ({u.get('cpu_s_total', '-')}) | "
             f"{r['load_average_1m_before']:.1f} / {m.get('load_average_1m_after', 0):.1f}, {u.get('load_average_1m_after', 0):.1f} |"
         )
+    compared = [r for r in records if "compare" in r]
+    if compared:
+        md += [
+            "",
+            "Against another recipe at equal env steps and seeds (`--compare`, both masked): returns det. (per seed) / stoch.; "
+            "CPU s = user + system of the whole training process (`getrusage` of the child, what `/usr/bin/time` reports).",
+            "",
+            "| recipe | compared with | env steps / seed | seeds | recipe det. (per seed) / stoch. | compared det. (per seed) / stoch. | "
+            "random legal | random | recipe wall s (CPU s) | compared wall s (CPU s) | load before / after runs |",
+            "|---|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        for r in compared:
+            m, c = r["masked"], r["compare"]
+            md.append(
+                f"| {r['recipe']} | {r['compare_recipe']} | {r['env_steps_per_seed']:,} | {r['seeds']} | {m['eval_det_mean']} "
+                f"{m['eval_det_mean_per_seed']} / **{m['eval_sto_mean']}** | {c['eval_det_mean']} {c['eval_det_mean_per_seed']} / "
+                f"**{c['eval_sto_mean']}** | {r['random_legal']['mean']} | {r['random']['mean']} | {m['wall_s_total']} "
+                f"({m['cpu_s_total']}) | {c['wall_s_total']} ({c['cpu_s_total']}) | {r['load_average_1m_before']:.1f} / "
+                f"{m['load_average_1m_after']:.1f}, {c['load_average_1m_after']:.1f} |"
+            )
     notes = [f"- {r['recipe']}: {r['note']}" for r in records if r.get("note")]
     md += ["", "Notes:", "", *notes] if notes else []
     (common.RESULTS_DIR / f"{NAME}.md").write_text("\n".join(md) + "\n")

@@ -278,3 +278,86 @@ def test_frame_stack_keeps_the_inner_action_mask_of_the_newest_frame():
     np.testing.assert_array_equal(stacked.action_mask(ts.obs), [True, False, True])
     _, ts = stacked.step(jax.random.key(1), stacked.reset(jax.random.key(0), None)[0], 0, None)
     np.testing.assert_array_equal(stacked.action_mask(ts.obs), [False, True, False])  # the newest frame's, not the oldest's
+
+
+# ------------------------------------------------------------------ a conv torso on one leaf of a flat observation
+
+@dataclasses.dataclass(frozen=True)
+class LeafEnv(PixelEnv):
+    """PixelEnv's frames inside a flat structured observation: ``[t, frame 6x6x2, pos one-hot 3]``
+    (the image leaf is not at the start, so the slice and the other leaves' order matter)."""
+
+    LAYOUT = (("t", (), 0, 1), ("frame", (6, 6, 2), 1, 73), ("pos", (3,), 73, 76), ("flag", (2, 2), 76, 80))
+
+    def _obs(self, state):
+        frame = super()._obs(state)
+        pos = jax.nn.one_hot(state.pos % 3, 3)
+        return jnp.concatenate([state.t[None].astype(jnp.float32), jnp.ravel(frame), pos, jnp.ones(4)])
+
+    def unflatten_obs(self, flat):
+        flat = jnp.asarray(flat)
+        return {n: flat[..., a:b].reshape(flat.shape[:-1] + s) for n, s, a, b in self.LAYOUT}
+
+    def observation_space(self, params):
+        return spaces.Box(0.0, 100.0, (80,))
+
+
+def _leaf_cfg(**network):
+    return PPOConfig(num_envs=4, num_steps=4, total_env_steps=32, update_epochs=1, num_minibatches=2, hidden=(8,),
+                     activation="relu", shared_torso=True, network=NetworkConfig(**network), eval_episodes=2,
+                     eval_max_steps=4, action_mask=False)
+
+
+def test_image_leaf_torso_is_the_conv_on_the_unflattened_leaf():
+    """The network's output equals a hand-written one: ``lax.conv`` (3x3 VALID, ReLU) on the
+    leaf that ``unflatten_obs`` gives back, flattened, then the other leaves in layout order, the
+    dense layer and the two heads, in NumPy."""
+    env = LeafEnv()
+    net = ppo.build_network(env, env.default_params, _leaf_cfg(conv="minatar_cnn", channels=(3,), image_leaf="frame"))
+    assert net.image == (1, (6, 6, 2))
+    obs = jax.random.uniform(jax.random.PRNGKey(1), (5, 80))
+    params = init_params(net, jax.random.PRNGKey(0), obs[0])
+    dist, value = jax.jit(net.apply)(params, obs)
+    p = params["params"]
+    leaves = env.unflatten_obs(obs)
+    conv = jax.lax.conv_general_dilated(leaves["frame"], p["conv"]["conv_0"]["kernel"], (1, 1), "VALID",
+                                        dimension_numbers=("NHWC", "HWIO", "NHWC"))
+    feat = np.maximum(np.asarray(conv) + np.asarray(p["conv"]["conv_0"]["bias"]), 0.0).reshape(5, -1)
+    x = np.concatenate([feat, np.asarray(leaves["t"])[:, None], leaves["pos"], np.asarray(leaves["flag"]).reshape(5, 4)], -1)
+    d = p["torso"]["dense_0"]
+    h = np.maximum(x @ np.asarray(d["kernel"]) + np.asarray(d["bias"]), 0.0)
+    logits = h @ np.asarray(p["policy_head"]["kernel"]) + np.asarray(p["policy_head"]["bias"])
+    v = (h @ np.asarray(p["value_head"]["kernel"]) + np.asarray(p["value_head"]["bias"]))[:, 0]
+    assert feat.shape == (5, 4 * 4 * 3) and x.shape == (5, 48 + 8)
+    np.testing.assert_allclose(value, v, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(dist.logits, logits, rtol=1e-4, atol=1e-5)
+
+
+def test_ppo_with_an_image_leaf_runs_an_update():
+    env = LeafEnv()
+    metrics = _one_update(ppo.build(EnvSetup(env, env.default_params, env.default_params, None, "auto"),
+                                    _leaf_cfg(conv="minatar_cnn", channels=(2,), image_leaf="frame")))
+    assert all(np.isfinite(v) for v in metrics.values()) and metrics["grad_norm"] > 0.0
+
+
+@pytest.mark.parametrize("network, env, message", [
+    ({"conv": "minatar_cnn", "image_leaf": "pixels"}, LeafEnv(),
+     r"^network\.image_leaf: LeafEnv has no leaf 'pixels'; its leaves: \['flag', 'frame', 'pos', 't'\]$"),
+    ({"conv": "minatar_cnn", "image_leaf": "flag"}, LeafEnv(),
+     r"^network\.image_leaf: leaf 'flag' of LeafEnv has shape \(2, 2\), not an image \[H, W, C\]$"),
+    ({"conv": "nature_cnn", "image_leaf": "frame"}, LeafEnv(), r"^network\.conv: nature_cnn does not fit the 6x6 frames of leaf 'frame'"),
+    ({"conv": "minatar_cnn", "image_leaf": "frame"}, PixelEnv(),
+     r"^network\.image_leaf: needs a flat observation with named leaves, PixelEnv gives shape \(6, 6, 2\)$"),
+], ids=["no-such-leaf", "not-an-image", "too-small", "not-flat"])
+def test_bad_image_leaves_are_refused_in_one_line(network, env, message):
+    with pytest.raises(ValueError, match=message):
+        ppo.build_network(env, env.default_params, _leaf_cfg(**network))
+
+
+def test_image_leaf_needs_named_leaves_and_a_conv():
+    raw = {"algo": "ppo", "env": {"id": "CartPole-v1"}, "ppo": {"network": {"conv": "minatar_cnn", "image_leaf": "grid"}}}
+    with pytest.raises(ConfigError, match=r"^ppo\.network\.image_leaf: CartPole-v1 has a plain observation with no named leaves"):
+        build(config_from_dict(raw))
+    raw = {"algo": "ppo", "env": {"id": "CartPole-v1"}, "ppo": {"network": {"image_leaf": "grid"}}}
+    with pytest.raises(ConfigError, match=r"^ppo\.network\.image_leaf: set only with a conv torso"):
+        config_from_dict(raw)

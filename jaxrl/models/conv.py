@@ -16,7 +16,8 @@ orthogonal with gain ``sqrt(2)`` like the MLP's hidden layers (drawn in one batc
 :func:`jaxrl.models.networks.init_params` when ``deferred_kernels``), or flax's LeCun
 normal (``lecun_init``, what the Q-networks use); biases zero. Each convolution is one
 matmul over shifted slices (:class:`Conv`, why there). :func:`check_image` refuses
-observation shapes a torso cannot read, in one line naming the key. ``docs/networks.md``
+observation shapes a torso cannot read, in one line naming the key; :func:`leaf_image` finds
+an image leaf inside a flat structured observation. ``docs/networks.md``
 has the architectures and the config keys.
 """
 
@@ -27,6 +28,7 @@ import math
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 #: Conv torso kinds (the value of a config's ``network.conv``).
 KINDS = ("nature_cnn", "minatar_cnn", "impala")
@@ -82,6 +84,29 @@ def check_image(kind: str, obs_shape: tuple[int, ...], channels=None, source: st
             f"network.conv: {kind} does not fit the {obs_shape[0]}x{obs_shape[1]} frames of {source} "
             f"(its strides leave no pixels); use minatar_cnn or impala for small frames"
         )
+
+
+def leaf_image(env, obs_size: int, leaf: str, kind: str, channels=None) -> tuple[int, tuple[int, int, int]]:
+    """``(start, (H, W, C))``: where leaf ``leaf`` of ``env``'s flat observation (``obs_size``
+    values, named back by ``env.unflatten_obs``) lies, as one row-major slice
+    ``obs[start:start + H*W*C]``; ``ValueError("network.image_leaf: ...")`` when ``env`` has no
+    such leaf, it is not an image ``[H, W, C]`` or not one slice, or ``kind`` does not fit it."""
+    if not callable(getattr(env, "unflatten_obs", None)):
+        raise ValueError(
+            f"network.image_leaf: {env.name} has a plain observation with no named leaves (no unflatten_obs); "
+            "use network.image_leaf: null"
+        )
+    leaves = env.unflatten_obs(np.arange(obs_size, dtype=np.float64))  # each leaf holds its own positions
+    if leaf not in leaves:
+        raise ValueError(f"network.image_leaf: {env.name} has no leaf {leaf!r}; its leaves: {sorted(leaves)}")
+    where = np.asarray(leaves[leaf])
+    if where.ndim != 3:
+        raise ValueError(f"network.image_leaf: leaf {leaf!r} of {env.name} has shape {where.shape}, not an image [H, W, C]")
+    start = int(where.flat[0])
+    if not np.array_equal(where.ravel(), np.arange(start, start + where.size)):
+        raise ValueError(f"network.image_leaf: leaf {leaf!r} of {env.name} is not one row-major slice of the flat observation")
+    check_image(kind, where.shape, channels, f"leaf {leaf!r} of {env.name}")
+    return start, tuple(int(d) for d in where.shape)
 
 
 def feature_size(kind: str, obs_shape: tuple[int, ...], channels=None) -> int:

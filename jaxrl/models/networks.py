@@ -184,6 +184,9 @@ class ActorCritic(nn.Module):
         over image observations ``[..., H, W, C]`` (``obs_ndim`` 3) before the MLP: one
         with ``shared_torso``, else one per head (the recurrent policy's is always shared).
       channels: the conv torso's widths (``None``: its published ones).
+      image: ``None``, or ``(start, (H, W, C))``: the conv torso reads the image stored
+        row-major at ``obs[..., start:start + H*W*C]`` of a flat observation (one leaf of a
+        structured one); the other values are appended to its features, flat.
     """
 
     action_dim: int
@@ -197,11 +200,18 @@ class ActorCritic(nn.Module):
     deferred_kernels: bool = False
     conv: str | None = None
     channels: tuple[int, ...] | None = None
+    image: tuple | None = None
 
     def features(self, obs: jax.Array, name: str = "conv") -> jax.Array:
-        """float32 ``[..., F]``: the output of the conv torso called ``name``, or the
-        flattened observation."""
+        """float32 ``[..., F]``: the output of the conv torso called ``name`` (then, with
+        ``image``, the observation's other values), or the flattened observation."""
         x = jnp.asarray(obs, jnp.float32)
+        if self.image is not None:
+            start, shape = self.image
+            stop = start + math.prod(shape)
+            pixels = jnp.reshape(x[..., start:stop], x.shape[:-1] + tuple(shape))
+            f = ConvTorso(self.conv, self.channels, self.deferred_kernels, name=name)(pixels)
+            return jnp.concatenate([f, x[..., :start], x[..., stop:]], axis=-1)
         if self.conv is not None:
             return ConvTorso(self.conv, self.channels, self.deferred_kernels, name=name)(x)
         return jnp.reshape(x, x.shape[: x.ndim - self.obs_ndim] + (-1,))

@@ -28,6 +28,7 @@ from jaxrl.algos.ppo.state import AgentState, Batch, LearnerState, PPOTrainState
 from jaxrl.core import spaces
 from jaxrl.core.env import Environment
 from jaxrl.core.wrappers import RescaleAction, VmapEnv
+from jaxrl.models import conv as conv_lib
 from jaxrl.models.networks import ActorCritic
 from jaxrl.models.recurrent import RecurrentActorCritic
 
@@ -80,8 +81,16 @@ def _build_network(env: Environment, env_params: Any, cfg: PPOConfig) -> ActorCr
         action_dim = len(space.nvec) * max(space.nvec)
     else:
         action_dim = space.n if dist == "categorical" else int(math.prod(space.shape))
-    obs_ndim = max(len(env.observation_space(env_params).shape), 1)
-    conv = conv_fields(cfg.network, env, env_params)  # refuses a conv torso on non-image observations
+    obs_shape = tuple(env.observation_space(env_params).shape)
+    obs_ndim = max(len(obs_shape), 1)
+    if cfg.network.image_leaf is None:
+        conv = conv_fields(cfg.network, env, env_params)  # refuses a conv torso on non-image observations
+    else:  # the conv reads one [H, W, C] leaf of a flat structured observation
+        if len(obs_shape) != 1:
+            raise ValueError(f"network.image_leaf: needs a flat observation with named leaves, {env.name} gives shape {obs_shape}")
+        image = conv_lib.leaf_image(env, obs_shape[0], cfg.network.image_leaf, cfg.network.conv, cfg.network.channels)
+        channels = None if cfg.network.channels is None else tuple(cfg.network.channels)
+        conv = {"conv": cfg.network.conv, "channels": channels, "image": image}
     if cfg.network.recurrent:
         return RecurrentActorCritic(
             action_dim=action_dim, dist=dist, hidden=tuple(cfg.hidden), activation=cfg.activation,

@@ -31,7 +31,9 @@ class NetworkConfig:
     (RL^2 / R2D2 style): the policy can integrate its own pushes to infer hidden velocities.
     ``conv`` puts a conv torso (:mod:`jaxrl.models.conv`) over image observations in front
     of either (one per head unless ``shared_torso``; one before a recurrent cell);
-    ``channels`` sets its widths.
+    ``channels`` sets its widths. ``image_leaf`` points the conv torso at one named
+    ``[H, W, C]`` leaf of a flat structured observation (an env with ``unflatten_obs``, e.g.
+    Jumanji's Snake ``grid``); the other leaves join its features, flat, before the MLP.
     """
 
     torso: str = "mlp"  # "mlp" | "gru" | "lstm"
@@ -39,6 +41,7 @@ class NetworkConfig:
     prev_action: bool = False  # feed the previous action into the torso input (gru / lstm only)
     conv: str | None = None  # null: MLP on the flattened obs; nature_cnn | minatar_cnn | impala: conv torso on (H, W, C) images first
     channels: tuple[int, ...] | None = None  # conv widths per layer (per stage for impala); null: the torso's published ones
+    image_leaf: str | None = None  # null: the conv reads the whole observation; a leaf name (e.g. grid): the conv reads that [H, W, C] leaf of a flat structured observation, the other leaves go to the MLP
 
     @property
     def recurrent(self) -> bool:
@@ -166,6 +169,10 @@ def validate(cfg: PPOConfig) -> None:
         "the previous action is fed to a recurrent torso only (torso: gru | lstm), got torso: mlp",
     )
     check_conv(cfg.network)
+    leaf = cfg.network.image_leaf
+    check(leaf is None or (isinstance(leaf, str) and leaf != ""), "network.image_leaf", f"expected null or a leaf name, got {leaf!r}")
+    check(leaf is None or cfg.network.conv is not None, "network.image_leaf",
+          "set only with a conv torso (network.conv: nature_cnn | minatar_cnn | impala)")
     if cfg.network.recurrent:
         check(
             cfg.num_envs % cfg.num_minibatches == 0,
