@@ -211,15 +211,39 @@ def run(
     guards.check_memory(cfg, built)  # before anything is written or allocated
     keys = seed_keys(cfg.train.seed, cfg.train.seeds)
     layout = make_layout(cfg, built, keys)
-    chunk = prepare_chunk(cfg, built, keys, layout)  # compiled; its memory checked
+    init = sharding.init_sharded(jax.vmap(built.program.init), layout)
+    init_compile = compile_aside(init, keys) if resume is None else None  # while the chunk is traced here
+    try:
+        chunk = prepare_chunk(cfg, built, keys, layout)  # compiled; its memory checked
+    finally:
+        if init_compile is not None:
+            init_compile.join()
     primary = distributed.is_primary()  # only process 0 writes files and prints
     with rundir.RunLock(run_dir) if primary else contextlib.nullcontext():
         if fresh:
             check_fresh_run_dir(run_dir)  # again under the lock: a writer may have started meanwhile
-        return _run_locked(cfg, built, keys, layout, chunk, run_dir, resume, evaluate, out, accept_config_change, init_from)
+        return _run_locked(cfg, built, keys, layout, chunk, run_dir, resume, evaluate, out, accept_config_change, init_from,
+                           init)
 
 
-def _run_locked(cfg, built, keys, layout, chunk, run_dir, resume, evaluate, out, accept_config_change, init_from=None) -> RunResult:
+def compile_aside(fn, *args) -> threading.Thread:
+    """Compile the jitted ``fn`` for ``args`` in a thread (XLA releases the interpreter while
+    it compiles), so the caller's own tracing runs meanwhile; a later ``fn(*args)`` reuses the
+    executable. A failure is left for that call to raise."""
+
+    def compile_():
+        try:
+            fn.lower(*args).compile()
+        except Exception:  # noqa: BLE001 -- raised again by the call itself
+            pass
+
+    thread = threading.Thread(target=compile_, name="jaxrl-compile-init", daemon=True)
+    thread.start()
+    return thread
+
+
+def _run_locked(cfg, built, keys, layout, chunk, run_dir, resume, evaluate, out, accept_config_change, init_from=None,
+                init=None) -> RunResult:
     """The body of :func:`run` once the checks passed and the lock is held."""
     d = built.derived
     primary = distributed.is_primary()
@@ -229,7 +253,7 @@ def _run_locked(cfg, built, keys, layout, chunk, run_dir, resume, evaluate, out,
     per_device = (cfg.train.seeds, "seeds") if layout.mode == "seeds" else ((batch.size, batch.unit) if batch else ())
     print(f"jaxrl: {sharding.summary(layout.mesh, *per_device)}", file=out)
     print(f"jaxrl: run directory {run_dir}", file=out)
-    init = sharding.init_sharded(jax.vmap(built.program.init), layout)
+    init = init or sharding.init_sharded(jax.vmap(built.program.init), layout)
     ckpts = Checkpoints(
         os.path.join(run_dir, CHECKPOINT_DIR), keep=cfg.train.keep_checkpoints,
         meta={"config": config_lib.config_to_dict(cfg)}, read_only=not primary,
