@@ -212,7 +212,7 @@ def run(
     keys = seed_keys(cfg.train.seed, cfg.train.seeds)
     layout = make_layout(cfg, built, keys)
     init = sharding.init_sharded(jax.vmap(built.program.init), layout)
-    init_compile = compile_aside(init, keys) if resume is None else None  # while the chunk is traced here
+    init_compile = beside(lambda: init.lower(keys).compile(), "init") if resume is None else None  # while the chunk is traced
     try:
         chunk = prepare_chunk(cfg, built, keys, layout)  # compiled; its memory checked
     finally:
@@ -226,18 +226,18 @@ def run(
                            init)
 
 
-def compile_aside(fn, *args) -> threading.Thread:
-    """Compile the jitted ``fn`` for ``args`` in a thread (XLA releases the interpreter while
-    it compiles), so the caller's own tracing runs meanwhile; a later ``fn(*args)`` reuses the
-    executable. A failure is left for that call to raise."""
+def beside(work: Callable[[], Any], name: str) -> threading.Thread:
+    """Run ``work`` (a compile: XLA releases the interpreter while it compiles) in a thread
+    while the caller goes on; a later call of the compiled function reuses the executable. A
+    failure is left for that call to raise."""
 
-    def compile_():
+    def run_():
         try:
-            fn.lower(*args).compile()
-        except Exception:  # noqa: BLE001 -- raised again by the call itself
+            work()
+        except Exception:  # noqa: BLE001 -- raised again where the program is used
             pass
 
-    thread = threading.Thread(target=compile_, name="jaxrl-compile-init", daemon=True)
+    thread = threading.Thread(target=run_, name=f"jaxrl-compile-{name}", daemon=True)
     thread.start()
     return thread
 
@@ -289,18 +289,12 @@ def _run_locked(cfg, built, keys, layout, chunk, run_dir, resume, evaluate, out,
     distributed.barrier("run-dir")
     if primary:
         warm_end_of_run()
-    compiled_eval = []  # evaluate, prepared while the first chunk runs (one process)
-    precompile = None
-    if evaluate and primary and jax.process_count() == 1:
+    prepared, preparing = [], None  # the evaluation program, compiled while the chunks run (one process)
+    if evaluate and primary and jax.process_count() == 1 and done < built.derived.num_updates:
         abstract = jax.tree_util.tree_map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), state)
-
-        def precompile():
-            try:
-                compiled_eval.append(eval_lib.prepare_evaluate(built, abstract, cfg.train.seed))
-            except Exception:  # noqa: BLE001 -- compiled again after the final checkpoint, which reports it
-                pass
+        preparing = beside(lambda: prepared.append(eval_lib.prepare_evaluate(built, abstract, cfg.train.seed)), "eval")
     try:
-        state, done = _loop(cfg, built, chunk, state, done, wall_offset, ckpts, metrics_path, layout, precompile)
+        state, done = _loop(cfg, built, chunk, state, done, wall_offset, ckpts, metrics_path, layout)
         if not ckpts.steps() or ckpts.latest_step() != done:
             save_checkpoint(ckpts, done, state)
     except guards.Interrupted as stop:
@@ -308,13 +302,15 @@ def _run_locked(cfg, built, keys, layout, chunk, run_dir, resume, evaluate, out,
         raise
     finally:
         ckpts.close()
+        if preparing is not None:
+            preparing.join()
     summary, pending = None, None
     if evaluate:
         local = sharding.local_copy(state) if jax.process_count() > 1 else state
         if primary:  # dispatched now, run by the devices while the host plots the curve
-            if not compiled_eval:  # several processes, no chunk run, or its compile failed: now
-                compiled_eval.append(eval_lib.prepare_evaluate(built, local, cfg.train.seed))
-            pending = compiled_eval[0](local)
+            if not prepared:  # several processes, nothing left to train, or its compile failed: now
+                prepared.append(eval_lib.prepare_evaluate(built, local, cfg.train.seed))
+            pending = prepared[0](local)
     if primary:
         records = log_lib.read_metrics(metrics_path)
         curve = built.program.monitor.curve
@@ -363,10 +359,9 @@ def record_stop(stop: config_lib.StopAt, record: dict, run_dir: str) -> None:
 
 def _loop(
     cfg: RunConfig, built: Built, chunk: Callable, state, done: int, wall_offset: float, ckpts: Checkpoints, metrics_path: str,
-    layout: sharding.Layout | None = None, after_first_dispatch: Callable[[], Any] | None = None,
+    layout: sharding.Layout | None = None,
 ):
-    """Run chunks from ``done`` updates to the end; returns ``(state, updates done)``.
-    ``after_first_dispatch`` runs on the host once, while the first chunk runs on the devices."""
+    """Run chunks from ``done`` updates to the end; returns ``(state, updates done)``."""
     d = built.derived
     k = d.updates_per_chunk
     where = None if layout is None else layout.replicated
@@ -389,9 +384,6 @@ def _loop(
                 n = min(k, d.num_updates - done)
                 with jax.transfer_guard("disallow"), sharding.use_mesh(mesh):
                     state, metrics, finite = chunk(state, n_dev[n])  # env split: traced under the mesh (constrain_batch)
-                if after_first_dispatch is not None:
-                    after_first_dispatch, run_now = None, after_first_dispatch
-                    run_now()
                 metrics, finite = jax.device_get((metrics, finite))
                 check_finite(metrics, finite, done, n, ckpts)
                 wall = wall_offset + time.perf_counter() - start
