@@ -125,20 +125,15 @@ def prepare_evaluate(built: Built, states: Any, seed: int = 0) -> Callable[[Any]
     ``train.seed = seed``, compiled now for states shaped and placed like ``states`` (arrays
     or ``jax.ShapeDtypeStruct``): the trainer prepares it while the first chunk runs, so the
     end of a run only executes it. Same metrics as :func:`evaluate_states`."""
-    num_seeds = jax.tree_util.tree_leaves(states)[0].shape[0]
-    abstract = jax.tree_util.tree_map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=getattr(x, "sharding", None)), states)
-    keys = eval_keys(seed, num_seeds)
-    compiled = eval_program(built).lower(abstract, keys).compile()
+    keys = eval_keys(seed, jax.tree_util.tree_leaves(states)[0].shape[0])
+    compiled = eval_program(built).lower(states, keys).compile()
     return lambda s: compiled(s, keys)
 
 
-def evaluate_states(built: Built, states: Any, seed: int = 0, prepared: Callable[[Any], Any] | None = None) -> dict:
-    """Run the program's ``evaluate`` on a ``[S, ...]`` batch of states; host metrics dict.
-    ``prepared``: :func:`prepare_evaluate`'s function for these states (else compiled now)."""
-    if prepared is None:
-        keys = eval_keys(seed, jax.tree_util.tree_leaves(states)[0].shape[0])
-        return jax.device_get(eval_program(built)(states, keys))
-    return jax.device_get(prepared(states))
+def evaluate_states(built: Built, states: Any, seed: int = 0) -> dict:
+    """Run the program's ``evaluate`` on a ``[S, ...]`` batch of states; host metrics dict."""
+    keys = eval_keys(seed, jax.tree_util.tree_leaves(states)[0].shape[0])
+    return jax.device_get(eval_program(built)(states, keys))
 
 
 def evaluate_run(built: Built, states: Any, seed: int = 0) -> dict:

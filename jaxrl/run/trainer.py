@@ -72,20 +72,13 @@ def save_checkpoint(ckpts: Checkpoints, step: int, state) -> None:
     distributed.barrier(f"checkpoint-{step}")
 
 
-def warm_end_of_run() -> None:
-    """Import what the end of a run needs (orbax for the final checkpoint, matplotlib for the
-    curve) in a background thread while the chunks run, instead of after them."""
+def _import_end_of_run() -> None:
+    """Import what the end of a run needs: orbax for the final checkpoint, matplotlib for the
+    curve (run :func:`beside` the chunks instead of after them)."""
+    import matplotlib.backends.backend_agg  # noqa: F401
+    import matplotlib.figure  # noqa: F401
 
-    def load():
-        try:
-            import matplotlib.backends.backend_agg  # noqa: F401
-            import matplotlib.figure  # noqa: F401
-
-            checkpoint_lib._orbax()
-        except Exception:  # noqa: BLE001 -- imported again where used, which reports it
-            pass
-
-    threading.Thread(target=load, name="jaxrl-warm-imports", daemon=True).start()
+    checkpoint_lib._orbax()
 
 
 # ------------------------------------------------------------------------------------------
@@ -212,7 +205,7 @@ def run(
     keys = seed_keys(cfg.train.seed, cfg.train.seeds)
     layout = make_layout(cfg, built, keys)
     init = sharding.init_sharded(jax.vmap(built.program.init), layout)
-    init_compile = beside(lambda: init.lower(keys).compile(), "init") if resume is None else None  # while the chunk is traced
+    init_compile = beside(lambda: init.lower(keys).compile(), "compile-init") if resume is None else None  # while the chunk is traced
     try:
         chunk = prepare_chunk(cfg, built, keys, layout)  # compiled; its memory checked
     finally:
@@ -222,14 +215,13 @@ def run(
     with rundir.RunLock(run_dir) if primary else contextlib.nullcontext():
         if fresh:
             check_fresh_run_dir(run_dir)  # again under the lock: a writer may have started meanwhile
-        return _run_locked(cfg, built, keys, layout, chunk, run_dir, resume, evaluate, out, accept_config_change, init_from,
-                           init)
+        return _run_locked(cfg, built, keys, layout, chunk, init, run_dir, resume, evaluate, out, accept_config_change, init_from)
 
 
 def beside(work: Callable[[], Any], name: str) -> threading.Thread:
-    """Run ``work`` (a compile: XLA releases the interpreter while it compiles) in a thread
-    while the caller goes on; a later call of the compiled function reuses the executable. A
-    failure is left for that call to raise."""
+    """Run ``work`` in a daemon thread while the caller goes on: a compile (XLA releases the
+    interpreter while it compiles; a later call of the compiled function reuses the
+    executable) or an import. A failure is left for the later use to raise."""
 
     def run_():
         try:
@@ -237,13 +229,12 @@ def beside(work: Callable[[], Any], name: str) -> threading.Thread:
         except Exception:  # noqa: BLE001 -- raised again where the program is used
             pass
 
-    thread = threading.Thread(target=run_, name=f"jaxrl-compile-{name}", daemon=True)
+    thread = threading.Thread(target=run_, name=f"jaxrl-{name}", daemon=True)
     thread.start()
     return thread
 
 
-def _run_locked(cfg, built, keys, layout, chunk, run_dir, resume, evaluate, out, accept_config_change, init_from=None,
-                init=None) -> RunResult:
+def _run_locked(cfg, built, keys, layout, chunk, init, run_dir, resume, evaluate, out, accept_config_change, init_from=None) -> RunResult:
     """The body of :func:`run` once the checks passed and the lock is held."""
     d = built.derived
     primary = distributed.is_primary()
@@ -253,7 +244,6 @@ def _run_locked(cfg, built, keys, layout, chunk, run_dir, resume, evaluate, out,
     per_device = (cfg.train.seeds, "seeds") if layout.mode == "seeds" else ((batch.size, batch.unit) if batch else ())
     print(f"jaxrl: {sharding.summary(layout.mesh, *per_device)}", file=out)
     print(f"jaxrl: run directory {run_dir}", file=out)
-    init = init or sharding.init_sharded(jax.vmap(built.program.init), layout)
     ckpts = Checkpoints(
         os.path.join(run_dir, CHECKPOINT_DIR), keep=cfg.train.keep_checkpoints,
         meta={"config": config_lib.config_to_dict(cfg)}, read_only=not primary,
@@ -288,11 +278,11 @@ def _run_locked(cfg, built, keys, layout, chunk, run_dir, resume, evaluate, out,
         rundir.write_text(os.path.join(run_dir, CONFIG_FILE), config_lib.dump_config(cfg))
     distributed.barrier("run-dir")
     if primary:
-        warm_end_of_run()
+        beside(_import_end_of_run, "imports")
     prepared, preparing = [], None  # the evaluation program, compiled while the chunks run (one process)
     if evaluate and primary and jax.process_count() == 1 and done < built.derived.num_updates:
         abstract = jax.tree_util.tree_map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), state)
-        preparing = beside(lambda: prepared.append(eval_lib.prepare_evaluate(built, abstract, cfg.train.seed)), "eval")
+        preparing = beside(lambda: prepared.append(eval_lib.prepare_evaluate(built, abstract, cfg.train.seed)), "compile-eval")
     try:
         state, done = _loop(cfg, built, chunk, state, done, wall_offset, ckpts, metrics_path, layout)
         if not ckpts.steps() or ckpts.latest_step() != done:
