@@ -29,11 +29,13 @@ from typing import Callable
 GROUPS = ("jaxrl.envs", "jaxrl.algos")
 
 
-def cache_dir() -> str:
-    explicit = os.environ.get("JAXRL_CACHE_DIR")
+def cache_dir(environ=os.environ) -> str:
+    """jaxrl's cache directory: ``$JAXRL_CACHE_DIR``, else ``$XDG_CACHE_HOME/jaxrl``, else
+    ``~/.cache/jaxrl`` (the compilation cache lives under it too)."""
+    explicit = environ.get("JAXRL_CACHE_DIR")
     if explicit:
         return explicit
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    base = environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return os.path.join(base, "jaxrl")
 
 

@@ -19,6 +19,8 @@ import os
 import stat
 import sys
 
+from jaxrl.run import answers
+
 __all__ = ["MAX_BYTES", "MIN_COMPILE_SECONDS", "cache_dir", "enable"]
 
 #: Largest size of the cache directory, in bytes.
@@ -31,9 +33,7 @@ def cache_dir(environ=os.environ) -> str | None:
     """The directory :func:`enable` would use, or ``None`` when the cache is off."""
     if environ.get("JAXRL_NO_CACHE"):
         return None
-    explicit = environ.get("JAXRL_CACHE_DIR")
-    base = explicit or os.path.join(environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "jaxrl")
-    return os.path.join(os.path.expanduser(base), "xla")
+    return os.path.join(os.path.expanduser(answers.cache_dir(environ)), "xla")
 
 
 def _safe(path: str) -> str | None:
