@@ -136,10 +136,12 @@ def _anneal_lr(value, current, floor: bool):
 KEY_VALUES = {old: ("anneal_lr: true is lr_end_frac: 0.0, false is 1.0", _anneal_lr) for old in OPTIM_KEYS if old.endswith(".anneal_lr")}
 
 
-def moved_message(old: str) -> str:
-    new = " / ".join(MOVED_MODULES[old])
-    moved, removed = MOVED_LATER.get(old, (MOVED_IN, REMOVED_IN))
+def _moved(old: str, new: str, moved: str, removed: str) -> str:
     return f"{old} moved to {new} in jaxrl {moved}; the old path goes away in {removed}"
+
+
+def moved_message(old: str) -> str:
+    return _moved(old, " / ".join(MOVED_MODULES[old]), *MOVED_LATER.get(old, (MOVED_IN, REMOVED_IN)))
 
 
 def _forward(targets: tuple[str, ...], old: str, name: str):
@@ -219,12 +221,9 @@ def moved_name(module: str, name: str):
     entry = MOVED_NAMES.get(f"{module}.{name}")
     if entry is None:
         raise AttributeError(f"module {module!r} has no attribute {name!r}")
-    new, moved, removed = entry
+    new = entry[0]
+    warnings.warn(_moved(f"{module}.{name}", *entry), DeprecationWarning, stacklevel=3)
     new_module, _, new_name = new.rpartition(".")
-    warnings.warn(
-        f"{module}.{name} moved to {new} in jaxrl {moved}; the old path goes away in {removed}",
-        DeprecationWarning, stacklevel=3,
-    )
     return getattr(importlib.import_module(new_module), new_name)
 
 

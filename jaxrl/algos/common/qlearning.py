@@ -40,17 +40,16 @@ def q_network(envs: EnvSetup, cfg, num_actions: int, dueling: bool) -> QNetwork:
     return masked_q_network(network, envs.env, envs.params, cfg.action_mask)
 
 
-def act(network: QNetwork, epsilon: float, params, carry, obs, key, deterministic: bool = False):
-    """:attr:`Policy.act`: the greedy action, or epsilon-greedy at the final epsilon."""
-    q = network.apply(params, obs)
-    if deterministic:
-        return carry, jnp.argmax(q, axis=-1).astype(jnp.int32)
-    return carry, epsilon_greedy(q, epsilon, key, legal_mask(network, obs))
-
-
 def greedy(network: QNetwork, params, obs, key):
     """The greedy actions of ``obs``, what evaluation plays."""
     return jnp.argmax(network.apply(params, obs), axis=-1).astype(jnp.int32)
+
+
+def act(network: QNetwork, epsilon: float, params, carry, obs, key, deterministic: bool = False):
+    """:attr:`Policy.act`: the greedy action, or epsilon-greedy at the final epsilon."""
+    if deterministic:
+        return carry, greedy(network, params, obs, key)
+    return carry, epsilon_greedy(network.apply(params, obs), epsilon, key, legal_mask(network, obs))
 
 
 def program(envs: EnvSetup, cfg, network: QNetwork, setup: Any, update: Callable, init: Callable, plan: Plan,
