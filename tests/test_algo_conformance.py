@@ -27,15 +27,15 @@ EXAMPLE = os.path.join(REPO, "examples", "reinforce")
 
 TINY_CONTROL = ["train.checkpoint_every=0", "train.progress=false"]
 
+#: PPO's tiny run, feed-forward and recurrent.
+TINY_PPO = ["ppo.num_envs=4", "ppo.num_steps=8", "ppo.total_env_steps=160", "ppo.update_epochs=1",
+            "ppo.num_minibatches=2", "ppo.hidden=[8]"]
+
 #: Per case: (the algorithm, a recipe under configs/ or a raw config dict, overrides): tiny
 #: networks, a few envs, 5 updates (chunks of 2, 2 and 1).
 CASES = {
-    "ppo": ("ppo", "ppo_cartpole.yaml", [
-        "ppo.num_envs=4", "ppo.num_steps=8", "ppo.total_env_steps=160", "ppo.update_epochs=1",
-        "ppo.num_minibatches=2", "ppo.hidden=[8]"]),
-    "ppo_recurrent": ("ppo", "ppo_rnn_cartpole_pomdp.yaml", [
-        "ppo.num_envs=4", "ppo.num_steps=8", "ppo.total_env_steps=160", "ppo.update_epochs=1",
-        "ppo.num_minibatches=2", "ppo.hidden=[8]", "ppo.network.cell_size=4"]),
+    "ppo": ("ppo", "ppo_cartpole.yaml", TINY_PPO),
+    "ppo_recurrent": ("ppo", "ppo_rnn_cartpole_pomdp.yaml", [*TINY_PPO, "ppo.network.cell_size=4"]),
     "dqn": ("dqn", "dqn_cartpole.yaml", [
         "dqn.num_envs=4", "dqn.steps_per_update=2", "dqn.total_env_steps=40", "dqn.gradient_steps=2",
         "dqn.batch_size=8", "dqn.buffer_size=32", "dqn.learning_starts=8", "dqn.n_step=2", "dqn.hidden=[8]"]),
