@@ -117,7 +117,12 @@ def eval_program(built: Built) -> Any:
 
 def eval_keys(seed: int, num_seeds: int) -> jax.Array:
     """The ``[S]`` evaluation keys of a run trained with ``train.seed = seed``."""
-    return jax.random.split(jax.random.PRNGKey(seed + EVAL_SEED_OFFSET), num_seeds)
+    return _eval_keys(seed + EVAL_SEED_OFFSET, num_seeds)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1))
+def _eval_keys(seed: int, num_seeds: int) -> jax.Array:  # one small program instead of two
+    return jax.random.split(jax.random.PRNGKey(seed), num_seeds)
 
 
 def prepare_evaluate(built: Built, states: Any, seed: int = 0) -> Callable[[Any], Any]:

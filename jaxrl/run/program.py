@@ -56,16 +56,6 @@ def make_train(cfg: RunConfig, num_updates: int | None = None) -> Callable[..., 
     return functools.partial(train, built.program, n)
 
 
-def _skip_update(update: Callable, state):
-    """The ``n_active``-exceeded branch: state unchanged, zero metrics of the right shape."""
-    _, shapes = jax.eval_shape(update, state)
-    return state, jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
-
-
-def _chunk_body(update: Callable, n_active: jax.Array, state, i):
-    return jax.lax.cond(i < n_active, update, functools.partial(_skip_update, update), state)
-
-
 def no_nan(tree) -> jax.Array:
     """bool ``[]``: no inexact leaf of ``tree`` holds a NaN.
 
@@ -84,8 +74,23 @@ def chunk_fn(update: Callable, k: int, state, n_active: jax.Array):
     """``n_active <= k`` updates of one seed's state in a ``k``-step scan.
 
     Returns ``(state, metrics [k] per name (zeros past n_active), no NaN in state bool[])``.
+    ``update`` is traced once: its jaxpr is the taken branch of each step and gives the
+    skipped branch (``i >= n_active``: state unchanged, zero metrics) its shapes (tracing
+    the update is most of the chunk's trace time).
     """
-    body = functools.partial(_chunk_body, update, n_active)
+    closed, (_, shapes) = jax.make_jaxpr(update, return_shape=True)(state)
+    out_tree = jax.tree_util.tree_structure((state, shapes))
+
+    def run(s):
+        out = jax.core.eval_jaxpr(closed.jaxpr, closed.consts, *jax.tree_util.tree_leaves(s))
+        return jax.tree_util.tree_unflatten(out_tree, out)
+
+    def skip(s):
+        return s, jax.tree_util.tree_map(lambda a: jnp.zeros(a.shape, a.dtype), shapes)
+
+    def body(s, i):
+        return jax.lax.cond(i < n_active, run, skip, s)
+
     state, metrics = jax.lax.scan(body, state, jnp.arange(k))
     return state, metrics, no_nan(state)
 
