@@ -49,12 +49,77 @@ def return_stats(returns) -> dict:
     mean = float(x.mean())
     std = float(x.std(ddof=1)) if n > 1 else 0.0
     if n > 1:
-        from scipy import stats
-
-        half = float(stats.t.ppf(0.975, n - 1)) * std / math.sqrt(n)
+        half = t_quantile(0.975, n - 1) * std / math.sqrt(n)
     else:
         half = math.inf
     return {"mean": mean, "std": std, "ci95_low": mean - half, "ci95_high": mean + half, "episodes": n}
+
+
+def t_quantile(p: float, df: int) -> float:
+    """The ``p`` quantile (``0.5 < p < 1``) of Student's t with ``df >= 1`` degrees of
+    freedom: ``scipy.stats.t.ppf(p, df)`` to 3e-12 relative, without scipy's import (about
+    a CPU-second of a run). The normal quantile's Cornish-Fisher expansion, refined by
+    Newton's method on the CDF below 1000 degrees; exact forms for ``df`` 1 and 2."""
+    if not 0.5 < p < 1.0 or df < 1:
+        raise ValueError(f"t_quantile needs 0.5 < p < 1 and df >= 1, got p={p}, df={df}")
+    if df == 1:
+        return math.tan(math.pi * (p - 0.5))
+    if df == 2:
+        return (2 * p - 1) / math.sqrt(2 * p * (1 - p))
+    z = _normal_quantile(p)
+    terms = ((z**3 + z) / 4, (5 * z**5 + 16 * z**3 + 3 * z) / 96, (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / 384,
+             (79 * z**9 + 776 * z**7 + 1482 * z**5 - 1920 * z**3 - 945 * z) / 92160)  # Abramowitz-Stegun 26.7.5
+    t = z + sum(g / df ** (i + 1) for i, g in enumerate(terms))
+    if df >= 1000:  # the expansion is exact to rounding here; lgamma's would not be
+        return t
+    log_norm = math.lgamma((df + 1) / 2) - math.lgamma(df / 2) - 0.5 * math.log(df * math.pi)
+    for _ in range(50):
+        inner = 0.5 * _betainc(0.5, df / 2, t * t / (df + t * t))  # P(0 < T < t)
+        pdf = math.exp(log_norm - (df + 1) / 2 * math.log1p(t * t / df))
+        step = (inner - (p - 0.5)) / pdf
+        t -= step
+        if abs(step) <= 1e-14 * abs(t):
+            break
+    return t
+
+
+def _normal_quantile(p: float) -> float:
+    """The standard normal's ``p`` quantile, by bisection on ``erfc`` (a start for Newton)."""
+    lo, hi = 0.0, 40.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        if 0.5 * math.erfc(-mid / math.sqrt(2)) < p:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
+
+
+def _betainc(a: float, b: float, x: float) -> float:
+    """The regularized incomplete beta ``I_x(a, b)`` (Lentz's continued fraction, with the
+    symmetry ``I_x(a, b) = 1 - I_{1-x}(b, a)`` where the fraction converges slowly)."""
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    if x > (a + 1) / (a + b + 2):
+        return 1.0 - _betainc(b, a, 1.0 - x)
+    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)) / a
+    tiny = 1e-300
+    c, d = 1.0, 1.0 - (a + b) * x / (a + 1)
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    f = d
+    for m in range(1, 500):
+        for numerator in (m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
+                          -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))):
+            d = 1.0 + numerator * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + numerator / c
+            c = c if abs(c) > tiny else tiny
+            f *= c * d
+        if abs(c * d - 1.0) < 1e-16:
+            break
+    return front * f
 
 
 def summarise(metrics: dict, report: EvalReport) -> dict:

@@ -74,11 +74,9 @@ def save_checkpoint(ckpts: Checkpoints, step: int, state) -> None:
 
 def _import_end_of_run() -> None:
     """Import what the end of a run needs: orbax for the final checkpoint, matplotlib for the
-    curve, scipy's Student-t for the eval summary (run :func:`beside` the chunks instead of
-    after them)."""
+    curve (run :func:`beside` the chunks instead of after them)."""
     import matplotlib.backends.backend_agg  # noqa: F401
     import matplotlib.figure  # noqa: F401
-    import scipy.stats  # noqa: F401
 
     checkpoint_lib._orbax()
 
