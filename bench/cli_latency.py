@@ -11,7 +11,8 @@ cache and with a warm one, and so are the phases a user waits for (:func:`train_
 
 With ``--baseline DIR`` (a copy of an older commit's tree, e.g. from ``git archive``)
 the same commands run from that tree too (``PYTHONPATH=DIR python -m jaxrl.cli``),
-interleaved with the current ones repeat by repeat, so both see the same machine load.
+interleaved with the current ones repeat by repeat, so both see the same machine load
+(with ``--train``: the cold 16-seed command too).
 
 Writes ``bench/results/cli_latency.json`` (machine, versions, load average). Usage::
 
@@ -104,25 +105,35 @@ def timeline(argv: list[str], env: dict) -> dict:
     return {**seen, "exit_s": round(time.perf_counter() - start, 3)}
 
 
-def train_records(script: list[str], base: dict, repeats: int) -> dict:
+def train_records(script: list[str], base: dict, repeats: int, old_env: dict | None = None) -> tuple[dict, dict]:
     """The README recipe as whole ``jaxrl train`` processes: 16 seeds with no compilation cache
     (``JAXRL_NO_CACHE=1``, what a first run pays) and with a warm one (the same command
     again); and, from a run with the progress bar and JAX's compile log, when it reaches
     compilation and how long the end of the run takes after the last update (final
     checkpoint, evaluation, curve, exit), for 1 and 16 seeds, no cache. The timeline's output
-    is read as it comes, so the markers are late by at most the pipe's latency."""
-    out = {}
+    is read as it comes, so the markers are late by at most the pipe's latency. With
+    ``old_env`` (a baseline tree on ``PYTHONPATH``) the cold 16-seed command also runs from
+    that tree, alternating run by run; returns ``(records, baseline records)``."""
+    out, baseline = {}, {}
     with tempfile.TemporaryDirectory() as tmp:
-        def argv(seeds, progress=False):
+        def argv(seeds, progress=False, prefix=script):
             run = os.path.join(tmp, f"run{len(os.listdir(tmp))}")
-            return [*script, "train", "configs/ppo_cartpole.yaml", "--seeds", str(seeds), "--out", run,
+            return [*prefix, "train", str(ROOT / "configs" / "ppo_cartpole.yaml"), "--seeds", str(seeds), "--out", run,
                     "--set", f"train.progress={'true' if progress else 'false'}"]
 
         cold = {**base, "JAXRL_NO_CACHE": "1"}
         warm = {**base, "JAXRL_CACHE_DIR": os.path.join(tmp, "cache")}
         warm.pop("JAXRL_NO_CACHE", None)
-        out["train ppo_cartpole --seeds 16 (whole process, no compilation cache)"] = summary(
-            [time_once(argv(16), cold) for _ in range(repeats)])
+        name = "train ppo_cartpole --seeds 16 (whole process, no compilation cache)"
+        if old_env is None:
+            out[name] = summary([time_once(argv(16), cold) for _ in range(repeats)])
+        else:
+            old_cold, new_times, old_times = {**old_env, "JAXRL_NO_CACHE": "1"}, [], []
+            for _ in range(repeats):  # alternating, each in a fresh run directory
+                new_times.append(time_once(argv(16), cold))
+                old_times.append(time_once(argv(16, prefix=[sys.executable, "-m", "jaxrl.cli"]), old_cold, cwd=old_env["PYTHONPATH"]))
+            out[name], baseline[name] = summary(new_times), summary(old_times)
+            print(f"{name:<80} baseline {baseline[name]['median_s']:.3f} s (median of {repeats})", flush=True)
         time_once(argv(16), warm)  # fills the cache
         out["train ppo_cartpole --seeds 16 (whole process, warm compilation cache)"] = summary(
             [time_once(argv(16), warm) for _ in range(repeats)])
@@ -135,7 +146,7 @@ def train_records(script: list[str], base: dict, repeats: int) -> dict:
                 [r["exit_s"] - r["last_update_s"] for r in runs])
     for name, rec in out.items():
         print(f"{name:<80} {rec['median_s']:.3f} s (median of {rec['repeats']})", flush=True)
-    return out
+    return out, baseline
 
 
 def main() -> None:
@@ -150,7 +161,11 @@ def main() -> None:
     subprocess.run([*script, "list"], env=base, stdout=subprocess.DEVNULL, check=True, cwd=ROOT)  # remember
     subprocess.run([*script, "config", "ppo"], env=base, stdout=subprocess.DEVNULL, check=True, cwd=ROOT)
     records, baseline = {}, {}
-    old_env = {**base, "PYTHONPATH": os.path.abspath(args.baseline)} if args.baseline else None
+    old_env = None
+    if args.baseline:  # its own answers directory: alternating trees would forget each other's answers
+        old_env = {**base, "PYTHONPATH": os.path.abspath(args.baseline), "JAXRL_CACHE_DIR": tempfile.mkdtemp(prefix="jaxrl-baseline-")}
+        for argv in (["list"], ["config", "ppo"]):
+            subprocess.run([sys.executable, "-m", "jaxrl.cli", *argv], env=old_env, stdout=subprocess.DEVNULL, check=True, cwd=old_env["PYTHONPATH"])
     for name, (argv, extra) in COMMANDS.items():
         if old_env is None:
             records[name] = measure([*script, *argv], {**base, **extra}, args.repeats)
@@ -164,7 +179,9 @@ def main() -> None:
     records["python -c 'import jax'"] = measure([sys.executable, "-c", "import jax"], base, args.repeats)
     records["python -c pass"] = measure([sys.executable, "-c", "pass"], base, args.repeats)
     if args.train:
-        records.update(train_records(script, base, args.repeats))
+        trained, trained_baseline = train_records(script, base, args.repeats, old_env)
+        records.update(trained)
+        baseline.update(trained_baseline)
     for name in ("python -c 'import jax'", "python -c pass"):
         print(f"{name:<26} {records[name]['median_s']:.3f} s")
     meta = common.metadata({"script": " ".join(script)}, libraries=("jax", "jaxlib", "orbax-checkpoint", "flax"))

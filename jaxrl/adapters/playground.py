@@ -30,7 +30,6 @@ import copy
 import dataclasses
 import functools
 import importlib.util
-from typing import Any
 
 import jax
 import jax.numpy as jnp

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 
-from jaxrl.core import prng
+from jaxrl.core import threefry
 from jaxrl.parallel import distributed
 from jaxrl.run import compile_cache, config as config_lib
 from jaxrl.run.config import ConfigError, RunConfig
@@ -53,7 +53,7 @@ def main_train(args) -> int:
     if args.config is None and args.resume is None:
         raise ConfigError("train needs a CONFIG file or --resume RUN_DIR")
     compile_cache.enable()  # before the first compile
-    prng.unroll_threefry_on_cpu()
+    threefry.unroll_on_cpu()
     join_processes(args)
     cfg = config_from_args(args)
     accept = bool(getattr(args, "accept_config_change", False))

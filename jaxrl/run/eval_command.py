@@ -14,7 +14,7 @@ import os
 import jax
 import numpy as np
 
-from jaxrl.core import prng
+from jaxrl.core import threefry
 from jaxrl.run import compile_cache
 from jaxrl.run.config import ConfigError
 from jaxrl.run.evaluate import (
@@ -32,7 +32,7 @@ def main_eval(args) -> int:
     from jaxrl.run import guards, rundir
 
     compile_cache.enable()  # before the first compile
-    prng.unroll_threefry_on_cpu()
+    threefry.unroll_on_cpu()
 
     out_path = os.path.join(args.run_dir, EVAL_FILE)
     rundir.refuse_link(out_path)  # before the work, not after it
@@ -130,7 +130,7 @@ def main_render(args) -> int:
     from jaxrl.run import guards
 
     compile_cache.enable()
-    prng.unroll_threefry_on_cpu()
+    threefry.unroll_on_cpu()
 
     check_render_args(args)
     guards.check_seed(args.seed, "--seed")

@@ -16,7 +16,7 @@ import socket
 import sys
 import types
 
-from jaxrl.core import prng
+from jaxrl.core import threefry
 from jaxrl.run import compile_cache
 from jaxrl.run.config import ConfigError
 
@@ -89,7 +89,7 @@ def main_serve(args) -> int:
         return 2
     check_args(args)
     compile_cache.enable()  # a restarted server loads its buckets' programs
-    prng.unroll_threefry_on_cpu()
+    threefry.unroll_on_cpu()
     try:
         sock = bind(args.host, args.port)
     except _Unavailable as exc:
