@@ -129,7 +129,7 @@ def main() -> None:
         # merge with what is on disk now (another invocation may have written other recipes meanwhile)
         latest = json.loads(out_json.read_text())["records"] if out_json.exists() else []
         records = [r for r in latest if r["recipe"] not in {x["recipe"] for x in records}] + records
-        meta = common.metadata({"note": "2-core machine shared with other engineers' jobs: wall times are loaded"},
+        meta = common.metadata({"note": "wall times depend on the machine's load: see each run's load averages"},
                                libraries=(*common.DEFAULT_LIBRARIES, "jumanji"))
         common.write_results(NAME, records, meta)
         write_markdown(records, meta)
@@ -139,8 +139,8 @@ def write_markdown(records: list[dict], meta: dict) -> None:
     md = [
         "# Masked against unmasked PPO on Jumanji (issue 27)",
         "",
-        f"`{meta['command']}` on {meta['machine']['cpu_model']} ({meta['machine']['cpus_usable']} cores, shared with other "
-        f"jobs), {meta['utc']}, jumanji {meta['versions'].get('jumanji')}. Each run is a whole `jaxrl train` process "
+        f"`{meta['command']}` on {meta['machine']['cpu_model']} ({meta['machine']['cpus_usable']} cores; each row's load "
+        f"averages are in its last column), {meta['utc']}, jumanji {meta['versions'].get('jumanji')}. Each run is a whole `jaxrl train` process "
         "(compile included) with its seeds vmapped; returns are the final evaluation's means over all seeds' "
         "episodes, greedy (det.; per-seed means listed) and sampling (stoch.); baselines are uniformly random actions and uniformly random legal "
         "actions in the same env and params. Load average (1 min) recorded before each recipe and after each run.",
@@ -172,12 +172,12 @@ def write_markdown(records: list[dict], meta: dict) -> None:
             "|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         for r in compared:
-            m, c = r["masked"], r["compare"]
+            m, c = r.get("compare_masked", r["masked"]), r["compare"]  # the masked run of the same invocation
             md.append(
                 f"| {r['recipe']} | {r['compare_recipe']} | {r['env_steps_per_seed']:,} | {r['seeds']} | {m['eval_det_mean']} "
                 f"{m['eval_det_mean_per_seed']} / **{m['eval_sto_mean']}** | {c['eval_det_mean']} {c['eval_det_mean_per_seed']} / "
                 f"**{c['eval_sto_mean']}** | {r['random_legal']['mean']} | {r['random']['mean']} | {m['wall_s_total']} "
-                f"({m['cpu_s_total']}) | {c['wall_s_total']} ({c['cpu_s_total']}) | {r['load_average_1m_before']:.1f} / "
+                f"({m['cpu_s_total']}) | {c['wall_s_total']} ({c['cpu_s_total']}) | {m.get('load_average_1m_before', r['load_average_1m_before']):.1f} / "
                 f"{m['load_average_1m_after']:.1f}, {c['load_average_1m_after']:.1f} |"
             )
     notes = [f"- {r['recipe']}: {r['note']}" for r in records if r.get("note")]
