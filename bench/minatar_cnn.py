@@ -12,6 +12,11 @@ policy's evaluation return (deterministic and stochastic, 16 episodes each per s
 
     python bench/minatar_cnn.py --steps 491520 --seeds 4            # -> bench/results/minatar_cnn.{json,md}
     python bench/minatar_cnn.py --steps 5013504 --seeds 8 --tag h100  # -> minatar_cnn_h100.{json,md}
+
+``--update-cost`` times one PPO update (rollout and learning, 8,192 env steps per seed) of
+each of :data:`VARIANTS` (the two recipes and narrower CNNs), 1 and 4 seeds vmapped, each
+in a fresh process: the best of 3 calls of a compiled 2-update chunk, wall and CPU time
+(-> ``bench/results/minatar_cnn_update_cost.{json,md}``).
 """
 
 from __future__ import annotations
@@ -31,6 +36,14 @@ sys.path.insert(0, str(ROOT / "bench"))
 RECIPES = {
     "mlp": ROOT / "configs" / "ppo_minatar_breakout.yaml",
     "cnn": ROOT / "configs" / "ppo_minatar_breakout_cnn.yaml",
+}
+#: ``--update-cost``: name -> (recipe, config overrides).
+VARIANTS = {
+    "mlp 256-256": ("mlp", []),
+    "cnn 16 ch, dense 128": ("cnn", []),
+    "cnn 8 ch, dense 128": ("cnn", ["ppo.network.channels=[8]"]),
+    "cnn 16 ch, dense 64": ("cnn", ["ppo.hidden=[64]"]),
+    "cnn 8 ch, dense 64": ("cnn", ["ppo.hidden=[64]", "ppo.network.channels=[8]"]),
 }
 
 
@@ -67,6 +80,67 @@ def child(recipe: str, steps: int, seeds: int) -> dict:
         "eval_return_stochastic": float(np.mean(ev_stochastic)),
         "curve_every_tenth": np.mean(curve, axis=0)[:: max(1, curve.shape[1] // 10)].round(2).tolist(),
     }
+
+
+def update_cost(variant: str, seeds: int) -> dict:
+    """Seconds of one update of ``variant`` with ``seeds`` seeds vmapped (best of 3 calls of a
+    compiled 2-update chunk; every output fetched)."""
+    import functools
+
+    import jax
+    import jax.numpy as jnp
+
+    import jaxrl
+    from jaxrl.algos import ppo
+    from jaxrl.algos.common.train import COMPILER_OPTIONS, over_seeds, program_on
+    from jaxrl.core import threefry
+    from jaxrl.run.config import load_config
+    from jaxrl.run.program import chunk_fn
+
+    threefry.unroll_on_cpu()  # as jaxrl train does
+    recipe, overrides = VARIANTS[variant]
+    cfg = load_config(str(RECIPES[recipe]), overrides)
+    env, params = jaxrl.make(cfg.env.id)
+    program = program_on(ppo, env, params, cfg.algo_config)
+    state = jax.jit(jax.vmap(program.init))(jax.random.split(jax.random.PRNGKey(0), seeds))
+    chunk = jax.jit(over_seeds(functools.partial(chunk_fn, program.update, 2)), compiler_options=COMPILER_OPTIONS)
+    compiled = chunk.lower(state, jnp.int32(2)).compile()
+    state = jax.block_until_ready(compiled(state, jnp.int32(2))[0])  # warm
+    walls, cpus = [], []
+    for _ in range(3):
+        t, c = time.perf_counter(), time.process_time()
+        state, metrics, finite = jax.block_until_ready(compiled(state, jnp.int32(2)))
+        walls.append((time.perf_counter() - t) / 2)
+        cpus.append((time.process_time() - c) / 2)
+    steps = cfg.algo_config.num_envs * cfg.algo_config.num_steps
+    return {"variant": variant, "overrides": overrides, "seeds": seeds, "update_wall_s": min(walls), "update_cpu_s": min(cpus),
+            "env_steps_per_s": seeds * steps / min(walls), "device": str(jax.devices()[0])}
+
+
+def update_costs() -> None:
+    """``--update-cost``: every variant at 1 and 4 seeds, each in a fresh process."""
+    from common import RESULTS_DIR, dumps, metadata
+
+    records = []
+    for seeds in (1, 4):
+        for variant in VARIANTS:
+            out = subprocess.run([sys.executable, __file__, "--cost-child", variant, "--seeds", str(seeds)],
+                                 capture_output=True, text=True, check=False)
+            if out.returncode:
+                raise SystemExit(f"{variant} failed:\n{out.stderr[-3000:]}")
+            records.append({**json.loads(out.stdout.strip().splitlines()[-1]), "load_average_after": list(os.getloadavg())})
+            print(json.dumps(records[-1]), flush=True)
+    meta = metadata({"load_average_at_end": list(os.getloadavg())})
+    (RESULTS_DIR / "minatar_cnn_update_cost.json").write_text(dumps({"meta": meta, "records": records}) + "\n")
+    base = {r["seeds"]: r["update_wall_s"] for r in records if r["variant"] == "mlp 256-256"}
+    rows = ["| variant | seeds | update wall s (CPU s) | env steps/s | wall / MLP's |", "|---|---|---|---|---|"]
+    rows += [f"| {r['variant']} | {r['seeds']} | {r['update_wall_s']:.3f} ({r['update_cpu_s']:.3f}) | {r['env_steps_per_s']:,.0f} | "
+             f"{r['update_wall_s'] / base[r['seeds']]:.2f} |" for r in records]
+    (RESULTS_DIR / "minatar_cnn_update_cost.md").write_text(
+        f"# One PPO update on MinAtar Breakout, MLP against CNN variants\n\n`{meta['command']}` on {meta['utc']}, "
+        f"{records[0]['device']}; load average after each process is in the json, at the end "
+        f"{meta['load_average_at_end'][0]:.1f}.\n\n" + "\n".join(rows) + "\n")
+    print("\n".join(rows))
 
 
 def spawn(recipe: str, steps: int, seeds: int) -> dict:
@@ -111,10 +185,18 @@ def main() -> None:
     p.add_argument("--seeds", type=int, default=4)
     p.add_argument("--repeats", type=int, default=1, help="rounds of (mlp, cnn), alternated")
     p.add_argument("--tag", default="", help="suffix of the result files, e.g. h100")
+    p.add_argument("--update-cost", action="store_true", help="time one update of each of VARIANTS instead")
     p.add_argument("--child", choices=sorted(RECIPES), help=argparse.SUPPRESS)
+    p.add_argument("--cost-child", choices=sorted(VARIANTS), help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child:
         print(json.dumps(child(args.child, args.steps, args.seeds)), flush=True)
+        return
+    if args.cost_child:
+        print(json.dumps(update_cost(args.cost_child, args.seeds)), flush=True)
+        return
+    if args.update_cost:
+        update_costs()
         return
     from common import RESULTS_DIR, dumps, metadata
 

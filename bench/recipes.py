@@ -77,7 +77,7 @@ def run_recipe(name: str, overrides: list[str]) -> dict:
 def make_record(name: str, overrides: str, records: list[dict], summary: dict, wall_s_total: float | None, meta: dict) -> dict:
     """The record of one run from its ``metrics.jsonl`` rows and ``eval.json`` summary."""
     target, budget = TARGETS.get(name, (None, None))
-    det = summary["policies"]["deterministic"]
+    det = summary["policies"].get("deterministic") or summary["policies"]["greedy"]  # policy-gradient / Q-learning
     sto = summary["policies"].get("stochastic", {})
     per_seed = summary.get("per_seed", {}).get("return_mean", [])
     return {

@@ -236,6 +236,16 @@ def test_minatar_cnn_recipe_loads_and_builds():
     assert sum(math.prod(x.shape) for x in jax.tree_util.tree_leaves(params)) == 2 * (592 + 131_200) + 387 + 129
 
 
+def test_pqn_minatar_cnn_recipe_loads_and_builds():
+    cfg = load_config(str(REPO / "configs" / "pqn_minatar_breakout_cnn.yaml"))
+    acfg = cfg.algo_config
+    assert (acfg.network.conv, acfg.hidden, acfg.layer_norm, acfg.td_lambda) == ("minatar_cnn", (128,), True, 0.65)
+    assert acfg.total_env_steps % (acfg.num_envs * acfg.num_steps) == 0
+    pytest.importorskip("gymnax")
+    shapes = _shapes(jax.eval_shape(build(cfg).program.init, jax.random.PRNGKey(0)).params["params"])
+    assert shapes["conv/conv_0/kernel"] == (3, 3, 4, 16) and shapes["Torso_0/Dense_0/kernel"] == (8 * 8 * 16, 128)
+
+
 def test_env_frame_stack_wraps_the_training_env_and_refuses_what_it_cannot_stack():
     cartpole = str(Path(__file__).resolve().parent.parent / "configs" / "ppo_cartpole.yaml")
     built = build(load_config(cartpole, ["env.frame_stack=4"]))
