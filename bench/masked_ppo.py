@@ -103,7 +103,7 @@ def main() -> None:
         recipe = f"ppo_jumanji_{name}"
         cfg = load_config(REPO / "configs" / f"{recipe}.yaml")
         cap = _cap(cfg)
-        rec = {"recipe": recipe, "env": cfg.env.id, "seeds": args.seeds,
+        rec = {"recipe": recipe, "env": cfg.env.id, "seeds": args.seeds, "set": list(args.set),
                "env_steps_per_seed": cfg.algo_config.total_env_steps, "load_average_1m_before": os.getloadavg()[0]}
         for legal in (False, True):
             r = baseline_returns(cfg.env.id, dict(cfg.env.params), args.episodes, cap, legal)
@@ -125,6 +125,7 @@ def main() -> None:
                 # CPU seconds of the whole process (user + system): what the run costs without the other jobs' load
                 rec[label]["cpu_s_total"] = round(cpu1.ru_utime + cpu1.ru_stime - cpu0.ru_utime - cpu0.ru_stime, 1)
                 print(recipe, label, {k: v for k, v in rec[label].items() if k != "curve"}, flush=True)
+        _keep_comparison(rec, next((r for r in old if r["recipe"] == recipe), None), bool(args.compare))
         records.append(rec)
         # merge with what is on disk now (another invocation may have written other recipes meanwhile)
         latest = json.loads(out_json.read_text())["records"] if out_json.exists() else []
@@ -133,6 +134,17 @@ def main() -> None:
                                libraries=(*common.DEFAULT_LIBRARIES, "jumanji"))
         common.write_results(NAME, records, meta)
         write_markdown(records, meta)
+
+
+def _keep_comparison(rec: dict, previous: dict | None, compared_now: bool) -> None:
+    """Carry ``previous``'s ``--compare`` run into ``rec`` when this invocation made none and
+    trained the same seeds, steps and overrides (with the masked run it was made beside)."""
+    if compared_now or previous is None or "compare" not in previous:
+        return
+    if (previous["seeds"], previous["env_steps_per_seed"], previous.get("set")) != (rec["seeds"], rec["env_steps_per_seed"], rec["set"]):
+        return
+    rec["compare"], rec["compare_recipe"] = previous["compare"], previous["compare_recipe"]
+    rec["compare_masked"] = previous.get("compare_masked", previous["masked"])
 
 
 def write_markdown(records: list[dict], meta: dict) -> None:
