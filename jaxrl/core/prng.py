@@ -52,4 +52,3 @@ def gumbel_max(key: jax.Array, logits: jax.Array) -> jax.Array:
     """int32 ``[...]``: the draw of ``jax.random.categorical(key, logits, axis=-1)`` (the same
     Gumbel noise, the same index), through :func:`first_argmax`."""
     return first_argmax(logits + jax.random.gumbel(key, logits.shape, logits.dtype))
-
