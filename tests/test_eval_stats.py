@@ -33,3 +33,14 @@ def test_return_stats_interval_is_scipys():
     assert got["episodes"] == 256 and got["mean"] == pytest.approx(mean, rel=1e-15)
     assert got["ci95_low"] == pytest.approx(mean - half, rel=1e-13) and got["ci95_high"] == pytest.approx(mean + half, rel=1e-13)
     assert math.isinf(return_stats([3.0])["ci95_high"])  # one episode: no interval
+
+
+def test_eval_keys_are_the_split_of_the_offset_seed():
+    """eval.json's episodes depend on these keys: one program now, the same keys as
+    ``jax.random.split(PRNGKey(seed + EVAL_SEED_OFFSET), n)`` always were."""
+    import jax
+
+    from jaxrl.run.evaluate import EVAL_SEED_OFFSET, eval_keys
+
+    want = jax.random.split(jax.random.PRNGKey(7 + EVAL_SEED_OFFSET), 5)
+    np.testing.assert_array_equal(eval_keys(7, 5), want)

@@ -271,6 +271,7 @@ def test_chunk_compiles_once_and_runs_under_transfer_guard():
     n = {i: jax.device_put(np.int32(i)) for i in (1, 2, 3)}
     state, metrics, ok = chunk(state, n[3])
     count_after_first = len(traces)
+    assert count_after_first == 1  # the update is traced once: the skipped branch reuses its jaxpr
     with jax.transfer_guard("disallow"):
         for i in (3, 1, 2):
             state, metrics, ok = chunk(state, n[i])
