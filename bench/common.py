@@ -320,10 +320,10 @@ def train_and_evaluate(train: Callable, evaluate: Callable, key) -> tuple[Any, A
     return metrics["episode_return"], ev["episode_returns"], ev["episode_returns_stochastic"]
 
 
-def ppo_recipe(config_path: str | Path, total_env_steps: int):
+def ppo_recipe(config_path: str | Path, total_env_steps: int, overrides: tuple[str, ...] = ()):
     """``(run config, PPO config at total_env_steps per seed, program, run)`` of a PPO recipe
-    YAML, built on the env object (no run directory): ``run(key)`` is
-    :func:`train_and_evaluate` of that program, for ``jax.vmap`` over seed keys."""
+    YAML (with ``key=value`` ``overrides``), built on the env object (no run directory):
+    ``run(key)`` is :func:`train_and_evaluate` of that program, for ``jax.vmap`` over seed keys."""
     import functools
 
     import jaxrl
@@ -331,7 +331,7 @@ def ppo_recipe(config_path: str | Path, total_env_steps: int):
     from jaxrl.algos.common.train import program_on, train_on
     from jaxrl.run.config import load_config
 
-    cfg = load_config(str(config_path))
+    cfg = load_config(str(config_path), list(overrides))
     acfg = dataclasses.replace(cfg.algo_config, total_env_steps=total_env_steps)
     env, params = jaxrl.make(cfg.env.id)
     program = program_on(ppo, env, params, acfg)

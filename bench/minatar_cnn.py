@@ -47,7 +47,7 @@ VARIANTS = {
 }
 
 
-def child(recipe: str, steps: int, seeds: int) -> dict:
+def child(recipe: str, steps: int, seeds: int, overrides: tuple[str, ...] = ()) -> dict:
     """One recipe in this process: compile, run, evaluate; a JSON-able record."""
     t_start = time.perf_counter()
     import jax
@@ -56,7 +56,7 @@ def child(recipe: str, steps: int, seeds: int) -> dict:
     from bench import common
     from jaxrl.algos.common.train import COMPILER_OPTIONS
 
-    cfg, acfg, program, run = common.ppo_recipe(RECIPES[recipe], steps)
+    cfg, acfg, program, run = common.ppo_recipe(RECIPES[recipe], steps, overrides)
     keys = jax.random.split(jax.random.PRNGKey(0), seeds)
     t0 = time.perf_counter()
     compiled = jax.jit(jax.vmap(run), compiler_options=COMPILER_OPTIONS).lower(keys).compile()
@@ -65,7 +65,7 @@ def child(recipe: str, steps: int, seeds: int) -> dict:
     t2, c2 = time.perf_counter(), time.process_time()
     tail = max(1, curve.shape[1] // 10)
     return {
-        "recipe": recipe, "config": str(RECIPES[recipe].relative_to(ROOT)), "env": cfg.env.id,
+        "recipe": recipe, "config": str(RECIPES[recipe].relative_to(ROOT)), "overrides": list(overrides), "env": cfg.env.id,
         "network": {"hidden": list(acfg.hidden), "conv": acfg.network.conv, "channels": acfg.network.channels},
         "num_params": int(sum(np.prod(x.shape) for x in jax.tree_util.tree_leaves(
             jax.eval_shape(program.init, keys[0]).agent.params))),
@@ -143,10 +143,11 @@ def update_costs() -> None:
     print("\n".join(rows))
 
 
-def spawn(recipe: str, steps: int, seeds: int) -> dict:
+def spawn(recipe: str, steps: int, seeds: int, overrides: tuple[str, ...] = ()) -> dict:
     """:func:`child` in a fresh process (its own compile caches and memory)."""
     t0 = time.perf_counter()
-    out = subprocess.run([sys.executable, __file__, "--child", recipe, "--steps", str(steps), "--seeds", str(seeds)],
+    out = subprocess.run([sys.executable, __file__, "--child", recipe, "--steps", str(steps), "--seeds", str(seeds),
+                          *[f"--cnn-set={o}" for o in overrides]],
                          capture_output=True, text=True, check=False)
     if out.returncode:
         raise SystemExit(f"{recipe} child failed:\n{out.stderr[-3000:]}")
@@ -167,7 +168,8 @@ def table(records: list[dict]) -> str:
         by.setdefault(r["recipe"], []).append(r)
     for name, rs in by.items():
         med = lambda k: statistics.median(x[k] for x in rs)  # noqa: E731
-        rows.append(f"| {name} (`{rs[0]['config']}`) | {rs[0]['num_params']:,} | {med('compile_s'):.1f} | "
+        extra = " " + " ".join(rs[0].get("overrides", [])) if rs[0].get("overrides") else ""
+        rows.append(f"| {name} (`{rs[0]['config']}`{extra}) | {rs[0]['num_params']:,} | {med('compile_s'):.1f} | "
                     f"{med('run_s'):.1f} ({med('run_cpu_s'):.1f}) | {med('env_steps_per_s'):,.0f} | {rs[-1]['train_return_last_tenth']:.2f} | "
                     f"{rs[-1]['eval_return_deterministic']:.2f} | {rs[-1]['eval_return_stochastic']:.2f} |")
     if {"mlp", "cnn"} <= by.keys():
@@ -186,11 +188,12 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=1, help="rounds of (mlp, cnn), alternated")
     p.add_argument("--tag", default="", help="suffix of the result files, e.g. h100")
     p.add_argument("--update-cost", action="store_true", help="time one update of each of VARIANTS instead")
+    p.add_argument("--cnn-set", action="append", default=[], help="config overrides for the CNN recipe (key=value)")
     p.add_argument("--child", choices=sorted(RECIPES), help=argparse.SUPPRESS)
     p.add_argument("--cost-child", choices=sorted(VARIANTS), help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child:
-        print(json.dumps(child(args.child, args.steps, args.seeds)), flush=True)
+        print(json.dumps(child(args.child, args.steps, args.seeds, tuple(args.cnn_set))), flush=True)
         return
     if args.cost_child:
         print(json.dumps(update_cost(args.cost_child, args.seeds)), flush=True)
@@ -203,7 +206,7 @@ def main() -> None:
     records = []
     for _ in range(args.repeats):
         for recipe in ("mlp", "cnn"):
-            records.append(spawn(recipe, args.steps, args.seeds))
+            records.append(spawn(recipe, args.steps, args.seeds, tuple(args.cnn_set) if recipe == "cnn" else ()))
             print(json.dumps({k: v for k, v in records[-1].items() if not isinstance(v, list)}), flush=True)
     device = records[0]["device"]
     note = (f"device {device}; measured while other engineers' jobs shared this machine's CPU cores: wall times "
