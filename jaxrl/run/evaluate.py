@@ -24,6 +24,7 @@ import functools
 import json
 import math
 import os
+import statistics
 from typing import Any, Callable
 
 import jax
@@ -66,7 +67,7 @@ def t_quantile(p: float, df: int) -> float:
         return math.tan(math.pi * (p - 0.5))
     if df == 2:
         return (2 * p - 1) / math.sqrt(2 * p * (1 - p))
-    z = _normal_quantile(p)
+    z = statistics.NormalDist().inv_cdf(p)
     terms = ((z**3 + z) / 4, (5 * z**5 + 16 * z**3 + 3 * z) / 96, (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / 384,
              (79 * z**9 + 776 * z**7 + 1482 * z**5 - 1920 * z**3 - 945 * z) / 92160)  # Abramowitz-Stegun 26.7.5
     t = z + sum(g / df ** (i + 1) for i, g in enumerate(terms))
@@ -81,18 +82,6 @@ def t_quantile(p: float, df: int) -> float:
         if abs(step) <= 1e-14 * abs(t):
             break
     return t
-
-
-def _normal_quantile(p: float) -> float:
-    """The standard normal's ``p`` quantile, by bisection on ``erfc`` (a start for Newton)."""
-    lo, hi = 0.0, 40.0
-    for _ in range(60):
-        mid = (lo + hi) / 2
-        if 0.5 * math.erfc(-mid / math.sqrt(2)) < p:
-            lo = mid
-        else:
-            hi = mid
-    return (lo + hi) / 2
 
 
 def _betainc(a: float, b: float, x: float) -> float:
