@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import sys
 from pathlib import Path
 
@@ -116,14 +115,11 @@ def main() -> None:
                 runs.append(("compare", args.compare, [f"ppo.total_env_steps={cfg.algo_config.total_env_steps}", *args.compare_set]))
                 rec["compare_recipe"] = " ".join([args.compare, *args.compare_set])
             for label, which, extra in runs:
-                cpu0 = resource.getrusage(resource.RUSAGE_CHILDREN)
                 run = run_recipe(which, [f"train.seeds={args.seeds}", *extra, *args.set])
-                cpu1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+                # cpu_s_total: what the run costs without the other jobs' load
                 rec[label] = {k: run[k] for k in ("eval_det_mean", "eval_det_ci95", "eval_sto_mean", "eval_det_mean_per_seed",
-                                                 "wall_s_total", "wall_s_first_chunk_incl_compile", "curve")}
+                                                 "wall_s_total", "wall_s_first_chunk_incl_compile", "curve", "cpu_s_total")}
                 rec[label]["load_average_1m_after"] = os.getloadavg()[0]
-                # CPU seconds of the whole process (user + system): what the run costs without the other jobs' load
-                rec[label]["cpu_s_total"] = round(cpu1.ru_utime + cpu1.ru_stime - cpu0.ru_utime - cpu0.ru_stime, 1)
                 print(recipe, label, {k: v for k, v in rec[label].items() if k != "curve"}, flush=True)
         _keep_comparison(rec, next((r for r in old if r["recipe"] == recipe), None), bool(args.compare))
         records.append(rec)

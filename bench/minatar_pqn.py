@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
 import sys
 from pathlib import Path
 
@@ -47,14 +46,11 @@ def main() -> None:
     for _ in range(args.repeats):
         for label, extra in VARIANTS.items():
             load_before = os.getloadavg()[0]
-            cpu0 = resource.getrusage(resource.RUSAGE_CHILDREN)
             run = run_recipe(RECIPE, [f"train.seeds={args.seeds}", f"pqn.total_env_steps={args.steps}",
                                       "train.updates_per_chunk=20", *extra, *args.set])
-            cpu1 = resource.getrusage(resource.RUSAGE_CHILDREN)
             rec = {"network": label, **{k: run[k] for k in ("overrides", "env_steps_per_seed", "seeds", "wall_s_total",
                                                             "eval_det_mean", "eval_det_ci95", "eval_det_mean_per_seed")},
-                   "train_return_last_tenth": train_return_last_tenth(run),
-                   "cpu_s_total": round(cpu1.ru_utime + cpu1.ru_stime - cpu0.ru_utime - cpu0.ru_stime, 1),
+                   "train_return_last_tenth": train_return_last_tenth(run), "cpu_s_total": run["cpu_s_total"],
                    "load_average_1m_before": load_before, "load_average_1m_after": os.getloadavg()[0]}
             records.append(rec)
             print(rec, flush=True)

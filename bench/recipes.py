@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import resource
 import subprocess
 import sys
 import tempfile
@@ -59,19 +60,24 @@ print("TOTAL_S", time.perf_counter() - t0)
 
 
 def run_recipe(name: str, overrides: list[str]) -> dict:
-    """Train one recipe in a fresh process; returns its record (curve included)."""
+    """Train one recipe in a fresh process; returns its record (curve included), with
+    ``cpu_s_total``: the process's user + system seconds (what ``/usr/bin/time`` reports)."""
     path = REPO / "configs" / f"{name}.yaml"
     with tempfile.TemporaryDirectory() as tmp:
         run_dir = Path(tmp) / "run"
         cmd = [sys.executable, "-c", _CHILD, str(path), str(run_dir), "train.progress=false", *overrides]
+        cpu0 = resource.getrusage(resource.RUSAGE_CHILDREN)
         start = time.perf_counter()
         proc = subprocess.run(cmd, capture_output=True, text=True)
         wall = time.perf_counter() - start
+        cpu1 = resource.getrusage(resource.RUSAGE_CHILDREN)
         if proc.returncode != 0:
             raise RuntimeError(f"{name} failed:\n{proc.stderr[-3000:]}")
         records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
         summary = json.loads((run_dir / "eval.json").read_text())
-    return make_record(name, " ".join(overrides), records, summary, round(wall, 2), common.run_meta())
+    record = make_record(name, " ".join(overrides), records, summary, round(wall, 2), common.run_meta())
+    record["cpu_s_total"] = round(cpu1.ru_utime + cpu1.ru_stime - cpu0.ru_utime - cpu0.ru_stime, 1)
+    return record
 
 
 def make_record(name: str, overrides: str, records: list[dict], summary: dict, wall_s_total: float | None, meta: dict) -> dict:
