@@ -56,4 +56,3 @@ def test_gumbel_max_draws_what_jax_random_categorical_draws():
             k = jax.random.fold_in(key, i)
             np.testing.assert_array_equal(np.asarray(gumbel_max(k, logits)), np.asarray(jax.random.categorical(k, logits)))
         np.testing.assert_array_equal(np.asarray(first_argmax(logits)), np.asarray(jnp.argmax(logits, axis=-1)))
-
