@@ -58,8 +58,8 @@ def return_stats(returns) -> dict:
 
 def t_quantile(p: float, df: int) -> float:
     """The ``p`` quantile (``0.5 < p < 1``) of Student's t with ``df >= 1`` degrees of
-    freedom: ``scipy.stats.t.ppf(p, df)`` to 3e-12 relative, without scipy's import (about
-    a CPU-second of a run). The normal quantile's Cornish-Fisher expansion, refined by
+    freedom: ``scipy.stats.t.ppf(p, df)`` to 3e-12 relative, without importing scipy (its
+    cost: docs/performance.md). The normal quantile's Cornish-Fisher expansion, refined by
     Newton's method on the CDF below 1000 degrees; exact forms for ``df`` 1 and 2."""
     if not 0.5 < p < 1.0 or df < 1:
         raise ValueError(f"t_quantile needs 0.5 < p < 1 and df >= 1, got p={p}, df={df}")
