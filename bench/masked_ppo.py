@@ -148,7 +148,7 @@ def write_markdown(records: list[dict], meta: dict) -> None:
         "# Masked against unmasked PPO on Jumanji (issue 27)",
         "",
         f"`{meta['command']}` on {meta['machine']['cpu_model']} ({meta['machine']['cpus_usable']} cores; each row's load "
-        f"averages are in its last column), {meta['utc']}, jumanji {meta['versions'].get('jumanji')}. Each run is a whole `jaxrl train` process "
+        f"averages are in its last column), {meta['utc']}, jumanji {meta['versions'].get('jumanji')}. Each run is a fresh process running `jaxrl.run.trainer.run` "
         "(compile included) with its seeds vmapped; returns are the final evaluation's means over all seeds' "
         "episodes, greedy (det.; per-seed means listed) and sampling (stoch.); baselines are uniformly random actions and uniformly random legal "
         "actions in the same env and params. Load average (1 min) recorded before each recipe and after each run.",

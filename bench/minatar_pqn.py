@@ -3,7 +3,8 @@
 Trains ``configs/pqn_minatar_breakout_cnn.yaml`` and the same settings with the conv torso
 replaced by an MLP of two 256-unit LayerNorm layers on the flattened 10x10x4 frame
 (``pqn.network.conv=null``, ``pqn.hidden=[256,256]``, as the PPO MLP recipe's width), each a
-whole ``jaxrl train`` process with ``--seeds`` seeds vmapped, ``--steps`` env steps per seed,
+fresh process running ``jaxrl.run.trainer.run`` (``bench/recipes.py``: what ``jaxrl train`` runs,
+without the command's compilation cache and CPU threefry lowering) with ``--seeds`` seeds vmapped, ``--steps`` env steps per seed,
 the two alternated over ``--repeats`` rounds. Records the greedy evaluation (16 episodes per
 seed, per-seed means), the training return over the last tenth of the updates, wall time
 and CPU seconds (user + system of the child, what ``/usr/bin/time`` reports) and the load.
