@@ -146,7 +146,8 @@ class Conv(nn.Module):
         patches = jnp.concatenate(
             [x[:, i: i + s * (oh - 1) + 1: s, j: j + s * (ow - 1) + 1: s, :] for i in range(k) for j in range(k)], axis=-1
         )  # [N, oh, ow, k * k * C], ordered like the kernel's [k, k, C] axes
-        return patches @ jnp.reshape(kernel, (-1, self.features)) + bias
+        flat = jnp.reshape(patches, (-1, patches.shape[-1])) @ jnp.reshape(kernel, (-1, self.features))
+        return jnp.reshape(flat + bias, patches.shape[:-1] + (self.features,))  # a 2-D matmul: cheaper on CPU
 
 
 def _conv(features: int, kernel: int, stride: int, padding: str, name: str, deferred: bool, lecun: bool) -> Conv:
