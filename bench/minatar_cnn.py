@@ -12,6 +12,11 @@ policy's evaluation return (deterministic and stochastic, 16 episodes each per s
 
     python bench/minatar_cnn.py --steps 491520 --seeds 4            # -> bench/results/minatar_cnn.{json,md}
     python bench/minatar_cnn.py --steps 5013504 --seeds 8 --tag h100  # -> minatar_cnn_h100.{json,md}
+    python bench/minatar_cnn.py --seeds 8 --seed 1 --cnn-set ppo.optim.lr=4e-3 --mlp-set ppo.optim.lr=4e-3 --tag heldout_lr4e-3
+
+``--seed`` picks the seeds' keys (0 chose the learning rates; 1 is held out); ``--cnn-set`` /
+``--mlp-set`` override either recipe's config. ``--child RECIPE`` runs one recipe in this
+process and prints its record (how the learning-rate sweep ran).
 
 ``--update-cost`` times one PPO update (rollout and learning, 8,192 env steps per seed) of
 each of :data:`VARIANTS` (the two recipes and narrower CNNs), 1 and 4 seeds vmapped, each
@@ -47,8 +52,9 @@ VARIANTS = {
 }
 
 
-def child(recipe: str, steps: int, seeds: int, overrides: tuple[str, ...] = ()) -> dict:
-    """One recipe in this process: compile, run, evaluate; a JSON-able record."""
+def child(recipe: str, steps: int, seeds: int, overrides: tuple[str, ...] = (), seed: int = 0) -> dict:
+    """One recipe in this process: compile, run, evaluate; a JSON-able record. The seeds'
+    keys are ``split(PRNGKey(seed), seeds)``: ``seed`` 0 tuned the recipes, others are held out."""
     t_start = time.perf_counter()
     import jax
     import numpy as np
@@ -57,7 +63,7 @@ def child(recipe: str, steps: int, seeds: int, overrides: tuple[str, ...] = ()) 
     from jaxrl.algos.common.train import COMPILER_OPTIONS
 
     cfg, acfg, program, run = common.ppo_recipe(RECIPES[recipe], steps, overrides)
-    keys = jax.random.split(jax.random.PRNGKey(0), seeds)
+    keys = jax.random.split(jax.random.PRNGKey(seed), seeds)
     t0 = time.perf_counter()
     compiled = jax.jit(jax.vmap(run), compiler_options=COMPILER_OPTIONS).lower(keys).compile()
     t1, c1 = time.perf_counter(), time.process_time()
@@ -69,7 +75,7 @@ def child(recipe: str, steps: int, seeds: int, overrides: tuple[str, ...] = ()) 
         "network": {"hidden": list(acfg.hidden), "conv": acfg.network.conv, "channels": acfg.network.channels},
         "num_params": int(sum(np.prod(x.shape) for x in jax.tree_util.tree_leaves(
             jax.eval_shape(program.init, keys[0]).agent.params))),
-        "seeds": seeds, "env_steps_per_seed": acfg.total_env_steps, "device": str(jax.devices()[0]),
+        "seed": seed, "seeds": seeds, "env_steps_per_seed": acfg.total_env_steps, "device": str(jax.devices()[0]),
         "import_and_build_s": t0 - t_start, "compile_s": t1 - t0, "run_s": t2 - t1,
         "run_cpu_s": c2 - c1,  # CPU seconds of this process's threads: less sensitive to other load than wall
         "env_steps_per_s": seeds * acfg.total_env_steps / (t2 - t1),
@@ -143,10 +149,10 @@ def update_costs() -> None:
     print("\n".join(rows))
 
 
-def spawn(recipe: str, steps: int, seeds: int, overrides: tuple[str, ...] = ()) -> dict:
+def spawn(recipe: str, steps: int, seeds: int, overrides: tuple[str, ...] = (), seed: int = 0) -> dict:
     """:func:`child` in a fresh process (its own compile caches and memory)."""
     t0 = time.perf_counter()
-    out = subprocess.run([sys.executable, __file__, "--child", recipe, "--steps", str(steps), "--seeds", str(seeds),
+    out = subprocess.run([sys.executable, __file__, "--child", recipe, "--steps", str(steps), "--seeds", str(seeds), "--seed", str(seed),
                           *[f"--cnn-set={o}" for o in overrides]],
                          capture_output=True, text=True, check=False)
     if out.returncode:
@@ -185,15 +191,17 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=491_520, help="env steps per seed (a multiple of 8,192)")
     p.add_argument("--seeds", type=int, default=4)
+    p.add_argument("--seed", type=int, default=0, help="keys split(PRNGKey(SEED), SEEDS); 0 tuned the recipes, others are held out")
     p.add_argument("--repeats", type=int, default=1, help="rounds of (mlp, cnn), alternated")
     p.add_argument("--tag", default="", help="suffix of the result files, e.g. h100")
     p.add_argument("--update-cost", action="store_true", help="time one update of each of VARIANTS instead")
     p.add_argument("--cnn-set", action="append", default=[], help="config overrides for the CNN recipe (key=value)")
-    p.add_argument("--child", choices=sorted(RECIPES), help=argparse.SUPPRESS)
+    p.add_argument("--mlp-set", action="append", default=[], help="config overrides for the MLP recipe (key=value)")
+    p.add_argument("--child", choices=sorted(RECIPES), help="only: run RECIPE in this process and print its record")
     p.add_argument("--cost-child", choices=sorted(VARIANTS), help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child:
-        print(json.dumps(child(args.child, args.steps, args.seeds, tuple(args.cnn_set))), flush=True)
+        print(json.dumps(child(args.child, args.steps, args.seeds, tuple(args.cnn_set), args.seed)), flush=True)
         return
     if args.cost_child:
         print(json.dumps(update_cost(args.cost_child, args.seeds)), flush=True)
@@ -206,12 +214,13 @@ def main() -> None:
     records = []
     for _ in range(args.repeats):
         for recipe in ("mlp", "cnn"):
-            records.append(spawn(recipe, args.steps, args.seeds, tuple(args.cnn_set) if recipe == "cnn" else ()))
+            records.append(spawn(recipe, args.steps, args.seeds, tuple(args.cnn_set if recipe == "cnn" else args.mlp_set), args.seed))
             print(json.dumps({k: v for k, v in records[-1].items() if not isinstance(v, list)}), flush=True)
     device = records[0]["device"]
-    note = (f"device {device}; measured while other engineers' jobs shared this machine's CPU cores: wall times "
-            "are inflated and both recipes shared the load" if "cpu" in device.lower()
-            else f"device {device} (a lent accelerator, nothing else running on it)")
+    loads = [r["load_average_after"][0] for r in records]
+    note = (f"device {device}; 1-minute load average after each process {', '.join(f'{x:.1f}' for x in loads)} "
+            f"(this machine has {len(os.sched_getaffinity(0))} usable cores: above that, other jobs shared them and inflated the wall times)"
+            if "cpu" in device.lower() else f"device {device} (a lent accelerator, nothing else running on it)")
     meta = metadata({"load_average_at_end": list(os.getloadavg()), "note": note})
     stem = "minatar_cnn" + (f"_{args.tag}" if args.tag else "")
     (RESULTS_DIR / f"{stem}.json").write_text(dumps({"meta": meta, "records": records}) + "\n")
