@@ -14,7 +14,10 @@ recorded in the results). It runs unchanged: its imports that only log or parse 
 (wandb, hydra, omegaconf, matplotlib) and distrax, whose Categorical it uses, are stood in
 for by the small modules below (distrax's Categorical: Gumbel-max sampling, log-softmax).
 ``--ablation UPDATES`` instead compares the time limit as truncation and as termination.
-``--smax SEEDS`` instead trains MAPPO on SMAX 2s3z (``configs/mappo_smax_2s3z.yaml``).
+``--smax SEEDS`` instead trains MAPPO on SMAX 2s3z (``configs/mappo_smax_2s3z.yaml``; a smaller
+budget with ``--set mappo.total_env_steps=N``), and with ``--smax-peer PATH`` also JaxMARL's
+``baselines/MAPPO/mappo_rnn_smax.py`` (its GRU MAPPO, ``git show <commit>:...`` as above) at
+the same env steps, one seed per call.
 ``--full`` also trains both at the recipe's whole budget (4,882 updates, 9,998,336 env steps)
 and compares the final returns: the mean of the last 5% of updates' logged team return
 (jaxrl: the finished episodes' team return; JaxMARL: ``returned_episode_returns``, each
@@ -154,9 +157,56 @@ def full_side(side: str, peer, seeds: int, full: dict) -> None:
     print("full", side, finals, f"{t['best_s']:.1f} s", flush=True)
 
 
-def smax(seeds: int, out_dir: str, overrides=()) -> None:
-    """jaxrl MAPPO on SMAX 2s3z at its recipe's budget: training curve, greedy eval win rate
-    (a won episode pays each agent 1 for the damage plus the bonus of 1: team return 2 x A)."""
+#: JaxMARL's mappo_homogenous_rnn_smax.yaml (the values, as its script reads them).
+JAXMARL_SMAX_CONFIG = {
+    "LR": 0.002, "NUM_ENVS": 128, "NUM_STEPS": 128, "TOTAL_TIMESTEPS": 1e7, "FC_DIM_SIZE": 128, "GRU_HIDDEN_DIM": 128,
+    "UPDATE_EPOCHS": 4, "NUM_MINIBATCHES": 4, "GAMMA": 0.99, "GAE_LAMBDA": 0.95, "CLIP_EPS": 0.2, "SCALE_CLIP_EPS": False,
+    "ENT_COEF": 0.0, "VF_COEF": 0.5, "MAX_GRAD_NORM": 0.25, "ACTIVATION": "relu", "OBS_WITH_AGENT_ID": True,
+    "ENV_NAME": "HeuristicEnemySMAX", "MAP_NAME": "2s3z", "SEED": 0,
+    "ENV_KWARGS": {"see_enemy_actions": True, "walls_cause_death": True, "attack_mode": "closest"}, "ANNEAL_LR": True,
+}
+
+
+def smax_peer(path: Path, env_steps: int, seeds: int) -> dict:
+    """JaxMARL's own ``baselines/MAPPO/mappo_rnn_smax.py`` at ``env_steps``, one seed per call
+    (it logs through ``wandb.log`` in an ``io_callback``, which the stub records): per seed
+    the mean of the last 5% of updates' team return (agent 0's ``returned_episode_returns``
+    times the number of agents: SMAX pays every agent the same) and training win rate."""
+    _stub_modules()
+    logs: list[dict] = []
+    sys.modules["wandb"].log = lambda d, **_: logs.append({k: np.asarray(v) for k, v in d.items() if k in ("returns", "win_rate")})
+    spec = importlib.util.spec_from_file_location("jaxmarl_mappo_rnn_smax", path)
+    peer = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(peer)
+    config = dict(JAXMARL_SMAX_CONFIG, TOTAL_TIMESTEPS=env_steps)
+    agents = 5  # 2s3z
+    fn = jax.jit(peer.make_train(config))
+    out = {"compile_s": [], "run_s": [], "final_train_team_return_per_seed": [], "final_train_win_rate_per_seed": []}
+    for seed in range(seeds):
+        logs.clear()
+        key = jax.random.PRNGKey(30 + seed)
+        t0 = time.perf_counter()
+        compiled = fn.lower(key).compile()
+        t1 = time.perf_counter()
+        jax.block_until_ready(compiled(key))
+        jax.effects_barrier()
+        out["compile_s"].append(t1 - t0)
+        out["run_s"].append(time.perf_counter() - t1)
+        ret = np.array([float(x["returns"]) for x in logs]) * agents
+        win = np.array([float(x["win_rate"]) for x in logs])
+        out["final_train_team_return_per_seed"].append(final_return(ret))
+        out["final_train_win_rate_per_seed"].append(final_return(win))
+        out.setdefault("curve_every_10_pct", []).append(ret[:: max(len(ret) // 10, 1)].round(3).tolist())
+    out["updates"] = len(logs)
+    out["steps_per_s"] = seeds * env_steps / sum(out["run_s"])
+    return out
+
+
+def smax(seeds: int, out_dir: str, overrides=(), peer: str | None = None, peer_commit: str = "unknown") -> None:
+    """jaxrl MAPPO on SMAX 2s3z at its recipe's budget (or ``mappo.total_env_steps`` from
+    ``overrides``): training curve, greedy eval win rate (a won episode pays each agent 1 for
+    the damage plus the bonus of 1: team return 2 x A); with ``peer``, JaxMARL's own MAPPO
+    SMAX script (:func:`smax_peer`) at the same env steps, in the same run."""
     from jaxrl.algos.common.train import train
     from jaxrl.run import config as C
     from jaxrl.run.build import build, seed_keys
@@ -182,7 +232,12 @@ def smax(seeds: int, out_dir: str, overrides=()) -> None:
               "overrides": list(overrides),
               "curve_every_10_pct": [float(x) for x in ((ret * count).sum(0) / np.maximum(count.sum(0), 1))[::max(updates // 10, 1)]]}
     print("smax", json.dumps({k: v for k, v in record.items() if "curve" not in k}), flush=True)
-    write(out_dir, record, load_before, "marl_smax_2s3z.json")
+    name = "marl_smax_2s3z.json" if record["env_steps"] >= 9_000_000 else f"marl_smax_2s3z_{record['env_steps']}.json"
+    write(out_dir, record, load_before, name)  # jaxrl's side first: kept if the peer's run is stopped
+    if peer:
+        record["jaxmarl_mappo_rnn_smax"] = {"commit": peer_commit, **smax_peer(Path(peer), record["env_steps"], seeds)}
+        print("peer", json.dumps({k: v for k, v in record["jaxmarl_mappo_rnn_smax"].items() if "curve" not in k}), flush=True)
+        write(out_dir, record, load_before, name)
 
 
 def ablation(updates: int, seeds: int, out_dir: str) -> None:
@@ -222,6 +277,8 @@ def main(argv=None) -> int:
     p.add_argument("--out", default=str(ROOT / "bench" / "results"))
     p.add_argument("--set", action="append", default=[], help="config override for --smax (a.b=value)")
     p.add_argument("--smax", type=int, default=0, metavar="SEEDS", help="only: MAPPO on SMAX 2s3z with SEEDS seeds")
+    p.add_argument("--smax-peer", default=None, metavar="PATH",
+                   help="with --smax: also JaxMARL's baselines/MAPPO/mappo_rnn_smax.py from PATH at the same env steps")
     p.add_argument("--ablation", type=int, default=0, metavar="UPDATES",
                    help="only: time limit as truncation vs termination, UPDATES updates x --seeds seeds")
     args = p.parse_args(argv)
@@ -229,7 +286,7 @@ def main(argv=None) -> int:
         ablation(args.ablation, args.seeds, args.out)
         return 0
     if args.smax:
-        smax(args.smax, args.out, args.set)
+        smax(args.smax, args.out, args.set, args.smax_peer, args.peer_commit)
         return 0
 
     peer = load_peer(Path(args.peer))
