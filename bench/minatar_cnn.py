@@ -49,6 +49,7 @@ VARIANTS = {
     "cnn 8 ch, dense 128": ("cnn", ["ppo.network.channels=[8]"]),
     "cnn 16 ch, dense 64": ("cnn", ["ppo.hidden=[64]"]),
     "cnn 8 ch, dense 64": ("cnn", ["ppo.hidden=[64]", "ppo.network.channels=[8]"]),
+    "cnn 16 ch, dense 128, shared torso": ("cnn", ["ppo.shared_torso=true"]),
 }
 
 
