@@ -167,8 +167,9 @@ JAXMARL_SMAX_CONFIG = {
 }
 
 
-def smax_peer(path: Path, env_steps: int, seeds: int) -> dict:
-    """JaxMARL's own ``baselines/MAPPO/mappo_rnn_smax.py`` at ``env_steps``, one seed per call
+def smax_peer(path: Path, map_name: str, agents: int, env_steps: int, seeds: int) -> dict:
+    """JaxMARL's own ``baselines/MAPPO/mappo_rnn_smax.py`` on SMAX ``map_name`` (``agents``
+    allies) at ``env_steps``, one seed per call
     (it logs through ``wandb.log`` in an ``io_callback``, which the stub records): per seed
     the mean of the last 5% of updates' team return (agent 0's ``returned_episode_returns``
     times the number of agents: SMAX pays every agent the same) and training win rate."""
@@ -178,8 +179,7 @@ def smax_peer(path: Path, env_steps: int, seeds: int) -> dict:
     spec = importlib.util.spec_from_file_location("jaxmarl_mappo_rnn_smax", path)
     peer = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(peer)
-    config = dict(JAXMARL_SMAX_CONFIG, TOTAL_TIMESTEPS=env_steps)
-    agents = 5  # 2s3z
+    config = dict(JAXMARL_SMAX_CONFIG, MAP_NAME=map_name, TOTAL_TIMESTEPS=env_steps)
     fn = jax.jit(peer.make_train(config))
     out = {"compile_s": [], "run_s": [], "final_train_team_return_per_seed": [], "final_train_win_rate_per_seed": []}
     for seed in range(seeds):
@@ -223,7 +223,7 @@ def smax(seeds: int, out_dir: str, overrides=(), peer: str | None = None, peer_c
     load_before = os.getloadavg()
     t, (ret, count, ev) = timed(jax.jit(run), seed_keys(0, seeds), 1)
     ret, count, ev = np.asarray(ret), np.asarray(count), np.asarray(ev)
-    record = {"env": "jaxmarl/SMAX-2s3z", "algo": "mappo (feed-forward, centralised critic, agent ids)",
+    record = {"env": cfg.env.id, "algo": "mappo (feed-forward, centralised critic, agent ids)",
               "updates": updates, "env_steps": updates * program.plan.env_steps_per_update, "seeds": seeds, **t,
               "steps_per_s": seeds * updates * program.plan.env_steps_per_update / t["best_s"],
               "final_train_team_return_per_seed": [final_return(ret[i], count[i]) for i in range(seeds)],
@@ -235,7 +235,8 @@ def smax(seeds: int, out_dir: str, overrides=(), peer: str | None = None, peer_c
     name = "marl_smax_2s3z.json" if record["env_steps"] >= 9_000_000 else f"marl_smax_2s3z_{record['env_steps']}.json"
     write(out_dir, record, load_before, name)  # jaxrl's side first: kept if the peer's run is stopped
     if peer:
-        record["jaxmarl_mappo_rnn_smax"] = {"commit": peer_commit, **smax_peer(Path(peer), record["env_steps"], seeds)}
+        map_name = cfg.env.id.removeprefix("jaxmarl/SMAX-")  # the same map as jaxrl's side
+        record["jaxmarl_mappo_rnn_smax"] = {"commit": peer_commit, **smax_peer(Path(peer), map_name, agents, record["env_steps"], seeds)}
         print("peer", json.dumps({k: v for k, v in record["jaxmarl_mappo_rnn_smax"].items() if "curve" not in k}), flush=True)
         write(out_dir, record, load_before, name)
 
