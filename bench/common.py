@@ -320,20 +320,21 @@ def train_and_evaluate(train: Callable, evaluate: Callable, key) -> tuple[Any, A
     return metrics["episode_return"], ev["episode_returns"], ev["episode_returns_stochastic"]
 
 
-def ppo_recipe(config_path: str | Path, total_env_steps: int, overrides: tuple[str, ...] = ()):
-    """``(run config, PPO config at total_env_steps per seed, program, run)`` of a PPO recipe
-    YAML (with ``key=value`` ``overrides``), built on the env object (no run directory):
+def ppo_recipe(config_path: str | Path, total_env_steps: int | None, overrides: tuple[str, ...] = ()):
+    """``(run config, PPO config at total_env_steps per seed (None: the config's), program, run)``
+    of a PPO recipe YAML (with ``key=value`` ``overrides``), built on the env object (no run directory):
     ``run(key)`` is :func:`train_and_evaluate` of that program, for ``jax.vmap`` over seed keys."""
     import functools
 
     import jaxrl
     from jaxrl.algos import ppo
-    from jaxrl.algos.common.train import program_on, train_on
+    from jaxrl.algos.common.train import program_on
+    from jaxrl.algos.common.train import train as train_program
     from jaxrl.run.config import load_config
 
     cfg = load_config(str(config_path), list(overrides))
-    acfg = dataclasses.replace(cfg.algo_config, total_env_steps=total_env_steps)
+    acfg = cfg.algo_config if total_env_steps is None else dataclasses.replace(cfg.algo_config, total_env_steps=total_env_steps)
     env, params = jaxrl.make(cfg.env.id)
     program = program_on(ppo, env, params, acfg)
-    train = train_on(ppo, env, params, acfg)
+    train = functools.partial(train_program, program, program.plan.num_updates)  # train_on's, on this program
     return cfg, acfg, program, functools.partial(train_and_evaluate, train, program.evaluate)

@@ -97,18 +97,14 @@ def update_cost(variant: str, seeds: int) -> dict:
     import jax
     import jax.numpy as jnp
 
-    import jaxrl
-    from jaxrl.algos import ppo
-    from jaxrl.algos.common.train import COMPILER_OPTIONS, over_seeds, program_on
+    from bench import common
+    from jaxrl.algos.common.train import COMPILER_OPTIONS, over_seeds
     from jaxrl.core import threefry
-    from jaxrl.run.config import load_config
     from jaxrl.run.program import chunk_fn
 
     threefry.unroll_on_cpu()  # as jaxrl train does
     recipe, overrides = VARIANTS[variant]
-    cfg = load_config(str(RECIPES[recipe]), overrides)
-    env, params = jaxrl.make(cfg.env.id)
-    program = program_on(ppo, env, params, cfg.algo_config)
+    _, acfg, program, _ = common.ppo_recipe(RECIPES[recipe], None, tuple(overrides))
     state = jax.jit(jax.vmap(program.init))(jax.random.split(jax.random.PRNGKey(0), seeds))
     chunk = jax.jit(over_seeds(functools.partial(chunk_fn, program.update, 2)), compiler_options=COMPILER_OPTIONS)
     compiled = chunk.lower(state, jnp.int32(2)).compile()
@@ -116,10 +112,10 @@ def update_cost(variant: str, seeds: int) -> dict:
     walls, cpus = [], []
     for _ in range(3):
         t, c = time.perf_counter(), time.process_time()
-        state, metrics, finite = jax.block_until_ready(compiled(state, jnp.int32(2)))
+        state = jax.block_until_ready(compiled(state, jnp.int32(2)))[0]  # every output waited for
         walls.append((time.perf_counter() - t) / 2)
         cpus.append((time.process_time() - c) / 2)
-    steps = cfg.algo_config.num_envs * cfg.algo_config.num_steps
+    steps = acfg.num_envs * acfg.num_steps
     return {"variant": variant, "overrides": overrides, "seeds": seeds, "update_wall_s": min(walls), "update_cpu_s": min(cpus),
             "env_steps_per_s": seeds * steps / min(walls), "device": str(jax.devices()[0])}
 
@@ -154,7 +150,7 @@ def spawn(recipe: str, steps: int, seeds: int, overrides: tuple[str, ...] = (), 
     """:func:`child` in a fresh process (its own compile caches and memory)."""
     t0 = time.perf_counter()
     out = subprocess.run([sys.executable, __file__, "--child", recipe, "--steps", str(steps), "--seeds", str(seeds), "--seed", str(seed),
-                          *[f"--cnn-set={o}" for o in overrides]],
+                          *[f"--{recipe}-set={o}" for o in overrides]],
                          capture_output=True, text=True, check=False)
     if out.returncode:
         raise SystemExit(f"{recipe} child failed:\n{out.stderr[-3000:]}")
@@ -202,7 +198,8 @@ def main() -> None:
     p.add_argument("--cost-child", choices=sorted(VARIANTS), help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child:
-        print(json.dumps(child(args.child, args.steps, args.seeds, tuple(args.cnn_set), args.seed)), flush=True)
+        # either recipe's overrides apply to the one child (the sweep's records passed --cnn-set to both)
+        print(json.dumps(child(args.child, args.steps, args.seeds, (*args.cnn_set, *args.mlp_set), args.seed)), flush=True)
         return
     if args.cost_child:
         print(json.dumps(update_cost(args.cost_child, args.seeds)), flush=True)
