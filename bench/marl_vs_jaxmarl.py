@@ -223,7 +223,10 @@ def smax(seeds: int, out_dir: str, overrides=(), peer: str | None = None, peer_c
     load_before = os.getloadavg()
     t, (ret, count, ev) = timed(jax.jit(run), seed_keys(0, seeds), 1)
     ret, count, ev = np.asarray(ret), np.asarray(count), np.asarray(ev)
-    record = {"env": cfg.env.id, "algo": "mappo (feed-forward, centralised critic, agent ids)",
+    a = cfg.algo_config
+    torso = "GRU" if a.torso == "gru" else "feed-forward"
+    clip = ", actor and critic clipped apart" if a.clip_per_network else ""
+    record = {"env": cfg.env.id, "algo": f"mappo ({torso}, {a.critic} critic{', agent ids' if a.agent_id else ''}{clip})",
               "updates": updates, "env_steps": updates * program.plan.env_steps_per_update, "seeds": seeds, **t,
               "steps_per_s": seeds * updates * program.plan.env_steps_per_update / t["best_s"],
               "final_train_team_return_per_seed": [final_return(ret[i], count[i]) for i in range(seeds)],

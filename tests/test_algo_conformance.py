@@ -57,6 +57,10 @@ CASES = {
     "mappo": ("mappo", "mappo_mpe_simple_spread.yaml", [
         "mappo.num_envs=2", "mappo.num_steps=4", "mappo.total_env_steps=40", "mappo.update_epochs=1",
         "mappo.num_minibatches=1", "mappo.hidden=[8]"]),
+    "mappo_recurrent": ("mappo", "mappo_mpe_simple_spread.yaml", [
+        "mappo.num_envs=2", "mappo.num_steps=4", "mappo.total_env_steps=40", "mappo.update_epochs=1",
+        "mappo.num_minibatches=2", "mappo.hidden=[8]", "mappo.torso=gru", "mappo.cell_size=4",
+        "mappo.clip_per_network=true"]),
     "ippo": ("ippo", "ippo_mpe_simple_spread.yaml", [
         "ippo.num_envs=2", "ippo.num_steps=4", "ippo.total_env_steps=40", "ippo.update_epochs=1",
         "ippo.num_minibatches=1", "ippo.hidden=[8]"]),

@@ -76,9 +76,49 @@ class MAProbe(MultiAgentEnv):
         return state + 1, self._ts(jnp.full((2,), reward), True)
 
 
+@dataclasses.dataclass(frozen=True)
+class MAMemoryProbe(MultiAgentEnv):
+    """Two agents, two steps: a cue (0 or 1) is shown at the first step only, and at the
+    second each agent is rewarded 1 for playing ``cue + 1`` (action 0 is never available).
+    Only a policy that remembers the first observation can do better than 1 of 2 on average:
+    the memory test of ``torso: gru``."""
+
+    num_agents = 2
+    agent_names = ("a0", "a1")
+
+    @property
+    def default_params(self):
+        return ProbeParams(max_steps_in_episode=2)
+
+    def observation_space(self, params):
+        return spaces.Box(0.0, 1.0, (4,), jnp.float32)
+
+    def action_space(self, params):
+        return spaces.Discrete(3)
+
+    def state_space(self, params):
+        return spaces.Box(0.0, 1.0, (2,), jnp.float32)
+
+    def _ts(self, cue, t, reward, done):
+        shown = jnp.where(t == 0, jax.nn.one_hot(cue, 2), 0.0)
+        obs = jnp.concatenate([jnp.eye(2), jnp.broadcast_to(shown, (2, 2))], axis=1)
+        avail = jnp.array([[False, True, True]] * 2)
+        return ma_timestep(obs, jnp.stack([t, 0]).astype(jnp.float32), avail, reward, jnp.full((2,), done), done, False)
+
+    def reset(self, key, params):
+        cue = jax.random.bernoulli(key).astype(jnp.int32)
+        return (cue, jnp.zeros((), jnp.int32)), self._ts(cue, 0, jnp.zeros((2,)), False)
+
+    def step(self, key, state, actions, params):
+        cue, t = state
+        reward = jnp.where(t == 1, (actions == cue + 1).astype(jnp.float32), 0.0)
+        return (cue, t + 1), self._ts(cue, t + 1, reward, t == 1)
+
+
 def _probe_cfg(algo="mappo", **over) -> dict:
+    optim = {"lr": 1e-2, **over.pop("optim", {})}
     section = {"num_envs": 8, "num_steps": 4, "total_env_steps": 8 * 4 * 40, "num_minibatches": 2, "update_epochs": 2,
-               "lr": 1e-2, "hidden": [16], "eval_episodes": 8, **over}
+               "optim": optim, "hidden": [16], "eval_episodes": 8, **over}
     return {"algo": algo, "env": {"id": PROBE_ID}, algo: section, "train": {"progress": False}}
 
 
@@ -88,6 +128,11 @@ def probe_registered():
         registry.register(PROBE_ID, MAProbe)
     yield
     registry.deregister(PROBE_ID)
+
+
+#: The memory probe: a GRU MAPPO that should learn it.
+MEMORY_CFG = {"num_envs": 8, "num_steps": 4, "total_env_steps": 8 * 4 * 60, "num_minibatches": 4, "update_epochs": 2,
+              "hidden": [16], "torso": "gru", "cell_size": 16, "clip_per_network": True}
 
 
 # ---------------------------------------------------------------- the JaxMARL adapter
@@ -167,7 +212,7 @@ def test_masked_actions_are_never_taken(probe_program):
 
     state = jax.jit(probe_program.init)(jax.random.PRNGKey(0))
     setup = probe_program.update.args[0]
-    _, traj = jax.jit(update.collect, static_argnums=0)(setup, state.params, state.env, jax.random.PRNGKey(1))
+    _, _, traj = jax.jit(update.collect, static_argnums=0)(setup, state.params, state.env, jax.random.PRNGKey(1))
     assert traj.action.size == 4 * 8 * 2 and not bool(jnp.any(traj.action == 0))
     assert bool(jnp.all(traj.log_prob > jnp.log(0.3)))  # two actions left, near-uniform at init
 
@@ -204,3 +249,100 @@ def test_kill_and_resume_is_bit_exact(tmp_path):
     assert resumed.updates == 6 and leaves_equal(resumed.state, straight.state)
     assert without_wall_time(read_jsonl(tmp_path / "resumed" / "metrics.jsonl")) == \
         without_wall_time(read_jsonl(tmp_path / "straight" / "metrics.jsonl"))
+
+
+# ------------------------------------------------------------------ torso: gru, clip_per_network
+
+
+def _program(env, algo="mappo", **over):
+    return program_on(mappo, env, env.default_params, C.config_from_dict(_probe_cfg(algo, **over)).algo_config)
+
+
+@pytest.fixture(scope="module")
+def memory_program():
+    return _program(MAMemoryProbe(), **MEMORY_CFG)
+
+
+def test_gru_replays_the_rollout_from_its_stored_carries(memory_program):
+    """The learner's sequences (agent-major, reset at episode starts, from the carries the
+    rollout began with) give back the rollout's own log-probabilities and values: the first
+    ratio of every update is 1. Two rollouts, so the second starts mid-run from carried state."""
+    from jaxrl.algos.mappo import update
+
+    setup = memory_program.update.args[0]
+    state = jax.jit(memory_program.init)(jax.random.PRNGKey(0))
+    state, _ = jax.jit(memory_program.update)(state)  # the next rollout starts from a non-zero carry
+    assert float(jnp.max(jnp.abs(state.memory.carry[0]))) > 0.0
+    _, _, traj = jax.jit(update.collect, static_argnums=0)(setup, state.params, state.env, state.key, state.memory)
+    batch = update._learning_batch(setup, state.params, state.hyper, traj, state.memory)
+    steps = jax.tree_util.tree_map(lambda x: jnp.swapaxes(x, 0, 1), batch.steps)
+    _, logits, values = setup.network.apply(state.params, batch.carry, steps.actor_in, steps.critic_in,
+                                            jnp.swapaxes(batch.start, 0, 1))
+    log_prob = mappo.network.masked(logits, steps.avail).log_prob(steps.action)
+    np.testing.assert_allclose(np.asarray(log_prob), np.asarray(steps.log_prob), atol=1e-5)
+    np.testing.assert_allclose(np.asarray(values), np.asarray(steps.value), atol=1e-5)
+    # sequence n is agent n % 2 of env n // 2; episodes are two steps, so starts alternate
+    np.testing.assert_array_equal(np.asarray(batch.steps.action[3]), np.asarray(traj.action[:, 1, 1]))
+    assert batch.start.shape == (16, 4) and bool(jnp.all(batch.start[:, ::2])) and not bool(jnp.any(batch.start[:, 1::2]))
+    # a carry that leaked across an episode start would change the replay
+    wrong = setup.network.apply(state.params, batch.carry, steps.actor_in, steps.critic_in,
+                                jnp.zeros_like(jnp.swapaxes(batch.start, 0, 1)))[1]
+    assert float(jnp.max(jnp.abs(wrong - logits))) > 1e-3
+
+
+def test_gru_learns_what_only_memory_can_tell(memory_program):
+    """The cue is seen one step before it pays: the GRU policy scores both agents every
+    episode; the feed-forward one cannot beat chance (1 of 2 agents on average)."""
+    from jaxrl.algos.common.train import train
+
+    def final_eval(program):
+        state, _ = jax.jit(lambda k: train(program, program.plan.num_updates, k))(jax.random.PRNGKey(0))
+        return np.asarray(jax.jit(program.evaluate)(state, jax.random.PRNGKey(1))["episode_returns"])
+
+    np.testing.assert_array_equal(final_eval(memory_program), 2.0)
+    mlp = {**MEMORY_CFG, "torso": "mlp"}
+    assert final_eval(_program(MAMemoryProbe(), **mlp)).mean() < 1.5
+
+
+def test_clip_per_network_is_two_optimisers():
+    """One Adam over the flat params with each network's gradient clipped by its own norm
+    equals JaxMARL's two optimisers (clip by global norm, Adam), one per network."""
+    import optax
+    from flax import traverse_util
+    from jax.flatten_util import ravel_pytree
+
+    optim = {"lr": 0.05, "max_grad_norm": 0.5, "lr_end_frac": 1.0}
+    program = _program(MAProbe(), optim=optim, clip_per_network=True)
+    setup = program.update.args[0]
+    params = program.init(jax.random.PRNGKey(0)).params
+    flat_params, unravel = ravel_pytree(params)
+    groups = mappo.network.param_groups(params)
+    tops = {path[1] for path in traverse_util.flatten_dict(params)}
+    assert tops == {"actor", "critic", "policy_head", "value_head"}
+    grads = unravel(jax.random.normal(jax.random.PRNGKey(1), flat_params.shape) * jnp.where(groups == 1, 3.0, 0.1))
+    opt = setup.optimizer
+    state = opt.init(flat_params)
+    ours = flat_params
+    for _ in range(3):
+        step, state = opt.update(ravel_pytree(grads)[0], state, ours)
+        ours = ours + step
+    split = lambda tree, critic: {k: v for k, v in tree["params"].items() if (k in ("critic", "value_head")) == critic}  # noqa: E731
+    expect = {}
+    for critic in (False, True):
+        tx = optax.chain(optax.clip_by_global_norm(0.5), optax.adam(0.05, eps=1e-5))
+        p, g = split(params, critic), split(grads, critic)
+        s = tx.init(p)
+        for _ in range(3):
+            u, s = tx.update(g, s, p)
+            p = optax.apply_updates(p, u)
+        expect.update(p)
+    np.testing.assert_allclose(np.asarray(ours), np.asarray(ravel_pytree({"params": expect})[0]), rtol=1e-6, atol=1e-7)
+    one = _program(MAProbe(), optim=optim).update.args[0].optimizer
+    differs = one.update(ravel_pytree(grads)[0], one.init(flat_params), flat_params)[0]
+    assert float(jnp.max(jnp.abs(differs - opt.update(ravel_pytree(grads)[0], opt.init(flat_params), flat_params)[0]))) > 1e-4
+
+
+def test_gru_needs_minibatches_that_divide_the_sequences():
+    cfg = C.config_from_dict(_probe_cfg(**{**MEMORY_CFG, "num_envs": 3, "num_minibatches": 4, "num_steps": 4})).algo_config
+    with pytest.raises(ValueError, match="num_minibatches: 4 does not divide num_envs \\* agents = 6"):
+        program_on(mappo, MAMemoryProbe(), ProbeParams(2), cfg)

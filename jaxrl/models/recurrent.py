@@ -121,7 +121,7 @@ class _GRUCellParams(nn.Module):
         return x_kernel, x_bias, h_kernel, h[2][1]
 
 
-class _SequenceGRU(nn.Module):
+class SequenceGRU(nn.Module):
     """flax ``GRUCell`` over a sequence, with its params and to rounding its outputs, but
     the input transforms of all ``T`` steps in one matmul before the scan and the three
     recurrent ones in one ``[H, 3H]`` matmul per step (fewer, larger kernels)."""
@@ -207,7 +207,7 @@ class RecurrentActorCritic(ActorCritic):
             cell, x = self._with_prev_action(carry, x, start, actions)
         x = ACTIVATIONS[self.activation](_dense(self.hidden[0], "embed", self.deferred_kernels)(x))
         if self.cell == "gru":
-            scan = _SequenceGRU(self.cell_size, self.deferred_kernels, name=RECURRENT_SCOPE)
+            scan = SequenceGRU(self.cell_size, self.deferred_kernels, name=RECURRENT_SCOPE)
         else:
             scan = _ScannedCell(self.cell, self.cell_size, self.deferred_kernels, name=RECURRENT_SCOPE)
         carry, h = scan(cell, (x, start))

@@ -20,6 +20,7 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 
 from jaxrl.algos.contract import check
@@ -92,11 +93,30 @@ def schedule(o: OptimConfig, num_updates: int, steps_per_update: int, per_step: 
     return Schedule(total=num_updates, end_frac=o.lr_end_frac, warmup=o.warmup_updates, every=steps_per_update)
 
 
-def from_config(o: OptimConfig, sched: Schedule, lr=None, max_grad_norm=None) -> optax.GradientTransformation:
+def from_config(o: OptimConfig, sched: Schedule, lr=None, max_grad_norm=None,
+                groups: np.ndarray | None = None) -> optax.GradientTransformation:
     """:func:`adam` of section ``o`` on ``sched``; ``lr`` / ``max_grad_norm`` (may be
-    traced: a sweep's values) replace the section's."""
+    traced: a sweep's values) replace the section's; ``groups`` as for :func:`adam`."""
     return adam(o.lr if lr is None else lr, o.max_grad_norm if max_grad_norm is None else max_grad_norm, sched,
-                b1=o.adam_b1, b2=o.adam_b2, eps=o.adam_eps)
+                b1=o.adam_b1, b2=o.adam_b2, eps=o.adam_eps, groups=groups)
+
+
+def clip_by_group_norm(max_norm, groups: np.ndarray) -> optax.GradientTransformation:
+    """``optax.clip_by_global_norm`` applied to each group of a flat gradient vector on its
+    own: coordinate ``i`` belongs to group ``groups[i]`` (int ``[P]``, static), and a group
+    whose norm exceeds ``max_norm`` is scaled down to it. With one optimiser per group of
+    parameters (JaxMARL's MAPPO: one for the actor, one for the critic) and the same Adam
+    and schedule in each, this is the only step that differs from one optimiser over all."""
+    ids = np.asarray(groups, np.int32)
+    count = int(ids.max()) + 1 if ids.size else 0
+
+    def update(updates, state, params=None):
+        del params
+        norms = jnp.sqrt(jax.ops.segment_sum(jnp.square(updates), ids, count))
+        scale = jnp.where(norms < max_norm, 1.0, max_norm / norms).astype(updates.dtype)
+        return updates * scale[ids], state
+
+    return optax.GradientTransformation(lambda params: optax.EmptyState(), update)
 
 
 def _rate(schedule: Schedule, learning_rate: jax.Array, count: jax.Array) -> jax.Array:
@@ -105,9 +125,10 @@ def _rate(schedule: Schedule, learning_rate: jax.Array, count: jax.Array) -> jax
     return learning_rate * schedule.factor(count)
 
 
-def _chain(learning_rate, max_grad_norm, *, b1: float, b2: float, eps: float, schedule: Schedule):
+def _chain(learning_rate, max_grad_norm, *, b1: float, b2: float, eps: float, schedule: Schedule, groups=None):
+    clip = optax.clip_by_global_norm(max_grad_norm) if groups is None else clip_by_group_norm(max_grad_norm, groups)
     return optax.chain(
-        optax.clip_by_global_norm(max_grad_norm),
+        clip,
         optax.scale_by_adam(b1=b1, b2=b2, eps=eps),
         optax.scale_by_learning_rate(functools.partial(_rate, schedule, learning_rate)),
     )
@@ -121,14 +142,18 @@ def adam(
     b1: float = 0.9,
     b2: float = 0.999,
     eps: float = 1e-8,
+    groups: np.ndarray | None = None,
 ) -> optax.GradientTransformation:
     """Clip by global norm, Adam, scheduled learning rate; see the module docstring.
 
     ``learning_rate`` and ``max_grad_norm`` may be traced (they are stored by ``init``);
-    ``b1``, ``b2``, ``eps`` and ``schedule`` are static.
+    ``b1``, ``b2``, ``eps``, ``schedule`` and ``groups`` are static. ``groups`` (int
+    ``[P]``, for params kept as one flat vector) clips each group by its own norm
+    (:func:`clip_by_group_norm`) instead of all by one.
     """
-    factory = optax.inject_hyperparams(_chain, static_args=("b1", "b2", "eps", "schedule"))
-    return factory(learning_rate=learning_rate, max_grad_norm=max_grad_norm, b1=b1, b2=b2, eps=eps, schedule=schedule)
+    factory = optax.inject_hyperparams(_chain, static_args=("b1", "b2", "eps", "schedule", "groups"))
+    return factory(learning_rate=learning_rate, max_grad_norm=max_grad_norm, b1=b1, b2=b2, eps=eps, schedule=schedule,
+                   groups=groups)
 
 
 def current_lr(opt_state: Any, schedule: Schedule) -> jax.Array:

@@ -15,17 +15,18 @@ from __future__ import annotations
 import functools
 
 import jax
+import jax.numpy as jnp
 
 from jaxrl.algos.common import optim
 from jaxrl.algos.common.assemble import env_batch, episode_cap
-from jaxrl.algos.contract import AlgoEntry, EnvSetup, EvalReport, Policy, Program, no_carry, replicated_axes
+from jaxrl.algos.contract import AlgoEntry, EnvSetup, EvalReport, Policy, Program, replicated_axes
 from jaxrl.algos.mappo import config, evaluate, network, update
 from jaxrl.algos.mappo.config import IPPOConfig, MAPPOConfig, hyperparams
-from jaxrl.algos.mappo.update import MAPPOState, Setup
+from jaxrl.algos.mappo.update import MAMemory, MAPPOState, Setup
 from jaxrl.core import spaces
 from jaxrl.core.multiagent import MultiAgentEnv, training_env
 
-__all__ = ["ENTRY", "IPPO_ENTRY", "IPPOConfig", "MAPPOConfig", "MAPPOState", "Setup", "act", "build", "config",
+__all__ = ["ENTRY", "IPPO_ENTRY", "IPPOConfig", "MAMemory", "MAPPOConfig", "MAPPOState", "Setup", "act", "build", "config",
            "evaluate", "hyperparams", "make_setup", "network", "update"]
 
 
@@ -38,22 +39,49 @@ def make_setup(env: MultiAgentEnv, env_params, cfg: MAPPOConfig) -> Setup:
     if not isinstance(space, spaces.Discrete):
         raise ValueError(f"env: mappo needs a Discrete action space per agent, got {space!r}")
     plan = config.plan(cfg)
-    net = network.MultiAgentActorCritic(space.n, tuple(cfg.hidden), cfg.activation)
+    if cfg.torso == "gru":
+        sequences = cfg.num_envs * env.num_agents
+        if sequences % cfg.num_minibatches:
+            raise ValueError(f"num_minibatches: {cfg.num_minibatches} does not divide num_envs * agents = {sequences} "
+                             "(torso gru shuffles whole agent sequences into minibatches)")
+        net = network.RecurrentMultiAgentActorCritic(space.n, tuple(cfg.hidden), cfg.cell_size, cfg.activation)
+    else:
+        net = network.MultiAgentActorCritic(space.n, tuple(cfg.hidden), cfg.activation)
     sched = optim.schedule(cfg.optim, plan.num_updates, plan.grad_steps_per_update)
-    return Setup(training_env(env), env_params, net, cfg, plan, sched, update.make_optimizer(cfg, plan))
+    setup = Setup(training_env(env), env_params, net, cfg, plan, sched, update.make_optimizer(cfg, plan))
+    if not cfg.clip_per_network:
+        return setup
+    obs = jnp.zeros((env.num_agents,) + tuple(env.observation_space(env_params).shape), jnp.float32)
+    state = jnp.zeros(tuple(env.state_space(env_params).shape), jnp.float32)
+    shapes = jax.eval_shape(lambda k: update.init_params(setup, k, obs, state), jax.random.PRNGKey(0))
+    return setup._replace(optimizer=update.make_optimizer(cfg, plan, groups=network.param_groups(shapes)))
 
 
 def batch_axes(state: MAPPOState) -> MAPPOState:
-    """The env batch is axis 0 of the env carry; everything else is replicated."""
-    return replicated_axes(state).replace(env=jax.tree_util.tree_map(lambda _: 0, state.env))
+    """The env batch is axis 0 of the env carry and the policy's memory; everything else is replicated."""
+    axis0 = lambda tree: jax.tree_util.tree_map(lambda _: 0, tree)  # noqa: E731
+    return replicated_axes(state).replace(env=axis0(state.env), memory=axis0(state.memory))
 
 
 def act(setup: Setup, params, carry, obs, key, deterministic: bool):
     """:attr:`Policy.act`: every agent's action for one env's ``obs [A, F]`` (no mask: all
-    actions count as available)."""
+    actions count as available); a recurrent actor advances its carry ``[A, H]``."""
     x = network.actor_input(setup.cfg.agent_id, obs)
-    dist = network.masked(setup.network.apply(params, x, method="logits"), None)
+    if setup.cfg.torso == "mlp":
+        logits = setup.network.apply(params, x, method="logits")
+    else:
+        start = jnp.zeros((1,) + x.shape[:-1], bool)
+        carry, logits = setup.network.apply(params, carry, x[None], start, method="logits")
+        logits = logits[0]
+    dist = network.masked(logits, None)
     return carry, dist.mode() if deterministic else dist.sample(key)
+
+
+def _init_carry(setup: Setup, params):
+    """:attr:`Policy.init_carry`: the actor's zero carry ``[A, H]`` (``()`` for the MLP)."""
+    if setup.cfg.torso == "mlp":
+        return ()
+    return setup.network.initial_carry((setup.env.num_agents,))[0]
 
 
 def build(envs: EnvSetup, cfg: MAPPOConfig) -> Program:
@@ -72,7 +100,7 @@ def build(envs: EnvSetup, cfg: MAPPOConfig) -> Program:
         hyperparams=functools.partial(hyperparams, cfg),
         init_with=functools.partial(update.init, setup),
         batch=env_batch(cfg),
-        policy=Policy(envs.env, lambda s: s.params, no_carry, functools.partial(act, setup)),
+        policy=Policy(envs.env, lambda s: s.params, functools.partial(_init_carry, setup), functools.partial(act, setup)),
         load_params=lambda fresh, trained: fresh.replace(params=trained.params),
     )
 

@@ -18,6 +18,7 @@ from jaxrl.algos.common.optim import OptimConfig, traced_values
 from jaxrl.algos.contract import AlgoConfig, Plan, check
 
 CRITICS = ("centralised", "decentralised")
+TORSOS = ("mlp", "gru")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,10 +36,12 @@ class MAPPOConfig(AlgoConfig):
     """Multi-agent PPO with one policy shared by every agent (the ``mappo:`` section).
 
     ``critic: centralised`` (MAPPO) values the global state plus the agent's one-hot id;
-    ``decentralised`` (IPPO) values the agent's own observation. Static: the counts,
-    ``optim`` (but its ``lr`` and ``max_grad_norm``), ``hidden``, ``activation``, ``critic``,
-    ``agent_id``, ``normalize_advantages``, ``eval_*`` and whether ``vf_clip_eps`` is
-    ``None``. Traced (in the train state, sweepable): ``optim.lr``, ``optim.max_grad_norm``,
+    ``decentralised`` (IPPO) values the agent's own observation. ``torso: gru`` gives actor
+    and critic each a GRU (JaxMARL's recurrent MAPPO); it learns on whole sequences, one
+    per agent of each env, shuffled into minibatches. Static: the counts, ``optim`` (but its
+    ``lr`` and ``max_grad_norm``), ``hidden``, ``activation``, ``torso``, ``cell_size``,
+    ``critic``, ``agent_id``, ``clip_per_network``, ``normalize_advantages``, ``eval_*`` and
+    whether ``vf_clip_eps`` is ``None``. Traced (in the train state, sweepable): ``optim.lr``, ``optim.max_grad_norm``,
     ``gamma``, ``gae_lambda``, ``clip_eps``, ``vf_clip_eps``, ``ent_coef``, ``vf_coef``.
     """
 
@@ -47,7 +50,7 @@ class MAPPOConfig(AlgoConfig):
     num_steps: int = 128  # rollout length T; a batch is B * T env steps, B * T * A agent samples
     total_env_steps: int = 9_998_336  # whole run: JaxMARL's 1e7 TOTAL_TIMESTEPS as its script rounds it (4,882 updates)
     update_epochs: int = 4  # passes over each batch
-    num_minibatches: int = 4  # minibatches per epoch; must divide B * T
+    num_minibatches: int = 4  # minibatches per epoch; must divide B * T (torso gru: B * agents, the sequences)
     # --- optimisation ---
     optim: MAPPOOptim = dataclasses.field(default_factory=MAPPOOptim)  # the optimiser: every algorithm's keys (jaxrl.algos.common.optim.OptimConfig), JaxMARL's defaults
     # --- PPO objective (traced) ---
@@ -61,8 +64,11 @@ class MAPPOConfig(AlgoConfig):
     # --- network (static) ---
     critic: str = "centralised"  # "centralised" (global state + agent id) | "decentralised" (own obs)
     agent_id: bool = False  # append the agent's one-hot id to the actor's observation
-    hidden: tuple[int, ...] = (64, 64)  # hidden widths of the actor's and the critic's MLP
+    hidden: tuple[int, ...] = (64, 64)  # hidden widths of the actor's and the critic's MLP (gru: hidden[0] embeds, hidden[1:] follow the cell)
     activation: str = "tanh"  # one of networks.ACTIVATIONS
+    torso: str = "mlp"  # "mlp" | "gru" (actor and critic each a GRU, reset at episode starts)
+    cell_size: int = 128  # units of each GRU (unused by "mlp")
+    clip_per_network: bool = False  # clip the actor's and the critic's gradients each by its own norm (JaxMARL's MAPPO: one optimiser each); false: one norm over both
     # --- evaluation (static) ---
     eval_episodes: int = 16  # episodes per policy (greedy and sampling)
     eval_max_steps: int | None = None  # episode cap; None: the env's episode bound
@@ -70,6 +76,11 @@ class MAPPOConfig(AlgoConfig):
     def validate(self) -> None:
         check_ppo_family(self)
         check(self.critic in CRITICS, "critic", f"expected one of {list(CRITICS)}, got {self.critic!r}")
+        check(self.torso in TORSOS, "torso", f"expected one of {list(TORSOS)}, got {self.torso!r}")
+        if self.torso == "gru":
+            check(len(self.hidden) >= 1, "hidden", "torso gru needs hidden[0], the width of the embedding before the cell")
+            check(isinstance(self.cell_size, int) and self.cell_size >= 1, "cell_size",
+                  f"expected an integer >= 1, got {self.cell_size!r}")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from jaxrl.algos.mappo.update import MAPPOState, Setup, apply
+from jaxrl.algos.mappo.update import MAPPOState, Setup, apply, initial_memory, recurrent
 from jaxrl.core.multiagent import MultiAgentEnv
 
 
@@ -24,18 +24,19 @@ class _EvalCarry:
     length: jax.Array  # int32 [2N]
     key: jax.Array
     t: jax.Array  # int32 []
+    carry: Any = None  # torso gru: the (actor, critic) carries [2N, A, H]
 
 
 def _step(setup: Setup, env: MultiAgentEnv, env_params, params, greedy: jax.Array, c: _EvalCarry) -> _EvalCarry:
     key, act_key, env_key = jax.random.split(c.key, 3)
-    dist, _ = apply(setup, params, c.obs, c.state, c.avail)
+    carry, dist, _ = apply(setup, params, c.obs, c.state, c.avail, c.carry, jnp.zeros(c.done.shape, bool))
     action = jnp.where(greedy[:, None], dist.mode(), dist.sample(act_key))
     keys = jax.random.split(env_key, c.obs.shape[0])
     env_state, ts = jax.vmap(env.step, in_axes=(0, 0, 0, None))(keys, c.env_state, action, env_params)
     live = ~c.done
     return _EvalCarry(env_state, ts.obs, ts.state, ts.avail_actions, c.done | ts.done,
                       c.ret + jnp.where(live, jnp.sum(ts.reward, axis=-1), 0.0), c.length + live.astype(jnp.int32),
-                      key, c.t + 1)
+                      key, c.t + 1, carry)
 
 
 def evaluate(setup: Setup, env: MultiAgentEnv, env_params, max_steps: int, state: MAPPOState, key: jax.Array) -> dict:
@@ -49,8 +50,10 @@ def evaluate(setup: Setup, env: MultiAgentEnv, env_params, max_steps: int, state
     reset_key, key = jax.random.split(key)
     env_state, ts = jax.vmap(env.reset, in_axes=(0, None))(jax.random.split(reset_key, 2 * n), env_params)
     greedy = jnp.arange(2 * n) < n
+    memory = initial_memory(setup, (2 * n,)).carry if recurrent(setup) else None  # zeros: no reset needed
     carry = _EvalCarry(env_state, ts.obs, ts.state, ts.avail_actions, jnp.zeros((2 * n,), bool),
-                       jnp.zeros((2 * n,), jnp.float32), jnp.zeros((2 * n,), jnp.int32), key, jnp.zeros((), jnp.int32))
+                       jnp.zeros((2 * n,), jnp.float32), jnp.zeros((2 * n,), jnp.int32), key, jnp.zeros((), jnp.int32),
+                       memory)
     body = functools.partial(_step, setup, env, env_params, state.params, greedy)
     final = jax.lax.while_loop(lambda c: (c.t < max_steps) & ~jnp.all(c.done), body, carry)
     det, sto = final.ret[:n], final.ret[n:]

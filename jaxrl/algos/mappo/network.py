@@ -6,16 +6,34 @@ into the batch. The actor reads the agent's observation (plus its one-hot id wit
 with different rewards get different values), a decentralised one the actor's input.
 Unavailable actions are masked by :class:`~jaxrl.models.distributions.Categorical`'s
 ``mask`` (probability exactly 0, never sampled, finite entropy).
+
+:class:`RecurrentMultiAgentActorCritic` (``torso: gru``) is JaxMARL's recurrent MAPPO
+network: actor and critic each an embedding ``Dense(hidden[0])``, a GRU of ``cell_size``
+units with its own carry, reset at an episode's first step, then ``hidden[1:]`` and a head.
 """
 
 from __future__ import annotations
 
+import math
+from typing import Any
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from jaxrl.models import distributions
-from jaxrl.models.networks import MLP, kernel_gain, orthogonal
+from jaxrl.models.networks import (
+    ACTIVATIONS,
+    MLP,
+    RECURRENT_SCOPE,
+    kernel_gain,
+    orthogonal,
+)
+from jaxrl.models.recurrent import SequenceGRU
+
+#: Top-level param scopes of the critic (value) side; every other one is the actor's.
+CRITIC_SCOPES = ("critic", "value_head")
 
 
 def _dense(features: int, name: str, deferred: bool) -> nn.Dense:
@@ -47,6 +65,71 @@ class MultiAgentActorCritic(nn.Module):
 
     def value(self, critic_in: jax.Array) -> jax.Array:
         return self.value_head(self.critic(critic_in))[..., 0]
+
+
+class _RecurrentTower(nn.Module):
+    """``(carry [*batch, H], x [T, *batch, F], start bool [T, *batch]) -> (carry, out [T, *batch, k])``:
+    ``Dense(hidden[0])``, a GRU (reset where ``start``), the MLP ``hidden[1:]``, a head."""
+
+    out: int
+    head: str  # the head's layer name (its init gain: networks.HEAD_GAINS)
+    hidden: tuple[int, ...]
+    cell_size: int
+    activation: str
+    deferred_kernels: bool = False
+
+    @nn.compact
+    def __call__(self, carry: jax.Array, x: jax.Array, start: jax.Array) -> tuple[jax.Array, jax.Array]:
+        x = ACTIVATIONS[self.activation](_dense(self.hidden[0], "embed", self.deferred_kernels)(x))
+        carry, h = SequenceGRU(self.cell_size, self.deferred_kernels, name=RECURRENT_SCOPE)(carry, (x, start))
+        h = MLP(self.hidden[1:], self.activation, self.deferred_kernels, name="mlp")(h)
+        return carry, _dense(self.out, self.head, self.deferred_kernels)(h)
+
+
+class RecurrentMultiAgentActorCritic(nn.Module):
+    """``(carry, actor_in [T, *batch, Fa], critic_in [T, *batch, Fc], start bool [T, *batch])
+    -> (carry, logits [T, *batch, n], value [T, *batch])`` with ``carry = (actor [*batch, H],
+    critic [*batch, H])``; two :class:`_RecurrentTower` s (``critic``, ``actor``) that share
+    nothing. :meth:`logits` / :meth:`value` run one tower on its own carry."""
+
+    action_dim: int
+    hidden: tuple[int, ...] = (128, 128)
+    cell_size: int = 128
+    activation: str = "relu"
+    deferred_kernels: bool = False
+
+    def setup(self):
+        tower = {"hidden": self.hidden, "cell_size": self.cell_size, "activation": self.activation,
+                 "deferred_kernels": self.deferred_kernels}
+        self.actor = _RecurrentTower(self.action_dim, "policy_head", **tower)
+        self.critic = _RecurrentTower(1, "value_head", **tower)
+
+    def initial_carry(self, batch_shape: tuple[int, ...] = ()) -> tuple[jax.Array, jax.Array]:
+        zeros = jnp.zeros(tuple(batch_shape) + (self.cell_size,), jnp.float32)
+        return zeros, zeros
+
+    def __call__(self, carry, actor_in: jax.Array, critic_in: jax.Array, start: jax.Array):
+        actor_carry, logits = self.logits(carry[0], actor_in, start)
+        critic_carry, value = self.value(carry[1], critic_in, start)
+        return (actor_carry, critic_carry), logits, value
+
+    def logits(self, carry: jax.Array, actor_in: jax.Array, start: jax.Array) -> tuple[jax.Array, jax.Array]:
+        return self.actor(carry, actor_in, start)
+
+    def value(self, carry: jax.Array, critic_in: jax.Array, start: jax.Array) -> tuple[jax.Array, jax.Array]:
+        carry, v = self.critic(carry, critic_in, start)
+        return carry, v[..., 0]
+
+
+def param_groups(params: Any) -> np.ndarray:
+    """int32 ``[P]`` in ``ravel_pytree(params)`` order: 1 for a critic parameter (the top-level
+    scopes :data:`CRITIC_SCOPES`), 0 for an actor one (the groups of ``clip_per_network``)."""
+    def group(path, leaf) -> np.ndarray:
+        top = path[1].key if len(path) > 1 else path[0].key
+        return np.full(math.prod(np.shape(leaf)), int(top in CRITIC_SCOPES), np.int32)
+
+    # ravel_pytree's order (the leaves' flatten order), in numpy: static inside a trace too
+    return np.concatenate([group(path, leaf) for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]])
 
 
 def _with_id(x: jax.Array, num_agents: int) -> jax.Array:
