@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from jaxrl import _compat
 
-__version__ = "0.5.2"
+__version__ = "0.5.3"
 
 #: Public name -> the module it lives in (the attribute has the same name).
 _PUBLIC = {

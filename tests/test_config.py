@@ -189,3 +189,14 @@ def test_converter_types():
         C.convert(True, Literal["a", "b"], "k")
     with pytest.raises(C.ConfigError, match=r"k: expected int, got True"):
         C.convert(True, int, "k")  # a bool is not an int here
+
+
+@pytest.mark.parametrize(("short", "base", "sets"), [
+    ("ppo_minatar_breakout_500k", "ppo_minatar_breakout", ["ppo.optim.lr=4e-3"]),
+    ("ppo_minatar_breakout_cnn_500k", "ppo_minatar_breakout_cnn", ["ppo.optim.lr=4e-3", "ppo.shared_torso=true"]),
+])
+def test_short_minatar_recipes_are_what_was_measured(short, base, sets):
+    """The 491,520-step MinAtar recipes are their 10M-step recipes with the overrides of the
+    held-out comparison (bench/results/minatar_cnn_heldout_shared_lr4e-3.md), key for key."""
+    load = lambda name, extra=(): C.load_config(os.path.join(REPO, "configs", f"{name}.yaml"), list(extra))  # noqa: E731
+    assert load(short) == load(base, ["ppo.total_env_steps=491520", *sets])

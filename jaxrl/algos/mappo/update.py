@@ -131,6 +131,7 @@ def make_optimizer(cfg: MAPPOConfig, plan: Plan, lr=None, max_grad_norm=None,
 
 
 def recurrent(setup: Setup) -> bool:
+    """Whether the network carries memory (``torso: gru``)."""
     return setup.cfg.torso != "mlp"
 
 
