@@ -88,7 +88,7 @@ class _Weights(nn.Module):
         return kernel, bias
 
 
-def _gru_step(h_kernel: jax.Array, hn_bias: jax.Array, carry: jax.Array, inputs) -> tuple[jax.Array, jax.Array]:
+def gru_step(h_kernel: jax.Array, hn_bias: jax.Array, carry: jax.Array, inputs) -> tuple[jax.Array, jax.Array]:
     """One GRU step from precomputed input transforms ``xi [*batch, 3H]`` (r, z, n)."""
     xi, start = inputs
     h = jnp.where(start[..., None], 0.0, carry)
@@ -101,7 +101,7 @@ def _gru_step(h_kernel: jax.Array, hn_bias: jax.Array, carry: jax.Array, inputs)
     return h, h
 
 
-class _GRUCellParams(nn.Module):
+class GRUCellParams(nn.Module):
     """flax ``GRUCell``'s params (same names and shapes), concatenated per side."""
 
     size: int
@@ -132,9 +132,9 @@ class SequenceGRU(nn.Module):
     @nn.compact
     def __call__(self, carry: jax.Array, inputs: tuple[jax.Array, jax.Array]) -> tuple[jax.Array, jax.Array]:
         x, start = inputs  # x [T, *batch, F], start bool [T, *batch]
-        x_kernel, x_bias, h_kernel, hn_bias = _GRUCellParams(self.size, self.deferred_kernels, name="cell")(x.shape[-1])
+        x_kernel, x_bias, h_kernel, hn_bias = GRUCellParams(self.size, self.deferred_kernels, name="cell")(x.shape[-1])
         xi = x @ x_kernel + x_bias
-        return jax.lax.scan(functools.partial(_gru_step, h_kernel, hn_bias), carry, (xi, start))
+        return jax.lax.scan(functools.partial(gru_step, h_kernel, hn_bias), carry, (xi, start))
 
 
 class RecurrentActorCritic(ActorCritic):

@@ -30,7 +30,7 @@ from jaxrl.models.networks import (
     kernel_gain,
     orthogonal,
 )
-from jaxrl.models.recurrent import SequenceGRU
+from jaxrl.models.recurrent import GRUCellParams, gru_step
 
 #: Top-level param scopes of the critic (value) side; every other one is the actor's.
 CRITIC_SCOPES = ("critic", "value_head")
@@ -68,8 +68,11 @@ class MultiAgentActorCritic(nn.Module):
 
 
 class _RecurrentTower(nn.Module):
-    """``(carry [*batch, H], x [T, *batch, F], start bool [T, *batch]) -> (carry, out [T, *batch, k])``:
-    ``Dense(hidden[0])``, a GRU (reset where ``start``), the MLP ``hidden[1:]``, a head."""
+    """One side of :class:`RecurrentMultiAgentActorCritic` in two stages around its GRU, so
+    that the actor's and the critic's cells can advance in one scan: ``"inputs"`` maps
+    ``x [T, *batch, F]`` through ``Dense(hidden[0])`` to the cell's input transforms
+    ``[T, *batch, 3H]`` and returns them with the cell's recurrent kernel and bias;
+    ``"readout"`` maps the cell's outputs through the MLP ``hidden[1:]`` and the head."""
 
     out: int
     head: str  # the head's layer name (its init gain: networks.HEAD_GAINS)
@@ -79,18 +82,23 @@ class _RecurrentTower(nn.Module):
     deferred_kernels: bool = False
 
     @nn.compact
-    def __call__(self, carry: jax.Array, x: jax.Array, start: jax.Array) -> tuple[jax.Array, jax.Array]:
-        x = ACTIVATIONS[self.activation](_dense(self.hidden[0], "embed", self.deferred_kernels)(x))
-        carry, h = SequenceGRU(self.cell_size, self.deferred_kernels, name=RECURRENT_SCOPE)(carry, (x, start))
-        h = MLP(self.hidden[1:], self.activation, self.deferred_kernels, name="mlp")(h)
-        return carry, _dense(self.out, self.head, self.deferred_kernels)(h)
+    def __call__(self, x: jax.Array, stage: str):
+        if stage == "inputs":
+            x = ACTIVATIONS[self.activation](_dense(self.hidden[0], "embed", self.deferred_kernels)(x))
+            cell = GRUCellParams(self.cell_size, self.deferred_kernels, name=RECURRENT_SCOPE)
+            x_kernel, x_bias, h_kernel, hn_bias = cell(x.shape[-1])
+            return x @ x_kernel + x_bias, h_kernel, hn_bias
+        h = MLP(self.hidden[1:], self.activation, self.deferred_kernels, name="mlp")(x)
+        return _dense(self.out, self.head, self.deferred_kernels)(h)
 
 
 class RecurrentMultiAgentActorCritic(nn.Module):
     """``(carry, actor_in [T, *batch, Fa], critic_in [T, *batch, Fc], start bool [T, *batch])
     -> (carry, logits [T, *batch, n], value [T, *batch])`` with ``carry = (actor [*batch, H],
-    critic [*batch, H])``; two :class:`_RecurrentTower` s (``critic``, ``actor``) that share
-    nothing. :meth:`logits` / :meth:`value` run one tower on its own carry."""
+    critic [*batch, H])``; two :class:`_RecurrentTower` s (``actor``, ``critic``) that share
+    no parameters, their GRUs (flax ``GRUCell``'s maths, :func:`~jaxrl.models.recurrent.gru_step`)
+    advanced together in one ``lax.scan`` (one loop, not two, forward and backward).
+    :meth:`logits` / :meth:`value` run one side on its own carry."""
 
     action_dim: int
     hidden: tuple[int, ...] = (128, 128)
@@ -108,17 +116,30 @@ class RecurrentMultiAgentActorCritic(nn.Module):
         zeros = jnp.zeros(tuple(batch_shape) + (self.cell_size,), jnp.float32)
         return zeros, zeros
 
+    def _run(self, towers: tuple, carries: tuple, inputs: tuple, start: jax.Array) -> tuple[tuple, list]:
+        """Each tower on its input from its carry, the cells in one scan (reset where ``start``)."""
+        prepared = [tower(x, "inputs") for tower, x in zip(towers, inputs, strict=True)]
+        kernels = [(h_kernel, hn_bias) for _, h_kernel, hn_bias in prepared]
+
+        def step(hs, step_in):
+            xis, s = step_in
+            new = tuple(gru_step(hk, hb, h, (xi, s))[0] for (hk, hb), h, xi in zip(kernels, hs, xis, strict=True))
+            return new, new
+
+        carries, outs = jax.lax.scan(step, tuple(carries), (tuple(xi for xi, _, _ in prepared), start))
+        return carries, [tower(h, "readout") for tower, h in zip(towers, outs, strict=True)]
+
     def __call__(self, carry, actor_in: jax.Array, critic_in: jax.Array, start: jax.Array):
-        actor_carry, logits = self.logits(carry[0], actor_in, start)
-        critic_carry, value = self.value(carry[1], critic_in, start)
-        return (actor_carry, critic_carry), logits, value
+        carry, (logits, value) = self._run((self.actor, self.critic), carry, (actor_in, critic_in), start)
+        return carry, logits, value[..., 0]
 
     def logits(self, carry: jax.Array, actor_in: jax.Array, start: jax.Array) -> tuple[jax.Array, jax.Array]:
-        return self.actor(carry, actor_in, start)
+        (carry,), (logits,) = self._run((self.actor,), (carry,), (actor_in,), start)
+        return carry, logits
 
     def value(self, carry: jax.Array, critic_in: jax.Array, start: jax.Array) -> tuple[jax.Array, jax.Array]:
-        carry, v = self.critic(carry, critic_in, start)
-        return carry, v[..., 0]
+        (carry,), (value,) = self._run((self.critic,), (carry,), (critic_in,), start)
+        return carry, value[..., 0]
 
 
 def param_groups(params: Any) -> np.ndarray:
