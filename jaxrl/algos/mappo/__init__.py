@@ -47,14 +47,14 @@ def make_setup(env: MultiAgentEnv, env_params, cfg: MAPPOConfig) -> Setup:
         net = network.RecurrentMultiAgentActorCritic(space.n, tuple(cfg.hidden), cfg.cell_size, cfg.activation)
     else:
         net = network.MultiAgentActorCritic(space.n, tuple(cfg.hidden), cfg.activation)
+    groups = None
+    if cfg.clip_per_network:  # which flat params are the critic's, from the params' shapes alone
+        obs = jnp.zeros((env.num_agents, *env.observation_space(env_params).shape), jnp.float32)
+        state = jnp.zeros(tuple(env.state_space(env_params).shape), jnp.float32)
+        shapes = jax.eval_shape(lambda k: update.init_params(net, cfg, k, obs, state), jax.random.PRNGKey(0))
+        groups = network.param_groups(shapes)
     sched = optim.schedule(cfg.optim, plan.num_updates, plan.grad_steps_per_update)
-    setup = Setup(training_env(env), env_params, net, cfg, plan, sched, update.make_optimizer(cfg, plan))
-    if not cfg.clip_per_network:
-        return setup
-    obs = jnp.zeros((env.num_agents,) + tuple(env.observation_space(env_params).shape), jnp.float32)
-    state = jnp.zeros(tuple(env.state_space(env_params).shape), jnp.float32)
-    shapes = jax.eval_shape(lambda k: update.init_params(setup, k, obs, state), jax.random.PRNGKey(0))
-    return setup._replace(optimizer=update.make_optimizer(cfg, plan, groups=network.param_groups(shapes)))
+    return Setup(training_env(env), env_params, net, cfg, plan, sched, update.make_optimizer(cfg, plan, groups=groups))
 
 
 def batch_axes(state: MAPPOState) -> MAPPOState:
@@ -67,7 +67,7 @@ def act(setup: Setup, params, carry, obs, key, deterministic: bool):
     """:attr:`Policy.act`: every agent's action for one env's ``obs [A, F]`` (no mask: all
     actions count as available); a recurrent actor advances its carry ``[A, H]``."""
     x = network.actor_input(setup.cfg.agent_id, obs)
-    if setup.cfg.torso == "mlp":
+    if not update.recurrent(setup):
         logits = setup.network.apply(params, x, method="logits")
     else:
         start = jnp.zeros((1,) + x.shape[:-1], bool)
@@ -79,7 +79,7 @@ def act(setup: Setup, params, carry, obs, key, deterministic: bool):
 
 def _init_carry(setup: Setup, params):
     """:attr:`Policy.init_carry`: the actor's zero carry ``[A, H]`` (``()`` for the MLP)."""
-    if setup.cfg.torso == "mlp":
+    if not update.recurrent(setup):
         return ()
     return setup.network.initial_carry((setup.env.num_agents,))[0]
 

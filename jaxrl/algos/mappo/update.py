@@ -26,9 +26,9 @@ from jaxrl.algos.common import batching, optim
 from jaxrl.algos.common.train import epochs
 from jaxrl.algos.contract import Plan
 from jaxrl.algos.mappo.config import MAPPOConfig, MAPPOHyperparams, hyperparams
-from jaxrl.algos.mappo.network import (MultiAgentActorCritic, RecurrentMultiAgentActorCritic, actor_input, critic_input,
-                                       masked, param_groups)
+from jaxrl.algos.mappo.network import MultiAgentActorCritic, RecurrentMultiAgentActorCritic, actor_input, critic_input, masked
 from jaxrl.algos.common.actor_critic import entropy_loss, gae, normalize_advantages, policy_loss, value_loss
+from jaxrl.core import rollout
 from jaxrl.core.multiagent import MultiAgentEnv
 from jaxrl.models import networks
 
@@ -270,7 +270,7 @@ def _learning_batch(setup: Setup, params, hyper: MAPPOHyperparams, traj: Transit
         return jax.tree_util.tree_map(lambda x: jnp.reshape(x, (-1,) + x.shape[3:]), steps)  # [T * B * A, ...]
     # agent-major sequences: [T, B, A, ...] -> [B * A, T, ...]
     seq = lambda x: jnp.reshape(jnp.moveaxis(x, 0, 2), (shape[1] * shape[2], shape[0]) + x.shape[3:])  # noqa: E731
-    starts = jnp.concatenate([memory.start[None], (traj.terminated | traj.truncated)[:-1]], axis=0)  # [T, B]
+    starts = rollout.start_flags(memory, traj)  # [T, B]
     carry = jax.tree_util.tree_map(lambda c: jnp.reshape(c, (-1,) + c.shape[2:]), memory.carry)  # [B * A, H]
     return SequenceBatch(jax.tree_util.tree_map(seq, steps), seq(per_agent(starts)), carry)
 
@@ -304,19 +304,19 @@ def init(setup: Setup, key: jax.Array, hyper: dict | None = None) -> MAPPOState:
     optim_hyper, loss_hyper = optim.split_traced(hyperparams(setup.cfg, **(hyper or {})))
     key, net_key, env_key = jax.random.split(key, 3)
     carry = reset(setup, env_key)
-    params = init_params(setup, net_key, carry.obs[0], carry.state[0])
-    groups = param_groups(params) if setup.cfg.clip_per_network else None
-    optimizer = make_optimizer(setup.cfg, setup.plan, optim_hyper["lr"], optim_hyper["max_grad_norm"], groups)
+    params = init_params(setup.network, setup.cfg, net_key, carry.obs[0], carry.state[0])
+    # setup.optimizer's state with this seed's traced lr / max_grad_norm; the clipping groups
+    # of clip_per_network only act in update (clipping keeps no state), so none are needed here
+    optimizer = make_optimizer(setup.cfg, setup.plan, optim_hyper["lr"], optim_hyper["max_grad_norm"])
     memory = initial_memory(setup, (setup.cfg.num_envs,)) if recurrent(setup) else None
     return MAPPOState(params, optimizer.init(ravel_pytree(params)[0]), carry, key, jnp.zeros((), jnp.int32),
                       MAPPOHyperparams(**loss_hyper), memory)
 
 
-def init_params(setup: Setup, key: jax.Array, obs: jax.Array, state: jax.Array):
-    """The network's params for one env's ``obs [A, F]`` and ``state [S]``."""
-    cfg = setup.cfg
+def init_params(network, cfg: MAPPOConfig, key: jax.Array, obs: jax.Array, state: jax.Array):
+    """``network``'s params for one env's ``obs [A, F]`` and ``state [S]``."""
     x, c = actor_input(cfg.agent_id, obs), critic_input(cfg.critic, cfg.agent_id, obs, state)
-    if not recurrent(setup):
-        return networks.init_params(setup.network, key, x, c)
-    first = setup.network.initial_carry(x.shape[:-1]), x[None], c[None], jnp.ones((1,) + x.shape[:-1], bool)
-    return networks.init_params(setup.network, key, *first)
+    if cfg.torso == "mlp":
+        return networks.init_params(network, key, x, c)
+    first = network.initial_carry(x.shape[:-1]), x[None], c[None], jnp.ones((1,) + x.shape[:-1], bool)
+    return networks.init_params(network, key, *first)
