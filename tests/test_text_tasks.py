@@ -299,3 +299,44 @@ def test_parquet_rows_read_like_jsonl(tmp_path, tok):
     a = data.encode_rows(read, tok, prompt_len=32, answer_bytes=8, source="parquet")
     b = data.encode_rows(data.read_rows(write_jsonl(tmp_path / "rows.jsonl", rows)), tok, prompt_len=32, answer_bytes=8, source="jsonl")
     assert (a.prompts == b.prompts).all() and (a.answers == b.answers).all() and a.texts == b.texts
+
+
+# -- a length-0 completion ----------------------------------------------------------------------
+
+
+SMALL = {"text/WordProblems-v0": {"num_train": 32, "num_held_out": 8},
+         "text/AlphabetSortText-v0": {"num_train": 32, "num_held_out": 8}, "text/File-v0": {}}
+
+
+@pytest.mark.parametrize("env_id", NEW_IDS)
+def test_a_length_0_completion_is_scored_as_the_empty_text(env_id):
+    """Each text task's verifier on no tokens at all (a batch of such completions, the
+    rollout's path) scores the empty text (reward 0, every metric 0), not an error."""
+    from jaxrl.verifiers import Task
+
+    import dataclasses
+
+    from jaxrl.core import registry
+
+    spec = registry.spec(env_id)
+    env = dataclasses.replace(spec, kwargs=tuple({**dict(spec.kwargs), **SMALL[env_id]}.items())).build()
+    rows = env.arrays("train")
+    task = Task(jnp.asarray(rows["prompts"][0]), jnp.asarray(rows["answers"][0]), jnp.asarray(rows["answer_lens"][0]))
+    reward, metrics = jax.jit(jax.vmap(lambda c: env.verifier(task, c)))(jnp.zeros((2, 0), jnp.int32))
+    assert np.asarray(reward).tolist() == [0.0, 0.0]
+    assert {k: np.asarray(v).tolist() for k, v in metrics.items()} == {k: [0.0, 0.0] for k in metrics}
+    assert {"correct", "format", "completion_bytes"} <= set(metrics)
+
+
+def test_a_text_verifier_of_a_rule_reads_a_length_0_completion_as_empty():
+    from jaxrl.text import verifiers as TV
+    from jaxrl.verifiers import Task
+
+    env, _ = jaxrl.make("text/File-v0")
+    rule = lambda x, n, a, m: (TV.normalized_equal(x, n, a, m).astype(jnp.float32), {})  # noqa: E731
+    verifier = jax.jit(TV.text_verifier(env.byte_table, rule, 0.0, 1.0).score)
+    nothing = jnp.zeros((0,), jnp.int32)
+    answer = lambda byte, m: Task(jnp.zeros((4,), jnp.int32), jnp.full((8,), byte, jnp.int32), jnp.int32(m))  # noqa: E731
+    assert float(verifier(answer(32, 0), nothing)[0]) == 1.0  # "" == ""
+    assert float(verifier(answer(32, 1), nothing)[0]) == 1.0  # " " normalises to "" too
+    assert float(verifier(answer(65, 1), nothing)[0]) == 0.0  # "" != "A"

@@ -439,7 +439,10 @@ def _score_many(cfg: _Cfg, rest: tuple, answer, answer_len, ids) -> tuple[Array,
 def _scan_rubric_score(table, max_bytes, kind, how, tag, tags, fw, power, gated, target, weight, task, completion):
     """The rubric's score of one completion; under ``vmap`` the whole batch is scored at once
     (``custom_vmap``), so the loop over byte positions has the batch inside its body."""
-    cfg = _cfg(table, max_bytes, jnp.shape(completion)[-1], kind, how, tag, tuple(tags))
+    completion = jnp.asarray(completion)
+    if completion.shape[-1] == 0:  # no token written: the empty text (one eos reads as nothing)
+        completion = jnp.full(completion.shape[:-1] + (1,), table.eos_id, jnp.int32)
+    cfg = _cfg(table, max_bytes, completion.shape[-1], kind, how, tag, tuple(tags))
     rest = (fw, power, gated, target, weight)
 
     @jax.custom_batching.custom_vmap
@@ -453,4 +456,4 @@ def _scan_rubric_score(table, max_bytes, kind, how, tag, tags, fw, power, gated,
         out = _score_many(cfg, rest, *args)
         return out, jax.tree.map(lambda _: True, out)
 
-    return one(jnp.asarray(task.answer), jnp.asarray(task.answer_len), jnp.asarray(completion))
+    return one(jnp.asarray(task.answer), jnp.asarray(task.answer_len), completion)

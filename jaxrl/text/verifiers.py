@@ -345,7 +345,8 @@ def _ratio(c: Array, s: Array, e: Array, a: Array, m: Array) -> Array:
 
 
 def _text_score(table, fn, low, high, max_bytes, task, completion):
-    text, n = decode_bytes(table, completion, max_bytes)
+    width = max(1, jnp.shape(completion)[-1] * table.width)  # a length-0 completion: one empty byte slot
+    text, n = decode_bytes(table, completion, max_bytes or width)
     r, metrics = fn(text, n, task.answer, task.answer_len)
     r = jnp.clip(jnp.nan_to_num(jnp.asarray(r, jnp.float32), nan=low), low, high)
     return r, metrics
