@@ -367,3 +367,39 @@ def test_json_codec_matches_the_standard_library():
     for text in ('{"a": [1, 2.5, "x", {"b": null}]}', '{"a": NaN}', '{"a": -Infinity, "b": 18446744073709551615}'):
         got, want = protocol.loads(text.encode()), json.loads(text)
         assert repr(got) == repr(want)
+
+
+def test_a_slot_is_freed_once_and_never_shared(served):
+    """Issue 40's replay: X sends close, Y connects and takes X's slot, X disconnects (its slot
+    must not be freed a second time), Z connects: Z gets another slot, and Y's steps follow
+    Y's own episode while Z resets and steps beside it."""
+    url, server, env, params = served
+    ws_url = url.replace("http", "ws") + "/ws"
+    wait_for_sessions(url, 0)
+
+    def ask(ws, message):
+        ws.send(json.dumps(message))
+        return json.loads(ws.recv(timeout=10))
+
+    stack = contextlib.ExitStack()
+    x = stack.enter_context(websockets_sync.connect(ws_url))
+    ask(x, {"type": "reset", "data": {"seed": 1}})
+    x.send(json.dumps({"type": "close"}))
+    assert ask(x, {"type": "state"})["data"]["code"] == "SESSION_ERROR"  # the close was handled
+    wait_for_sessions(url, 0)
+    with websockets_sync.connect(ws_url) as y:
+        actions = [1, 0, 0, 1, 1, 0]
+        want = reference(env, params, 40, actions)
+        first = ask(y, {"type": "reset", "data": {"seed": 40}})["data"]
+        assert_same(first["observation"], first["reward"], first["done"], want[0], True)
+        stack.close()  # X goes away after its close: nothing more to free
+        with websockets_sync.connect(ws_url) as z:
+            assert ask(z, {"type": "reset", "data": {"seed": 77}})["type"] == "observation"
+            for t, a in enumerate(actions):
+                assert ask(z, {"type": "step", "data": {"action": 1 - a}})["type"] == "observation"
+                r = ask(y, {"type": "step", "data": {"action": a}})["data"]
+                assert_same(r["observation"], r["reward"], r["done"], want[t + 1], False)
+            assert get(url, "/capacity")["active_sessions"] == 2
+            assert ask(y, {"type": "state"})["data"]["seed"] == 40 and ask(z, {"type": "state"})["data"]["seed"] == 77
+    wait_for_sessions(url, 0)
+    assert sorted(server.free) == list(range(CAPACITY))  # every slot free, each once

@@ -18,6 +18,7 @@ before it can ``step``). Stateless HTTP routes (OpenEnv's ``POST /reset``, ``POS
 
 import asyncio
 import heapq
+import itertools
 import json
 import secrets
 import uuid
@@ -91,10 +92,11 @@ class Batcher:
 
 
 class Session:
-    """One client's hold on a pool entry, and the bookkeeping ``state`` reports."""
+    """One client's hold on a pool entry, and the bookkeeping ``state`` reports. ``id`` is
+    unique for the server's life (entries are reused, ids never)."""
 
-    def __init__(self, entry: int):
-        self.entry = entry
+    def __init__(self, entry: int, id: int = 0):
+        self.entry, self.id = entry, id
         self.started = self.closed = False
         self.episode_id: str | None = None
         self.seed: int | None = None
@@ -115,7 +117,9 @@ class Server:
     def __init__(self, pool: SlotPool, env_id: str, window_s: float, description: str = ""):
         self.pool, self.env_id, self.description = pool, env_id, description
         self.free = list(range(pool.capacity))  # a min-heap: the lowest free entry first
-        self.live: set[int] = set()
+        self.live: set[int] = set()  # entries held now (the batcher counts them)
+        self.holders: dict[int, Session] = {}  # entry -> the session holding it
+        self.ids = itertools.count(1)
         self.batcher: Batcher | None = None
         self.window_s = window_s
         self.stopping = False
@@ -128,10 +132,14 @@ class Server:
             return None
         entry = heapq.heappop(self.free)
         self.live.add(entry)
-        return Session(entry)
+        session = self.holders[entry] = Session(entry, next(self.ids))
+        return session
 
     def release(self, session: Session) -> None:
-        if session.entry in self.live:
+        """Free ``session``'s entry; a no-op once done (a ``close`` message, then the
+        disconnect): the entry is freed once, never from under a later holder."""
+        if self.holders.get(session.entry) is session:
+            del self.holders[session.entry]
             self.live.discard(session.entry)
             heapq.heappush(self.free, session.entry)
         session.closed = True
