@@ -11,7 +11,6 @@ message names a key, the section name (``"grpo"``, ``"sft"``).
 from __future__ import annotations
 
 import functools
-import json
 import os
 from typing import Any, Callable
 
@@ -69,10 +68,12 @@ def model_params(cfg: Any, section: str, leaves: tuple[str, ...], memory: Callab
     state's fields ``leaves`` (the weights and the optimiser moments that mirror them), the
     checkpoint's heads, ``memory(lm_config, cfg, seq_len, data, model, strategy)`` as the
     estimate and :func:`export_hf` as the export."""
-    from jaxrl.models import lm
+    from jaxrl.models.lm.load import read_config
 
-    file = os.path.join(cfg.model.path, "config.json")
-    with open(file, encoding="utf-8") as f:
-        c = lm.LMConfig.from_hf(json.load(f), source=file)
+    c = read_config(cfg.model.path)
+    if seq_len > c.max_position_embeddings:   # RoPE past the trained positions: another model, silently
+        raise ValueError(f"model.path: a sequence of {seq_len} tokens (the task's prompt and completion) is longer than "
+                         f"the checkpoint's max_position_embeddings = {c.max_position_embeddings}; shorten "
+                         "env.text.prompt_len / completion_len")
     return ModelParams(functools.partial(leaves_under, names=leaves), c.num_heads, c.num_kv_heads,
                        functools.partial(memory, c, cfg, seq_len), functools.partial(export_hf, cfg.model, section))

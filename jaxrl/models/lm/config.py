@@ -6,11 +6,18 @@ checkpoint may leave out take the defaults of that architecture's transformers c
 (e.g. Qwen3's ``head_dim`` is 128, Qwen2 always has q/k/v bias); keys with no default, an
 unknown architecture or an unsupported rope type raise a one-line ``ValueError`` naming the
 file and the key.
+
+Every value is checked before anything is built from it: sizes are positive integers (``1e3``
+is read as 1000, ``512.5`` is refused), the heads divide into the key/value heads, ``rms_norm_eps``
+lies in ``(0, 1)``, ``rope_theta`` and the rope scaling factors are finite and positive, and the
+parameter count the sizes imply (:func:`parameter_count`) is at most :data:`MAX_PARAMETERS`
+(the message gives the estimate).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 ARCHITECTURES = ("Qwen2ForCausalLM", "Qwen3ForCausalLM", "LlamaForCausalLM", "MistralForCausalLM")
@@ -25,6 +32,14 @@ _ROPE_KEYS = {
     "yarn": ("factor", "original_max_position_embeddings", "attention_factor", "beta_fast", "beta_slow",
              "mscale", "mscale_all_dim", "truncate"),
 }
+# rope_scaling values that must be finite and > 0 where given
+_ROPE_POSITIVE = ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings",
+                  "attention_factor", "beta_fast", "beta_slow")
+#: The most parameters a loaded config may imply: 5x the largest checkpoint of these
+#: architectures (Llama 3.1 405B); a larger count is a corrupt or hostile config.json.
+MAX_PARAMETERS = 2 * 10**12
+#: The most layers a loaded config may have (the largest supported checkpoints have 126).
+MAX_LAYERS = 4096
 _ROPE_REQUIRED = {"linear": ("factor",), "llama3": ("factor", "low_freq_factor", "high_freq_factor"),
                   "yarn": ()}
 
@@ -74,6 +89,12 @@ class LMConfig:
     def model_type(self) -> str:
         return _MODEL_TYPE[self.architecture]
 
+    @property
+    def num_parameters(self) -> int:
+        """The parameter count of a checkpoint of this config (:func:`parameter_count`)."""
+        return parameter_count(self.vocab_size, self.hidden_size, self.num_layers, self.num_heads,
+                               self.num_kv_heads, self.head_dim, self.intermediate_size, self.tie_word_embeddings)
+
     @classmethod
     def from_hf(cls, cfg: dict, source: str = "config.json") -> LMConfig:
         """Read a transformers ``config.json`` dict; ``source`` names the file in errors."""
@@ -85,16 +106,60 @@ class LMConfig:
         return _to_hf(self)
 
 
+def parameter_count(vocab: int, hidden: int, layers: int, heads: int, kv_heads: int, head_dim: int,
+                    intermediate: int, tied: bool) -> int:
+    """Parameters of a decoder of these sizes (weights and norms; the few biases left out):
+    the embedding table (twice when the head is untied), and per layer q/k/v/o, the SwiGLU
+    MLP and two norms."""
+    q, kv = heads * head_dim, kv_heads * head_dim
+    per_layer = hidden * (2 * q + 2 * kv) + 3 * hidden * intermediate + 2 * hidden
+    return vocab * hidden * (1 if tied else 2) + hidden + layers * per_layer
+
+
 def _need(cfg: dict, key: str, source: str) -> Any:
     if key not in cfg or cfg[key] is None:
         raise ValueError(f"{source}: missing key {key!r}")
     return cfg[key]
 
 
-def _ids(value) -> tuple[int, ...]:
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _whole(value, what: str, source: str, low: int = 1) -> int:
+    """``value`` as an int >= ``low`` (a float with no fraction, like JSON's ``1e3``, counts)."""
+    if not _is_number(value) or value != int(value) or value < low:
+        kind = "a positive integer" if low == 1 else f"an integer >= {low}"
+        raise ValueError(f"{source}: key {what!r} must be {kind}, got {value!r}")
+    return int(value)
+
+
+def _size(cfg: dict, key: str, source: str, default: Any = None) -> int:
+    """A positive integer size; ``default`` when the key is absent or null (None: required)."""
+    value = cfg.get(key)
+    if value is None:
+        if default is None:
+            raise ValueError(f"{source}: missing key {key!r}")
+        return default
+    return _whole(value, key, source)
+
+
+def _ids(value, key: str, source: str) -> tuple[int, ...]:
     if value is None:
         return ()
-    return tuple(int(v) for v in value) if isinstance(value, (list, tuple)) else (int(value),)
+    return tuple(_whole(v, key, source, low=0) for v in (value if isinstance(value, (list, tuple)) else [value]))
+
+
+def _id(cfg: dict, key: str, source: str) -> int | None:
+    return None if cfg.get(key) is None else _whole(cfg[key], key, source, low=0)
+
+
+def _positive(value, what: str, source: str, below: float = math.inf) -> float:
+    """``value`` as a finite float in ``(0, below)``."""
+    if not _is_number(value) or not 0 < value < below:
+        bound = "" if below == math.inf else f" and below {below:g}"
+        raise ValueError(f"{source}: key {what!r} must be a finite number above 0{bound}, got {value!r}")
+    return float(value)
 
 
 def _rope(cfg: dict, source: str) -> RopeConfig:
@@ -105,10 +170,12 @@ def _rope(cfg: dict, source: str) -> RopeConfig:
         if len(distinct) != 1:
             raise ValueError(f"{source}: key {where!r} differs between layer types; unsupported")
         params = next(iter(params.values()))
+    if not isinstance(params, dict):
+        raise ValueError(f"{source}: key {where!r} must be a mapping, got {params!r}")
     rope_type = params.get("rope_type", params.get("type", "default"))
     if rope_type not in ROPE_TYPES:
         raise ValueError(f"{source}: {where}.rope_type {rope_type!r} is unsupported (supported: {ROPE_TYPES})")
-    theta = params.get("rope_theta", cfg.get("rope_theta", 10_000.0))
+    theta = _positive(params.get("rope_theta", cfg.get("rope_theta", 10_000.0)), "rope_theta", source)
     prf = params.get("partial_rotary_factor", cfg.get("partial_rotary_factor", 1.0))
     if prf not in (None, 1.0):
         raise ValueError(f"{source}: key 'partial_rotary_factor' = {prf} is unsupported (only 1.0)")
@@ -121,9 +188,15 @@ def _rope(cfg: dict, source: str) -> RopeConfig:
                            cfg.get("original_max_position_embeddings", cfg.get("max_position_embeddings")))
         if scaling["original_max_position_embeddings"] is None:
             raise ValueError(f"{source}: missing key {where}.'original_max_position_embeddings'")
+    for key in _ROPE_POSITIVE:
+        if key in scaling:
+            _positive(scaling[key], f"{where}.{key}", source)
+    if rope_type == "llama3" and not scaling["high_freq_factor"] > scaling["low_freq_factor"]:
+        raise ValueError(f"{source}: key {where}.'high_freq_factor' must be above low_freq_factor "
+                         f"({scaling['low_freq_factor']}), got {scaling['high_freq_factor']}")
     if rope_type == "yarn" and "factor" not in scaling:
-        scaling["factor"] = _need(cfg, "max_position_embeddings", source) / scaling["original_max_position_embeddings"]
-    return RopeConfig(float(theta), rope_type, tuple(sorted(scaling.items())))
+        scaling["factor"] = _size(cfg, "max_position_embeddings", source) / scaling["original_max_position_embeddings"]
+    return RopeConfig(theta, rope_type, tuple(sorted(scaling.items())))
 
 
 def _sliding(cfg: dict, arch: str, n_layers: int, source: str) -> tuple[int | None, tuple[bool, ...]]:
@@ -134,43 +207,65 @@ def _sliding(cfg: dict, arch: str, n_layers: int, source: str) -> tuple[int | No
         window = None
     if window is None:
         return None, (False,) * n_layers
+    window = _whole(window, "sliding_window", source)
     if arch == "MistralForCausalLM":   # transformers applies Mistral's window to every layer
-        return int(window), (True,) * n_layers
+        return window, (True,) * n_layers
     types = cfg.get("layer_types")
     if types is None:
         first = cfg.get("max_window_layers", 28)
         types = ["sliding_attention" if i >= first else "full_attention" for i in range(n_layers)]
-    if len(types) != n_layers:
-        raise ValueError(f"{source}: key 'layer_types' has {len(types)} entries for {n_layers} layers")
-    return int(window), tuple(t == "sliding_attention" for t in types)
+    if not isinstance(types, (list, tuple)) or len(types) != n_layers:
+        raise ValueError(f"{source}: key 'layer_types' must list one type per layer ({n_layers})")
+    return window, tuple(t == "sliding_attention" for t in types)
+
+
+def _sizes(cfg: dict, arch: str, source: str) -> dict[str, int]:
+    """The integer sizes of a config, checked (module docstring), before anything uses them."""
+    hidden = _size(cfg, "hidden_size", source)
+    heads = _size(cfg, "num_attention_heads", source)
+    kv_heads = _size(cfg, "num_key_value_heads", source, default=heads)
+    if heads % kv_heads:
+        raise ValueError(f"{source}: key 'num_attention_heads' = {heads} is not a multiple of "
+                         f"num_key_value_heads = {kv_heads}")
+    default_head_dim = 128 if arch == "Qwen3ForCausalLM" else hidden // heads
+    if default_head_dim < 1 and cfg.get("head_dim") is None:
+        raise ValueError(f"{source}: key 'num_attention_heads' = {heads} exceeds hidden_size = {hidden}")
+    sizes = {
+        "vocab_size": _size(cfg, "vocab_size", source), "hidden_size": hidden,
+        "num_layers": _size(cfg, "num_hidden_layers", source), "num_heads": heads, "num_kv_heads": kv_heads,
+        "head_dim": _size(cfg, "head_dim", source, default=default_head_dim),
+        "intermediate_size": _size(cfg, "intermediate_size", source),
+        "max_position_embeddings": _size(cfg, "max_position_embeddings", source, default=32768),
+    }
+    count = parameter_count(sizes["vocab_size"], hidden, sizes["num_layers"], heads, kv_heads, sizes["head_dim"],
+                            sizes["intermediate_size"], bool(cfg.get("tie_word_embeddings", False)))
+    if count > MAX_PARAMETERS or sizes["num_layers"] > MAX_LAYERS:
+        raise ValueError(f"{source}: its sizes (num_hidden_layers={sizes['num_layers']}, hidden_size={hidden}, "
+                         f"intermediate_size={sizes['intermediate_size']}, vocab_size={sizes['vocab_size']}) make a model "
+                         f"of ~{count:.3g} parameters ({4 * count:.3g} bytes in float32); at most {MAX_PARAMETERS:.0e} "
+                         f"parameters and {MAX_LAYERS} layers are read")
+    return sizes
 
 
 def _from_hf(cfg: dict, source: str) -> LMConfig:
+    if not isinstance(cfg, dict):
+        raise ValueError(f"{source}: expected a JSON object, got {type(cfg).__name__}")
     archs = _need(cfg, "architectures", source)
     arch = archs[0] if isinstance(archs, (list, tuple)) and archs else archs
-    if arch not in ARCHITECTURES:
+    if not isinstance(arch, str) or arch not in ARCHITECTURES:
         raise ValueError(f"{source}: key 'architectures' = {arch!r} is unsupported (supported: {ARCHITECTURES})")
     act = cfg.get("hidden_act", "silu")
     if act != "silu":
         raise ValueError(f"{source}: key 'hidden_act' = {act!r} is unsupported (only 'silu')")
     if cfg.get("mlp_bias", False):
         raise ValueError(f"{source}: key 'mlp_bias' = true is unsupported")
-    hidden = int(_need(cfg, "hidden_size", source))
-    heads = int(_need(cfg, "num_attention_heads", source))
-    layers = int(_need(cfg, "num_hidden_layers", source))
-    head_dim = cfg.get("head_dim") or (128 if arch == "Qwen3ForCausalLM" else hidden // heads)
+    sizes = _sizes(cfg, arch, source)
     bias = {"Qwen2ForCausalLM": True, "MistralForCausalLM": False}.get(arch, bool(cfg.get("attention_bias", False)))
-    window, sliding_layers = _sliding(cfg, arch, layers, source)
+    window, sliding_layers = _sliding(cfg, arch, sizes["num_layers"], source)
     return LMConfig(
         architecture=arch,
-        vocab_size=int(_need(cfg, "vocab_size", source)),
-        hidden_size=hidden,
-        num_layers=layers,
-        num_heads=heads,
-        num_kv_heads=int(cfg.get("num_key_value_heads") or heads),
-        head_dim=int(head_dim),
-        intermediate_size=int(_need(cfg, "intermediate_size", source)),
-        rms_norm_eps=float(cfg.get("rms_norm_eps", 1e-6)),
+        **sizes,
+        rms_norm_eps=_positive(cfg.get("rms_norm_eps", 1e-6), "rms_norm_eps", source, below=1.0),
         rope=_rope(cfg, source),
         attention_bias=bias,
         o_bias=bias and arch in ("LlamaForCausalLM", "Qwen3ForCausalLM"),
@@ -178,10 +273,9 @@ def _from_hf(cfg: dict, source: str) -> LMConfig:
         tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
         sliding_window=window,
         sliding_layers=sliding_layers,
-        max_position_embeddings=int(cfg.get("max_position_embeddings") or 32768),
-        bos_token_id=cfg.get("bos_token_id"),
-        eos_token_ids=_ids(cfg.get("eos_token_id")),
-        pad_token_id=cfg.get("pad_token_id"),
+        bos_token_id=_id(cfg, "bos_token_id", source),
+        eos_token_ids=_ids(cfg.get("eos_token_id"), "eos_token_id", source),
+        pad_token_id=_id(cfg, "pad_token_id", source),
     )
 
 

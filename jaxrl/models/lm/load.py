@@ -3,6 +3,15 @@
 
 Every problem with the directory (a missing file, an unknown architecture, a missing or
 unexpected tensor, a wrong shape) is a one-line ``ValueError`` naming the file and the key.
+
+Hostile directories are refused the same way, before anything is read: every file must be a
+regular file (a FIFO, a device or a symlink to one is refused by name, checked with
+``os.stat``, so nothing blocks or reads without end) of bounded size (JSON files
+:data:`MAX_JSON_BYTES`, ``tokenizer.json`` :data:`MAX_TOKENIZER_BYTES`, a safetensors file at
+most what the config's parameter count can fill, :func:`max_weight_bytes`); the weight files
+an index names must lie inside the directory (no absolute path, no ``..``; a symlinked file,
+as in the Hugging Face cache, is followed to a regular file); weights must be floating point
+(:data:`WEIGHT_DTYPES`); and the parameters must fit this machine's memory.
 """
 
 from __future__ import annotations
@@ -10,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 from typing import Any
 
 import jax.numpy as jnp
@@ -19,22 +29,78 @@ import numpy as np
 from jaxrl.models.lm.config import LMConfig
 from jaxrl.models.lm.model import LM
 
+MAX_JSON_BYTES = 16 << 20  # config.json, generation_config.json, the index, tokenizer_config.json
+MAX_TOKENIZER_BYTES = 512 << 20  # tokenizer.json (the largest vocabularies are ~40 MB)
+MAX_TEMPLATE_BYTES = 1 << 20  # chat_template.jinja
+#: safetensors dtypes a weight may have (cast to the model's dtype on load)
+WEIGHT_DTYPES = ("F16", "BF16", "F32", "F64")
+_KINDS = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+          (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a directory"))
+
 _ATTN = ("q_proj", "k_proj", "v_proj", "o_proj")
 _MLP = ("gate_proj", "up_proj", "down_proj")
 # tensors some checkpoints carry that the model recomputes (old Llama saved rotary buffers)
 _IGNORED = re.compile(r"model\.layers\.\d+\.self_attn\.rotary_emb\.inv_freq")
 
 
-def _read_json(path: str, required: bool = True) -> dict | None:
-    if not os.path.exists(path):
+def regular_file(path: str, max_bytes: int, what: str = "bytes allowed") -> int | None:
+    """The size of ``path`` if it is a regular file (symlinks followed) of at most ``max_bytes``;
+    None if it does not exist. Anything else (a FIFO, a device, a socket, a directory) is a
+    one-line ``ValueError`` naming it: ``os.stat`` looks without opening, so nothing blocks."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise ValueError(f"{path}: cannot be read ({exc.strerror or type(exc).__name__})") from None
+    if not stat.S_ISREG(st.st_mode):
+        kind = next((name for test, name in _KINDS if test(st.st_mode)), "not a regular file")
+        raise ValueError(f"{path}: is {kind}, not a regular file")
+    if st.st_size > max_bytes:
+        raise ValueError(f"{path}: {st.st_size:,} bytes, more than the {max_bytes:,} {what}")
+    return st.st_size
+
+
+def read_bytes(path: str, max_bytes: int) -> bytes | None:
+    """The bytes of the regular file ``path`` (:func:`regular_file`), None if it does not exist."""
+    if regular_file(path, max_bytes) is None:
+        return None
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)   # replaced by a FIFO since: no wait
+    except OSError as exc:
+        raise ValueError(f"{path}: cannot be read ({exc.strerror or type(exc).__name__})") from None
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ValueError(f"{path}: is not a regular file")
+        data = f.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise ValueError(f"{path}: more than the {max_bytes:,} bytes allowed")
+    return data
+
+
+def read_json(path: str, required: bool = True) -> dict | None:
+    """The JSON object in the regular file ``path`` (at most :data:`MAX_JSON_BYTES`); None when
+    absent and not ``required``. A file that is no JSON object is a one-line ``ValueError``."""
+    data = read_bytes(path, MAX_JSON_BYTES)
+    if data is None:
         if required:
             raise ValueError(f"{path}: file not found")
         return None
-    with open(path, encoding="utf-8") as f:
-        try:
-            return json.load(f)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{path}: not valid JSON ({e})") from None
+    try:
+        value = json.loads(data)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path}: not valid JSON ({e})") from None
+    except RecursionError:
+        raise ValueError(f"{path}: not valid JSON (nested too deeply)") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"{path}: expected a JSON object, got {type(value).__name__}")
+    return value
+
+
+def read_config(path: str) -> LMConfig:
+    """The checked :class:`LMConfig` of the checkpoint directory ``path`` (its ``config.json``)."""
+    config_file = os.path.join(os.fspath(path), "config.json")
+    return LMConfig.from_hf(read_json(config_file), source=config_file)
 
 
 def hf_names(config: LMConfig) -> dict[str, tuple[tuple[str, ...], int | None, bool]]:
@@ -84,25 +150,50 @@ def expected_shapes(config: LMConfig) -> dict[tuple[str, ...], tuple[int, ...]]:
     return shapes
 
 
-def _weight_files(path: str) -> dict[str, str]:
-    """HF tensor name -> the safetensors file holding it."""
-    from safetensors import safe_open
+def max_weight_bytes(config: LMConfig) -> int:
+    """The most bytes a safetensors file of a checkpoint of ``config`` can need: every
+    parameter (and a tied head's duplicate) at 8 bytes, plus 64 MiB for the header and
+    tensors the model recomputes."""
+    return 8 * (config.num_parameters + config.vocab_size * config.hidden_size) + (64 << 20)
 
+
+def _index_entry(path: str, index: str, name: Any, file: Any) -> str:
+    """The path of the weight file an index entry names, which must lie inside ``path``."""
+    if not isinstance(name, str) or not isinstance(file, str) or not file or "\0" in file:
+        raise ValueError(f"{index}: weight_map entry {name!r}: {file!r} is not a file name")
+    parts = os.path.normpath(file).split(os.sep)
+    if os.path.isabs(file) or parts[0] == "..":
+        raise ValueError(f"{index}: weight_map entry {name!r} names {file!r}, outside the checkpoint directory")
+    return os.path.join(path, os.path.normpath(file))
+
+
+def _weight_files(path: str, config: LMConfig) -> dict[str, str]:
+    """HF tensor name -> the safetensors file holding it (each checked by :func:`regular_file`)."""
     index = os.path.join(path, "model.safetensors.index.json")
     single = os.path.join(path, "model.safetensors")
-    if os.path.exists(index):
-        weight_map = _read_json(index).get("weight_map")
+    cap = max_weight_bytes(config)
+    if regular_file(index, MAX_JSON_BYTES) is not None:
+        weight_map = read_json(index).get("weight_map")
         if not isinstance(weight_map, dict):
             raise ValueError(f"{index}: missing key 'weight_map'")
-        files = {name: os.path.join(path, f) for name, f in weight_map.items()}
-        for f in set(files.values()):
-            if not os.path.exists(f):
+        files = {name: _index_entry(path, index, name, f) for name, f in weight_map.items()}
+        for f in sorted(set(files.values())):
+            if regular_file(f, cap, "bytes a checkpoint of config.json can need") is None:
                 raise ValueError(f"{f}: file not found (listed in {index})")
         return files
-    if os.path.exists(single):
-        with safe_open(single, framework="np") as f:
+    if regular_file(single, cap, "bytes a checkpoint of config.json can need") is not None:
+        with _safe_open(single) as f:
             return {name: single for name in f.keys()}
     raise ValueError(f"{single}: file not found (nor {index})")
+
+
+def _safe_open(file: str):
+    from safetensors import safe_open
+
+    try:
+        return safe_open(file, framework="np")
+    except Exception as exc:  # safetensors raises its own SafetensorError for a bad header
+        raise ValueError(f"{file}: not a readable safetensors file ({' '.join(str(exc).split())[:200]})") from None
 
 
 def _set(tree: dict, path: tuple[str, ...], value) -> None:
@@ -114,10 +205,8 @@ def _set(tree: dict, path: tuple[str, ...], value) -> None:
 def load_params(path: str, config: LMConfig, dtype=jnp.float32) -> dict:
     """The params pytree of the checkpoint in ``path`` (stacked layers, ``[in, out]`` kernels,
     cast to ``dtype``)."""
-    from safetensors import safe_open
-
     names = hf_names(config)
-    files = _weight_files(path)
+    files = _weight_files(path, config)
     tied_head = config.tie_word_embeddings and "lm_head.weight" in files   # a duplicate of the table
     extra = sorted(n for n in files if n not in names and not _IGNORED.fullmatch(n)
                    and not (tied_head and n == "lm_head.weight"))
@@ -134,9 +223,13 @@ def load_params(path: str, config: LMConfig, dtype=jnp.float32) -> dict:
     for name in names:
         by_file.setdefault(files[name], []).append(name)
     for file, file_names in sorted(by_file.items()):
-        with safe_open(file, framework="np") as f:
+        with _safe_open(file) as f:
             for name in file_names:
                 tree_path, layer, transposed = names[name]
+                kind = f.get_slice(name).get_dtype()
+                if kind not in WEIGHT_DTYPES:
+                    raise ValueError(f"{file}: tensor {name!r} has dtype {kind}, expected a floating-point weight "
+                                     f"({', '.join(WEIGHT_DTYPES)})")
                 t = f.get_tensor(name)
                 t = t.T if transposed else t
                 want = shapes[tree_path][1:] if layer is not None else shapes[tree_path]
@@ -150,7 +243,7 @@ def load_params(path: str, config: LMConfig, dtype=jnp.float32) -> dict:
                 else:
                     stacks.setdefault(tree_path, [None] * config.num_layers)[layer] = t
     if tied_head:
-        with safe_open(files["lm_head.weight"], framework="np") as f:
+        with _safe_open(files["lm_head.weight"]) as f:
             head = f.get_tensor("lm_head.weight")
         if head.shape != flat[("embed_tokens",)].shape or not np.array_equal(head.astype(np_dtype),
                                                                           flat[("embed_tokens",)]):
@@ -165,13 +258,35 @@ def load_params(path: str, config: LMConfig, dtype=jnp.float32) -> dict:
 
 
 def _generation_ids(path: str, config: LMConfig) -> tuple[int, tuple[int, ...]]:
-    gen = _read_json(os.path.join(path, "generation_config.json"), required=False) or {}
+    file = os.path.join(path, "generation_config.json")
+    gen = read_json(file, required=False) or {}
     eos = gen.get("eos_token_id", None)
-    eos_ids = config.eos_token_ids if eos is None else tuple(int(e) for e in (eos if isinstance(eos, list) else [eos]))
+    eos_ids = config.eos_token_ids if eos is None else tuple(eos if isinstance(eos, list) else [eos])
     pad = gen.get("pad_token_id", config.pad_token_id)
     if pad is None:
         pad = eos_ids[0] if eos_ids else 0
-    return int(pad), eos_ids
+    for key, value in (("eos_token_id", e) for e in eos_ids) if eos is not None else ():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"{file}: key {key!r} must be a token id (an integer >= 0), got {value!r}")
+    if isinstance(pad, bool) or not isinstance(pad, int) or pad < 0:
+        raise ValueError(f"{file}: key 'pad_token_id' must be a token id (an integer >= 0), got {pad!r}")
+    return int(pad), tuple(int(e) for e in eos_ids)
+
+
+def _physical_memory() -> int | None:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def check_fits(config: LMConfig, dtype, source: str) -> None:
+    """Refuse a model whose parameters alone exceed this machine's memory (before reading any)."""
+    need = config.num_parameters * np.dtype(jnp.dtype(dtype)).itemsize
+    have = _physical_memory()
+    if have is not None and need > have:
+        raise ValueError(f"{source}: ~{config.num_parameters:.3g} parameters need ~{need / 2**30:,.1f} GiB in "
+                         f"{jnp.dtype(dtype).name}, more than this machine's {have / 2**30:,.1f} GiB of memory")
 
 
 def load_lm(path: str, dtype=jnp.float32) -> tuple[LM, dict]:
@@ -181,8 +296,8 @@ def load_lm(path: str, dtype=jnp.float32) -> tuple[LM, dict]:
     path = os.fspath(path)
     if not os.path.isdir(path):
         raise ValueError(f"{path}: checkpoint directory not found")
-    config_file = os.path.join(path, "config.json")
-    config = LMConfig.from_hf(_read_json(config_file), source=config_file)
+    config = read_config(path)
+    check_fits(config, dtype, os.path.join(path, "config.json"))
     pad, eos_ids = _generation_ids(path, config)
     model = LM(config=config, dtype=dtype, pad_id=pad, eos_ids=eos_ids)
     return model, load_params(path, config, dtype)
@@ -262,13 +377,25 @@ def load_tokenizer(path: str) -> Tokenizer:
 
     path = os.fspath(path)
     tok_file = os.path.join(path, "tokenizer.json")
-    if not os.path.exists(tok_file):
+    data = read_bytes(tok_file, MAX_TOKENIZER_BYTES)
+    if data is None:
         raise ValueError(f"{tok_file}: file not found")
-    cfg = _read_json(os.path.join(path, "tokenizer_config.json"), required=False) or {}
+    cfg = read_json(os.path.join(path, "tokenizer_config.json"), required=False) or {}
     template = cfg.get("chat_template")
     jinja = os.path.join(path, "chat_template.jinja")
-    if template is None and os.path.exists(jinja):
-        with open(jinja, encoding="utf-8") as f:
-            template = f.read()
+    if template is None:
+        text = read_bytes(jinja, MAX_TEMPLATE_BYTES)
+        template = None if text is None else _utf8(text, jinja)
     special = {k: _token_text(cfg.get(k)) for k in Tokenizer.SPECIAL if cfg.get(k) is not None}
-    return Tokenizer(tokenizers.Tokenizer.from_file(tok_file), template, special)
+    try:
+        tokenizer = tokenizers.Tokenizer.from_str(_utf8(data, tok_file))
+    except Exception as exc:  # tokenizers raises a bare Exception for a file it cannot parse
+        raise ValueError(f"{tok_file}: not a tokenizers file ({' '.join(str(exc).split())[:200]})") from None
+    return Tokenizer(tokenizer, template, special)
+
+
+def _utf8(data: bytes, path: str) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path}: not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start})") from None
