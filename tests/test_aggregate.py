@@ -284,3 +284,56 @@ def test_compare_does_not_import_jax(runs):
     proc = subprocess.run([sys.executable, "-c", script, "compare", *runs.values(), "--reps", "100"],
                           capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+def test_odd_eval_json_and_config_are_one_line(runs, tmp_path, capsys):
+    good = runs[("fast", "CartPole-v1")]
+    base = json.loads(open(os.path.join(good, "eval.json")).read())
+    odd = {
+        "deep": "[" * 100_000 + "]" * 100_000,
+        "bool seeds": json.dumps({**base, "per_seed": {"return_mean": [True, False, True]}}),
+        "string seeds": json.dumps({**base, "per_seed": {"return_mean": ["1", "2", "3"]}}),
+        "deep seeds": json.dumps({**base, "per_seed": {"return_mean": [[[[1.0]]]] * 3}}),
+    }
+    phrases = {"deep": "is not valid JSON (nested too deeply)", "bool seeds": "not a number",
+               "string seeds": "not a number", "deep seeds": "not a number"}
+    for i, (name, text) in enumerate(odd.items()):
+        run = write_run(tmp_path / f"odd{i}", "CartPole-v1", [1.0, 2.0, 3.0], lr="1e-3")
+        with open(os.path.join(run, "eval.json"), "w") as f:
+            f.write(text)
+        _fails(["compare", good, run], capsys, phrases[name])
+    run = write_run(tmp_path / "seeds", "CartPole-v1", [1.0, 2.0, 3.0], lr="1e-3")
+    config = os.path.join(run, "config.yaml")
+    with open(config) as f:
+        text = f.read()
+    with open(config, "w") as f:
+        f.write(text.replace("seeds: 3", "seeds: abc"))
+    _fails(["compare", good, run], capsys, "train.seeds is not a positive integer ('abc')")
+
+
+def test_reps_beyond_the_bound_are_refused_up_front(runs, capsys):
+    _fails(["compare", *runs.values(), "--reps", "1000000000000"], capsys,
+           f"at most {ag.MAX_REPS:,} bootstrap resamples, got 1,000,000,000,000")
+
+
+def test_copies_of_one_run_are_refused_and_same_seed_runs_named(tmp_path, capsys):
+    import shutil
+
+    from jaxrl.run import rundir
+
+    a = write_run(tmp_path / "a", "Pendulum-v1", [-300.0, -200.0])
+    with rundir.RunLock(a):  # the first writer gives the run its identity
+        pass
+    ident = rundir.run_id(a)
+    assert ident is not None
+    copy = str(tmp_path / "copy")
+    shutil.copytree(a, copy)
+    _fails(["compare", a, copy], capsys, f"are copies of one run (run id {ident})")
+    _fails(["compare", "--method", f"X={a}", "--method", f"Y={copy}"], capsys, "are copies of one run")
+    b = write_run(tmp_path / "b", "Pendulum-v1", [-250.0, -150.0])   # same config, same train.seed, no shared id
+    c = write_run(tmp_path / "c", "Pendulum-v1", [-200.0, -100.0], lr="1e-3")
+    assert cli.main(["compare", "--method", f"X={a},{b}", "--method", f"Y={c}", "--reps", "100"]) == 0
+    err = capsys.readouterr().err
+    assert f"{a!r} and {b!r} trained the same config with the same train.seed" in err
+    assert cli.main(["compare", "--method", f"X={a}", "--method", f"Y={c}", "--reps", "100"]) == 0
+    assert "same train.seed" not in capsys.readouterr().err

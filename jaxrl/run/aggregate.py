@@ -17,8 +17,9 @@ each replicate redraws the runs of every task, with replacement, from that task'
 independently (``StratifiedIndependentBootstrap``). Scores are normalised per task to
 ``(x - low) / (high - low)`` before they are pooled across tasks (:data:`DEFAULT_RANGES`,
 ``--normalize``). :func:`read_run` takes a run directory's final per-seed scores (its
-``eval.json``, or a ``metrics.jsonl`` metric); :func:`main_compare` is the command. The
-guide is docs/compare.md.
+``eval.json``, or a ``metrics.jsonl`` metric); :func:`main_compare` is the command: it
+refuses two copies of one run (one run id) and warns of runs with the same config and seed
+(not independent seeds). The guide is docs/compare.md.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import io
 import json
 import math
 import os
+import sys
 import zlib
 from collections.abc import Callable
 
@@ -49,6 +51,7 @@ NOT_METHOD_KEYS = (
     "train.checkpoint_every", "train.updates_per_chunk", "train.log_seeds", "devices", "shard",
 )
 MAX_ELEMENTS = 1 << 22  # scores resampled per bootstrap block (bounds the memory of large suites)
+MAX_REPS = 200_000  # bootstrap resamples (rliable's intervals use 2,000-50,000)
 
 
 class CompareError(RunDirError):
@@ -200,12 +203,23 @@ def _read_json(path: str) -> object:
             return json.loads(f.read())
     except (ValueError, UnicodeDecodeError):
         raise CompareError(f"{path} is not valid JSON") from None
+    except RecursionError:
+        raise CompareError(f"{path} is not valid JSON (nested too deeply)") from None
+
+
+def _plain_numbers(values, depth: int = 0) -> bool:
+    """``values`` is a number, None, or a list (at most two levels) of them; no bool, no string."""
+    if isinstance(values, list):
+        return depth < 2 and all(_plain_numbers(v, depth + 1) for v in values)
+    return values is None or (isinstance(values, (int, float)) and not isinstance(values, bool))
 
 
 def _numbers(values, where: str) -> np.ndarray:
     """``values`` as float64 (NaN: no value); a value that is not a number, rows of unequal
     length, an infinity or nothing at all is refused in one line naming ``where``."""
     try:
+        if not _plain_numbers(values):
+            raise TypeError
         arr = np.asarray(values, np.float64)
     except (TypeError, ValueError):
         raise CompareError(f"{where} holds a value that is not a number (or rows of unequal length)") from None
@@ -271,7 +285,10 @@ def read_run(run_dir: str, metric: str | None = None, last: int = 1) -> RunScore
     env = config.get("env") if isinstance(config, dict) else None
     if not isinstance(env, dict) or not isinstance(env.get("id"), str):
         raise CompareError(f"{os.path.join(run_dir, CONFIG_FILE)} names no env.id")
-    seeds = int((config.get("train") or {}).get("seeds") or 1)
+    train = config.get("train") or {}
+    seeds = train.get("seeds", 1) if isinstance(train, dict) else None
+    if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1:
+        raise CompareError(f"{os.path.join(run_dir, CONFIG_FILE)}: train.seeds is not a positive integer ({yamlio.short(seeds)})")
     if metric is not None:
         scores, source = metric_scores(run_dir, metric, seeds, last)
     elif os.path.lexists(os.path.join(run_dir, EVAL_FILE)):
@@ -539,6 +556,39 @@ def plot_comparison(c: Comparison, path: str) -> None:
     rundir.write_bytes(path, buf.getvalue())
 
 
+def _refuse_copies(paths: list[str]) -> None:
+    """Two directories with one run identity (:func:`jaxrl.run.rundir.run_id`) are copies of
+    one run: their scores are one run's seeds, not independent ones."""
+    seen: dict[str, str] = {}
+    for path in paths:
+        ident = rundir.run_id(path) if os.path.isdir(path) else None
+        if ident is not None and ident in seen:
+            raise CompareError(f"runs {seen[ident]!r} and {path!r} are copies of one run (run id {ident}); "
+                               "name each run once")
+        if ident is not None:
+            seen[ident] = path
+
+
+#: Config keys that change where and how a run reports, never its scores.
+REPORTING_KEYS = ("train.out_dir", "train.progress", "train.loggers", "train.keep_checkpoints", "train.checkpoint_every",
+                  "train.updates_per_chunk", "train.log_seeds")
+
+
+def same_runs(methods: list[Method]) -> list[tuple[str, str]]:
+    """Pairs of runs with one config (apart from :data:`REPORTING_KEYS`) and one ``train.seed``:
+    a deterministic trainer gives both the same scores, so they are not independent seeds."""
+    found: dict[str, str] = {}
+    pairs = []
+    for run in (r for m in methods for r in m.runs):
+        flat = {k: v for k, v in rundir.flat(run.config).items() if k not in REPORTING_KEYS}
+        key = json.dumps(flat, sort_keys=True, default=str)
+        if key in found:
+            pairs.append((found[key], run.path))
+        else:
+            found[key] = run.path
+    return pairs
+
+
 def load_methods(run_args: list[str], method_args: list[str] | None, metric: str | None, last: int) -> list[Method]:
     """Read every run named on the command line and group them (``--method`` first, in
     order; then the positional runs by :func:`auto_methods`)."""
@@ -552,6 +602,7 @@ def load_methods(run_args: list[str], method_args: list[str] | None, metric: str
     names = [n for n, _ in named]
     if len(set(names)) < len(names):
         raise CompareError(f"--method: two methods are called {next(n for n in names if names.count(n) > 1)!r}")
+    _refuse_copies([p for _, paths in named for p in paths] + list(run_args))
     methods = [make_method(name, [read_run(p, metric, last) for p in paths]) for name, paths in named]
     auto = auto_methods([read_run(p, metric, last) for p in run_args])
     for name, runs in auto:
@@ -567,7 +618,7 @@ def main_compare(args) -> int:
     """``jaxrl compare RUN... [--method NAME=RUN,...] [--normalize TASK=LOW:HIGH] ...``:
     print the comparison, and write ``--json`` / ``--plot`` when asked."""
     checks = [
-        (args.reps >= 100, f"--reps: need at least 100 bootstrap resamples, got {args.reps}"),
+        (100 <= args.reps <= MAX_REPS, f"--reps: need at least 100 and at most {MAX_REPS:,} bootstrap resamples, got {args.reps:,}"),
         (args.seed >= 0, f"--seed: must be >= 0, got {args.seed}"), (args.last >= 1, f"--last: must be >= 1, got {args.last}"),
         (args.gamma is None or math.isfinite(args.gamma), f"--gamma: must be finite, got {args.gamma}"),
         *((os.path.isdir(os.path.dirname(os.path.abspath(out))) and not os.path.isdir(out),
@@ -582,6 +633,9 @@ def main_compare(args) -> int:
     ranges = parse_ranges(args.normalize, tasks, args.raw, changed)
     gamma = args.gamma if args.gamma is not None else (1.0 if ranges is not None else None)
     result = compare(methods, ranges, gamma, args.reps, args.seed)
+    for a, b in same_runs(methods):
+        print(f"jaxrl: warning: {a!r} and {b!r} trained the same config with the same train.seed; their scores are "
+              "counted as independent seeds but are one run's", file=sys.stderr)
     print(format_comparison(result))
     if args.json:
         rundir.write_text(args.json, json.dumps(comparison_json(result), indent=2))
