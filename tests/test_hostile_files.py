@@ -19,7 +19,8 @@ import pytest
 from jaxrl.models.lm import LMConfig, load_lm, load_tokenizer
 from jaxrl.models.lm import config as lm_config
 
-FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures", "lm")
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FIXTURES = os.path.join(REPO, "tests", "fixtures", "lm")
 
 
 @pytest.fixture
@@ -219,3 +220,71 @@ def test_sequence_beyond_max_position_embeddings_is_refused(tmp_path):
     with pytest.raises(ValueError) as exc:
         lm_program.model_params(cfg, "grpo", leaves, lambda *a: 0, 257)
     assert "a sequence of 257 tokens" in _one_line(exc) and "max_position_embeddings = 256" in str(exc.value)
+
+
+# -- text rows and env.text bounds ---------------------------------------------------------------------
+
+
+def _tokenizer():
+    return load_tokenizer(os.path.join(FIXTURES, "tokenizer"))
+
+
+def test_deeply_nested_jsonl_row_is_a_bad_row(tmp_path):
+    from jaxrl.text import data
+
+    path = tmp_path / "rows.jsonl"
+    path.write_text(json.dumps({"prompt": "2+2?", "answer": "4"}) + "\n" + "[" * 100_000 + "]" * 100_000 + "\n")
+    rows = data.read_rows(str(path))
+    assert rows[1] == data.BadLine("JSON nested too deeply")
+    enc = data.encode_rows(rows, _tokenizer(), prompt_len=32, answer_bytes=8, source="rows.jsonl")
+    assert len(enc) == 1 and enc.report.counts == {"JSON nested too deeply": 1}
+
+
+def test_fifo_rows_file_is_refused_without_blocking(tmp_path, no_hang):
+    from jaxrl.text import data
+
+    os.mkfifo(tmp_path / "rows.jsonl")
+    with pytest.raises(FileNotFoundError, match="rows.jsonl: not a regular file"):
+        data.read_rows(str(tmp_path / "rows.jsonl"))
+
+
+def test_answer_bytes_far_above_the_data_is_refused_before_allocating():
+    from jaxrl.text import data
+
+    rows = [{"prompt": f"{i}+1?", "answer": str(i + 1)} for i in range(3)]
+    with pytest.raises(ValueError) as exc:
+        data.encode_rows(rows, _tokenizer(), prompt_len=32, answer_bytes=10**8, source="rows.jsonl")
+    assert "the longest answer there is 1 bytes" in _one_line(exc)
+    enc = data.encode_rows(rows, _tokenizer(), prompt_len=32, answer_bytes=4, source="rows.jsonl")
+    np.testing.assert_array_equal(enc.answers, [[49, 0, 0, 0], [50, 0, 0, 0], [51, 0, 0, 0]])
+
+
+def test_model_vocab_size_reads_config_json_safely(tmp_path, no_hang):
+    from jaxrl.text import data
+
+    tok = _tokenizer()
+    ckpt = _copy(tmp_path)
+    assert data.model_vocab_size(str(ckpt), tok) == 512
+    (ckpt / "config.json").write_text(json.dumps({"vocab_size": 512.5}))
+    with pytest.raises(ValueError, match="'vocab_size' must be a positive integer, got 512.5"):
+        data.model_vocab_size(str(ckpt), tok)
+    os.remove(ckpt / "config.json")
+    os.mkfifo(ckpt / "config.json")
+    with pytest.raises(ValueError, match="is a FIFO"):
+        data.model_vocab_size(str(ckpt), tok)
+
+
+@pytest.mark.parametrize("override,message", [
+    ("env.text.num_train=2147483648", "env.text.num_train: num_train=2,147,483,648"),
+    ("env.text.held_out_every=2147483648", "env.text.held_out_every: "),
+    ("env.text.num_held_out=2147483648", "env.text.num_held_out: "),
+    ("env.text.answer_bytes=1000000000", "env.text.answer_bytes: at most 65,536 bytes"),
+    ("env.text.completion_bytes=1000000000", "env.text.completion_bytes: at most 65,536 bytes"),
+    ("env.text.prompt_len=1000000000", "env.text.prompt_len: at most 131,072 tokens"),
+])
+def test_text_bounds_are_refused_when_the_config_is_read(override, message):
+    from jaxrl.run.config import ConfigError, load_config
+
+    with pytest.raises(ConfigError) as exc:
+        load_config(os.path.join(REPO, "configs", "grpo_word_problems.yaml"), [override])
+    assert message in str(exc.value) and "\n" not in str(exc.value)

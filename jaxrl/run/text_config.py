@@ -9,6 +9,15 @@ from __future__ import annotations
 
 import dataclasses
 
+#: The largest lengths ``env.text`` takes: arrays of ``rows x length`` are built on the host
+#: and kept on device, so a value far above any real prompt or answer is refused at once.
+MAX_TOKENS = 1 << 17  # prompt_len, completion_len (the longest context of the supported checkpoints)
+MAX_BYTES = 1 << 16  # answer_bytes, completion_bytes
+#: Rows a procedural task may draw (about max(num_train * k / (k - 1), num_held_out * k) for
+#: held_out_every = k); its defaults (4096, 512, 10) mirror jaxrl.text.task.procedural_task.
+MAX_DRAWN_ROWS = 1 << 22
+PROCEDURAL_DEFAULTS = {"num_train": 4096, "num_held_out": 512, "held_out_every": 10}
+
 
 @dataclasses.dataclass(frozen=True)
 class TextConfig:
@@ -44,3 +53,24 @@ def check_text(text: TextConfig) -> None:
         raise ValueError("env.text.held_out_every: a held-out file (env.text.held_out) is given; use one or the other")
     if text.held_out and not text.train:
         raise ValueError("env.text.held_out: needs env.text.train (the training rows)")
+    for names, cap, unit in ((("prompt_len", "completion_len"), MAX_TOKENS, "tokens"),
+                             (("answer_bytes", "completion_bytes"), MAX_BYTES, "bytes")):
+        for name in names:
+            if getattr(text, name) > cap:
+                raise ValueError(f"env.text.{name}: at most {cap:,} {unit} (a table of rows x {name} is built), "
+                                 f"got {getattr(text, name):,}")
+    if not text.train:
+        _check_drawn_rows(text)
+
+
+def _check_drawn_rows(text: TextConfig) -> None:
+    """A procedural task draws enough rows to fill both splits by the hash rule: bounded."""
+    value = {k: getattr(text, k) or default for k, default in PROCEDURAL_DEFAULTS.items()}
+    k = value["held_out_every"]
+    drawn = max(value["num_train"] * k / max(k - 1, 1), value["num_held_out"] * k)
+    if drawn > MAX_DRAWN_ROWS:
+        culprit = "num_train" if value["num_train"] * k / max(k - 1, 1) >= value["num_held_out"] * k else (
+            "held_out_every" if text.held_out_every else "num_held_out")
+        raise ValueError(f"env.text.{culprit}: num_train={value['num_train']:,}, num_held_out={value['num_held_out']:,} "
+                         f"and held_out_every={k:,} need ~{drawn:,.0f} generated rows, more than the {MAX_DRAWN_ROWS:,} "
+                         "a procedural task draws")

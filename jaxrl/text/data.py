@@ -12,6 +12,9 @@
   does not fit ``completion_len`` tokens with its eos) is dropped and counted by reason in a
   :class:`RowReport`, never truncated; no good row at all is a ``ValueError`` naming the
   file and the counts.
+* Bounds: a row nested too deeply for the JSON reader is a bad row; an ``answer_bytes``
+  whose table (rows x answer_bytes int32) would pass :data:`MAX_TABLE_BYTES` while above the
+  longest answer in the rows is a ``ValueError`` naming that longest answer.
 * Held-out split: a second file, or the hash rule :func:`is_held_out` (a prompt is held out
   iff the BLAKE2b hash of its UTF-8 text is ``0 mod k``), a function of the prompt text
   alone, so one prompt is never in both splits.
@@ -22,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import os
 import random
 from typing import Any, Callable, Sequence
@@ -30,6 +34,9 @@ import numpy as np
 
 from jaxrl.text import chat
 
+#: The most bytes the answer table of one split may take when ``answer_bytes`` exceeds the
+#: longest answer of the rows (more than that is padding nobody reads).
+MAX_TABLE_BYTES = 256 << 20
 
 # ---------------------------------------------------------------------------------------
 # Reading
@@ -50,8 +57,10 @@ def read_rows(path: str) -> list[Any]:
     :func:`encode_rows`); blank lines are skipped. Missing file: ``FileNotFoundError``.
     """
     path = os.fspath(path)
-    if not os.path.isfile(path):
+    if not os.path.exists(path):
         raise FileNotFoundError(f"{path}: file not found")
+    if not os.path.isfile(path):  # a FIFO or a device would block or never end
+        raise FileNotFoundError(f"{path}: not a regular file")
     if path.endswith(".parquet"):
         try:
             import pyarrow.parquet as pq
@@ -67,6 +76,8 @@ def read_rows(path: str) -> list[Any]:
                 rows.append(json.loads(line))
             except json.JSONDecodeError:
                 rows.append(BadLine("invalid JSON"))
+            except RecursionError:
+                rows.append(BadLine("JSON nested too deeply"))
     return rows
 
 
@@ -224,24 +235,39 @@ def encode_rows(
             bad.setdefault(str(exc), []).append(number)
             continue
         prompts.append(_left_pad(ids, prompt_len, pad_id))
-        answers.append(np.frombuffer(answer.ljust(answer_bytes, b"\0"), np.uint8).astype(np.int32))
+        answers.append(answer)
         lens.append(len(answer))
         texts.append(text)
         kept.append(row)
     report = RowReport(source, len(rows), len(kept), tuple((r, len(ns), ns[0]) for r, ns in bad.items()))
     if not kept and not allow_empty:
         raise ValueError(f"{source}: no usable row ({report.summary()})")
+    answer_table = _answer_table(answers, answer_bytes, source)
     named = {columns.prompt, columns.answer, columns.completion}
     extra_names = sorted({k for row in kept for k in row} - named)
     return Encoded(
         np.asarray(prompts, np.int32).reshape(len(kept), prompt_len),
-        np.asarray(answers, np.int32).reshape(len(kept), answer_bytes),
+        answer_table,
         np.asarray(lens, np.int32),
         None if completion_len is None else np.asarray(completions, np.int32).reshape(len(kept), completion_len),
         tuple(texts),
         {k: [row.get(k) for row in kept] for k in extra_names},
         report,
     )
+
+
+def _answer_table(answers: list[bytes], width: int, source: str) -> np.ndarray:
+    """int32 ``[N, width]``: the answers' bytes, 0 after; refused (before allocating) when
+    ``width`` is above the longest answer and the table would pass :data:`MAX_TABLE_BYTES`."""
+    longest = max((len(a) for a in answers), default=0)
+    size = 4 * len(answers) * width
+    if width > longest and size > MAX_TABLE_BYTES:
+        raise ValueError(f"answer_bytes: {width:,} bytes x {len(answers):,} rows of {source} make a {size / 2**20:,.0f} MiB "
+                         f"table, but the longest answer there is {longest:,} bytes; set answer_bytes near that")
+    table = np.zeros((len(answers), width), np.int32)
+    for i, a in enumerate(answers):
+        table[i, : len(a)] = np.frombuffer(a, np.uint8)
+    return table
 
 
 def distinct_rows(seed: int, count: int, draw: Callable[[random.Random], dict]) -> list[dict]:
@@ -277,11 +303,15 @@ def model_vocab_size(path: str, tokenizer: Any) -> int:
     """The model's vocabulary at tokenizer directory ``path``: ``config.json``'s
     ``vocab_size`` when the directory has one (it may exceed the tokenizer's), else the
     tokenizer's own size."""
-    config = os.path.join(os.fspath(path), "config.json")
-    if os.path.isfile(config):
-        with open(config, encoding="utf-8") as f:
-            return int(json.load(f).get("vocab_size", tokenizer.vocab_size))
-    return int(tokenizer.vocab_size)
+    from jaxrl.models.lm.load import read_json
+
+    config = read_json(os.path.join(os.fspath(path), "config.json"), required=False)  # regular files only
+    if config is None or config.get("vocab_size") is None:
+        return int(tokenizer.vocab_size)
+    vocab = config["vocab_size"]
+    if isinstance(vocab, bool) or not isinstance(vocab, (int, float)) or not math.isfinite(vocab) or vocab != int(vocab) or vocab < 1:
+        raise ValueError(f"{os.path.join(os.fspath(path), 'config.json')}: key 'vocab_size' must be a positive integer, got {vocab!r}")
+    return int(vocab)
 
 
 __all__ = [
