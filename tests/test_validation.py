@@ -9,6 +9,8 @@ empty completions and float answer lengths.
 from __future__ import annotations
 
 import dataclasses
+import os
+import signal
 
 import jax
 import jax.numpy as jnp
@@ -433,3 +435,40 @@ def test_text_env_verifiers_on_zero_length_completions(env_id):
     assert bool(ts.terminated) and np.isfinite(float(ts.reward))
     assert v.low <= float(ts.reward) <= v.high
     assert all(np.isfinite(np.asarray(x)).all() for x in ts.info.values())
+
+
+# ---------------------------------------------------------------------------------------
+# Config leftovers of round 3 (issue 40): one line each, nothing built
+# ---------------------------------------------------------------------------------------
+
+_CONFIGS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs")
+
+
+@pytest.mark.parametrize("config, override, words", [
+    ("grpo_addition.yaml", "train=[]", ["train: expected a mapping, got []"]),
+    ("grpo_addition.yaml", "mesh=[]", ["mesh: expected a mapping"]),
+    ("grpo_addition.yaml", "grpo.sampling.temperature=.inf", ["grpo.sampling.temperature", "finite", "inf"]),
+    ("grpo_addition.yaml", "grpo.sampling.overlong_penalty=-1", ["grpo.sampling.overlong_penalty", ">= 0", "-1"]),
+    ("grpo_addition.yaml", "env.curriculum.threshold=.nan", ["env.curriculum.threshold: must be a finite number, got nan"]),
+    ("dqn_cartpole.yaml", "dqn.eval_max_steps=0", ["dqn.eval_max_steps", "positive integer", "0"]),
+])
+def test_round3_config_leftovers_are_refused_in_one_line(config, override, words):
+    with pytest.raises(C.ConfigError) as exc:
+        C.load_config(f"{_CONFIGS}/{config}", [override])
+    _one_line(exc, *words)
+
+
+def test_a_fifo_config_file_is_refused_without_blocking(tmp_path):
+    def stuck(*_):
+        raise AssertionError("blocked on a FIFO config")
+
+    os.mkfifo(tmp_path / "c.yaml")
+    previous = signal.signal(signal.SIGALRM, stuck)
+    signal.alarm(20)
+    try:
+        with pytest.raises(C.ConfigError) as exc:
+            C.load_config(str(tmp_path / "c.yaml"))
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+    _one_line(exc, "c.yaml", "is a FIFO, not a regular file")

@@ -383,6 +383,8 @@ def _check_env(env: EnvConfig) -> None:
             raise ConfigError(f"env.curriculum.stop: must be >= start ({c.start}), got {c.stop}")
         if c.step < 1:
             raise ConfigError(f"env.curriculum.step: must be >= 1, got {c.step}")
+        if not math.isfinite(c.threshold):
+            raise ConfigError(f"env.curriculum.threshold: must be a finite number, got {c.threshold}")
 
 
 def _check_train(train: TrainConfig) -> None:
@@ -473,10 +475,10 @@ def config_from_dict(raw) -> RunConfig:
         algo=name,
         env=convert(raw["env"], EnvConfig, "env"),
         algo_config=from_dict(entry.config_cls, raw.get(name), name),
-        train=convert(raw.get("train") or {}, TrainConfig, "train"),
+        train=convert({} if raw.get("train") is None else raw["train"], TrainConfig, "train"),  # [] is no mapping
         devices=convert(raw.get("devices", 1), hints["devices"], "devices"),
         shard=convert(raw.get("shard", "auto"), hints["shard"], "shard"),
-        mesh=convert(raw.get("mesh") or {}, MeshConfig, "mesh"),
+        mesh=convert({} if raw.get("mesh") is None else raw["mesh"], MeshConfig, "mesh"),
     )
     _check_env(cfg.env)
     _check_train(cfg.train)

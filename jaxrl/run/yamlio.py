@@ -7,7 +7,8 @@ value. Configs never need aliases, so :class:`BoundedLoader` refuses every ancho
 merge key (``<<``) before anything is expanded. It also refuses a key given twice in one
 mapping (plain YAML silently keeps the last), values longer than :data:`MAX_VALUE_CHARS`
 and nesting deeper than :data:`MAX_DEPTH`; :func:`read_file` refuses files larger than
-:data:`MAX_FILE_BYTES` and bytes that are not UTF-8.
+:data:`MAX_FILE_BYTES`, bytes that are not UTF-8, and anything but a regular file (a FIFO would
+block, a device never end).
 
 Every refusal is a :class:`YamlError` whose message is one short line phrased to follow
 the name of what was read: ``f"config file {path!r} {exc}"``.
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import os
 import reprlib
+import stat
 
 import yaml
 
@@ -108,8 +110,15 @@ def read_file(path) -> object:
     file and for every refusal of :class:`BoundedLoader`.
     """
     try:
-        with open(path, "rb") as f:
-            data = f.read(MAX_FILE_BYTES + 1)  # never more than the cap, even from a device file
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # a FIFO opens without waiting for a writer
+        with os.fdopen(fd, "rb") as f:
+            mode = os.fstat(fd).st_mode
+            if stat.S_ISDIR(mode):
+                raise IsADirectoryError
+            if not stat.S_ISREG(mode):
+                kind = "a FIFO" if stat.S_ISFIFO(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a socket"
+                raise YamlError(f"is {kind}, not a regular file")
+            data = f.read(MAX_FILE_BYTES + 1)  # never more than the cap
     except FileNotFoundError:
         raise YamlError("not found") from None
     except IsADirectoryError:

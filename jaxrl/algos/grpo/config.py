@@ -23,6 +23,7 @@ figures out: no evaluation, never a stop).
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Literal
 
 import jax
@@ -168,11 +169,12 @@ def validate(cfg: GRPOConfig) -> None:
     check(loss.beta >= 0, "loss.beta", f"must be >= 0, got {loss.beta}")
     check(not (loss.token_credit and loss.type == "gspo"), "loss.token_credit", "gspo's ratio and advantage are per sequence; use another loss.type")
     check(0.0 <= loss.credit_discount <= 1.0, "loss.credit_discount", f"must be in [0, 1], got {loss.credit_discount}")
-    check(s.temperature > 0, "sampling.temperature", f"must be > 0, got {s.temperature}")
+    check(0 < s.temperature < math.inf, "sampling.temperature", f"must be a finite number > 0, got {s.temperature}")
     check(s.max_steps >= 0, "sampling.max_steps", f"must be >= 0, got {s.max_steps}")
     check(s.oversample >= 1, "sampling.oversample", f"must be >= 1, got {s.oversample}")
     check(s.oversample == 1 or s.dynamic_sampling, "sampling.oversample", "> 1 needs sampling.dynamic_sampling: true")
     check(s.overlong_buffer >= 0, "sampling.overlong_buffer", f"must be >= 0, got {s.overlong_buffer}")
+    check(0 <= s.overlong_penalty < math.inf, "sampling.overlong_penalty", f"must be a finite number >= 0 (the scale of a punishment), got {s.overlong_penalty}")
     w = cfg.warn
     check(0.0 <= w.zero_std_frac <= 1.0, "warn.zero_std_frac", f"must be in [0, 1], got {w.zero_std_frac}")
     check(w.min_entropy >= 0, "warn.min_entropy", f"must be >= 0, got {w.min_entropy}")
