@@ -288,3 +288,18 @@ def test_text_bounds_are_refused_when_the_config_is_read(override, message):
     with pytest.raises(ConfigError) as exc:
         load_config(os.path.join(REPO, "configs", "grpo_word_problems.yaml"), [override])
     assert message in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_resume_of_a_run_killed_before_its_first_write_says_how_to_start_again(tmp_path):
+    """The first compile runs before the run directory is written: a kill there leaves no
+    config.yaml (at most an empty --out folder), so there is nothing to resume."""
+    from jaxrl.run.config import ConfigError
+    from jaxrl.run.resume import resolve_resume
+
+    for run_dir in (tmp_path / "never", tmp_path / "empty"):
+        if run_dir.name == "empty":
+            run_dir.mkdir()
+        with pytest.raises(ConfigError) as exc:
+            resolve_resume(None, str(run_dir))
+        assert f"start it again with `jaxrl train CONFIG --out {run_dir}`" in str(exc.value)
+        assert "\n" not in str(exc.value)

@@ -34,7 +34,9 @@ OPERATIONAL_KEYS = ("train.progress", "train.out_dir", "train.keep_checkpoints",
 def resolve_resume(cfg: RunConfig | None, resume: str) -> RunConfig:
     path = os.path.join(resume, CONFIG_FILE)
     if not os.path.lexists(path):
-        raise ConfigError(f"--resume {resume!r}: no {CONFIG_FILE} there (not a run directory)")
+        raise ConfigError(f"--resume {resume!r}: no {CONFIG_FILE} there (not a run directory; a run stopped before its first "
+                          f"write, e.g. during its first compile, left nothing to resume: start it again with "
+                          f"`jaxrl train CONFIG --out {resume}`)")
     saved, given = config_lib.load_config(path), cfg and config_lib.config_to_dict(cfg)
     if given and rundir.config_diff(config_lib.config_to_dict(saved), given, ignore=OPERATIONAL_KEYS):
         raise ConfigError(f"--resume {resume!r}: the given config differs from the run's {CONFIG_FILE}")
