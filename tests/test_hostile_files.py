@@ -51,12 +51,14 @@ def _one_line(exc_info) -> str:
 # -- checkpoint directory: where files may come from, and what they may be ---------------------------
 
 
-@pytest.mark.parametrize("entry", ["../outside/x.safetensors", "/tmp/x.safetensors", "sub/../../x.safetensors"])
+@pytest.mark.parametrize("entry", ["../outside/x.safetensors", "/tmp/x.safetensors", "sub/../../x.safetensors",
+                                   "linked/x.safetensors"])
 def test_index_entry_outside_the_directory_is_refused(tmp_path, entry):
     ckpt = _copy(tmp_path, "llama3")
     outside = tmp_path / "outside"
     outside.mkdir()
     shutil.copy(ckpt / "model-00001-of-00007.safetensors", outside / "x.safetensors")
+    os.symlink(outside, ckpt / "linked")   # a folder inside that leads outside
     index = json.loads((ckpt / "model.safetensors.index.json").read_text())
     first = next(iter(index["weight_map"]))
     index["weight_map"][first] = entry

@@ -9,8 +9,8 @@ regular file (a FIFO, a device or a symlink to one is refused by name, checked w
 ``os.stat``, so nothing blocks or reads without end) of bounded size (JSON files
 :data:`MAX_JSON_BYTES`, ``tokenizer.json`` :data:`MAX_TOKENIZER_BYTES`, a safetensors file at
 most what the config's parameter count can fill, :func:`max_weight_bytes`); the weight files
-an index names must lie inside the directory (no absolute path, no ``..``; a symlinked file,
-as in the Hugging Face cache, is followed to a regular file); weights must be floating point
+an index names must lie inside the directory (no absolute path, no ``..``, no folder linked
+from elsewhere; a symlinked file, as in the Hugging Face cache, is followed to a regular file); weights must be floating point
 (:data:`WEIGHT_DTYPES`); and the parameters must fit this machine's memory.
 """
 
@@ -162,9 +162,11 @@ def _index_entry(path: str, index: str, name: Any, file: Any) -> str:
     if not isinstance(name, str) or not isinstance(file, str) or not file or "\0" in file:
         raise ValueError(f"{index}: weight_map entry {name!r}: {file!r} is not a file name")
     parts = os.path.normpath(file).split(os.sep)
-    if os.path.isabs(file) or parts[0] == "..":
+    full = os.path.join(path, os.path.normpath(file))
+    root, folder = os.path.realpath(path), os.path.realpath(os.path.dirname(full))
+    if os.path.isabs(file) or parts[0] == ".." or os.path.commonpath([root, folder]) != root:
         raise ValueError(f"{index}: weight_map entry {name!r} names {file!r}, outside the checkpoint directory")
-    return os.path.join(path, os.path.normpath(file))
+    return full
 
 
 def _weight_files(path: str, config: LMConfig) -> dict[str, str]:
