@@ -167,6 +167,11 @@ def _add_train(sub) -> None:
         help="with --resume: continue although RUN_DIR/config.yaml differs from the config of the checkpoint "
         "(the change is recorded in RUN_DIR/config_changes.jsonl)",
     )
+    p.add_argument(
+        "--accept-data-change", action="store_true",
+        help="with --resume: continue although a data file or the tokenizer differs from what the checkpoint "
+        "was trained on (recorded in RUN_DIR/config_changes.jsonl)",
+    )
     p.set_defaults(func=_lazy("jaxrl.run.commands", "main_train"))
     # --coordinator-address / --num-processes / --process-id come from jaxrl.parallel.distributed,
     # which imports JAX: build_parser adds them only when the command is `train`.
@@ -206,6 +211,10 @@ def _add_export_hf(sub) -> None:
     p.add_argument("--adapters-only", action="store_true", help="LoRA runs: PEFT's adapter files instead of merged weights")
     p.add_argument("--seed", type=int, default=0, help="which seed of the run")
     p.add_argument("--step", type=count, metavar="N", help="export checkpoint N (updates done) instead of the newest")
+    p.add_argument(
+        "--force", action="store_true",
+        help="replace an existing non-empty --out directory (never the run, the current directory or the base model)",
+    )
     p.set_defaults(func=_lazy("jaxrl.run.export", "main_export_hf"))
 
 
@@ -240,6 +249,8 @@ def _add_serve(sub) -> None:
     p.add_argument("--max-sessions", type=count, default=64, help="concurrent sessions (WebSocket clients), the pool's capacity (default 64)")
     p.add_argument("--slots-per-session", type=count, default=1, help="envs each session steps together (default 1)")
     p.add_argument("--window-ms", type=float, default=2.0, help="batching window: steps arriving within it share one device call (default 2)")
+    p.add_argument("--idle-timeout", type=float, default=600.0, metavar="SECONDS",
+                   help="close a WebSocket session that sends no message for this long, freeing its slot (default 600; 0: never)")
     p.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"], help="uvicorn's log level (default warning)")
     p.add_argument(
         "--ws-deflate", default="off", choices=["on", "off"],

@@ -830,3 +830,30 @@ def test_render_of_an_env_without_a_renderer_is_one_line(ppo_run, tmp_path, caps
     line = _one_line(capsys.readouterr().err)
     assert "CartPole-v1 does not render" in line and "jaxrl eval" in line, line
     assert not out.exists()
+
+
+def test_a_foreign_step_is_refused_without_the_lock(straight, tmp_path, capsys):
+    """The run-id check once read the id from .lock alone: a step copied in from another run
+    was evaluated as the run's own in a directory without .lock (issue 40)."""
+    straight_dir, _ = straight
+    run_dir = copy_run(straight_dir, tmp_path)
+    ident = rundir.run_id(run_dir)
+    foreign = os.path.join(run_dir, "checkpoints", "8")
+    shutil.copytree(os.path.join(run_dir, "checkpoints", "7"), foreign)
+    _edit_record(foreign, lambda r: r.update(run_id="f" * 32, step=8))
+    os.remove(os.path.join(run_dir, ".lock"))  # e.g. copied with `cp -r RUN/* ...`
+    assert rundir.run_id(run_dir) == ident  # its second home: the comment opening config.yaml
+    assert cli.main(["eval", run_dir, "--episodes", "2"]) == 0
+    err = capsys.readouterr().err
+    assert "checkpoint 8: it was written by another run" in err and "restored checkpoint 7 instead" in err, err
+    with rundir.RunLock(run_dir):  # a writer keeps the identity config.yaml names
+        pass
+    assert rundir.run_id(run_dir) == ident
+    os.remove(os.path.join(run_dir, ".lock"))
+    config = os.path.join(run_dir, "config.yaml")
+    lines = open(config).readlines()
+    assert lines[0].startswith(f"# jaxrl run {ident} ")
+    open(config, "w").write("".join(lines[1:]))  # no identity left anywhere
+    assert rundir.run_id(run_dir) is None
+    assert cli.main(["eval", run_dir, "--episodes", "2"]) == 1  # two runs' steps: none is taken for this run's
+    assert "written by 2 different runs" in _one_line(capsys.readouterr().err)

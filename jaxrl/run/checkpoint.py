@@ -135,6 +135,7 @@ class Checkpoints:
       warn: called with one line when restore falls back past a damaged checkpoint.
       run_id: the run's identity (:func:`jaxrl.run.rundir.run_id`): a writer stores it in each
         record, a reader refuses a record that names another (a step copied in from elsewhere).
+        Without one, a reader refuses every step when the records name more than one run.
     """
 
     def __init__(
@@ -144,6 +145,7 @@ class Checkpoints:
         self.directory = os.path.abspath(os.fspath(directory))
         self.meta, self.read_only, self._warn, self.run_id = meta, read_only, warn, run_id
         self._keep, self._manager = int(keep), None  # orbax's manager: made at the first write
+        self._run_ids: set | None = None  # the run ids the steps' records name (readers without run_id)
 
     def _writing(self, what: str):
         """The orbax manager of a writer, made (and orbax imported) on first use."""
@@ -267,8 +269,7 @@ class Checkpoints:
         """The record of ``step``; :class:`CheckpointCorrupt` if it is missing or unreadable."""
         path = os.path.join(self._step_dir(step), RECORD_FILE)
         try:
-            with open(path, "rb") as f:
-                record = json.loads(f.read(1 << 24))
+            record = json.loads(_read_small(path))
         except FileNotFoundError:
             raise CheckpointCorrupt(step, self.directory, f"no {RECORD_FILE} (an unfinished save)") from None
         except (OSError, ValueError, RecursionError) as exc:  # RecursionError: absurdly deep JSON
@@ -279,7 +280,26 @@ class Checkpoints:
         own = self.run_id
         if own is not None and record.get("run_id", own) != own:
             raise CheckpointCorrupt(step, self.directory, "it was written by another run (copied or linked in)")
+        if own is None and "run_id" in record and len(ids := self._recorded_run_ids()) > 1:
+            raise CheckpointCorrupt(
+                step, self.directory, f"the checkpoints here were written by {len(ids)} different runs and neither "
+                ".lock nor config.yaml says which is this run's (put back the run's .lock)")
         return record
+
+    def _recorded_run_ids(self) -> set:
+        """The run ids the records of every step name (read once): without an identity of its
+        own, a reader refuses a directory whose steps disagree (a step copied in from another run)."""
+        if self._run_ids is None:
+            ids = set()
+            for step in self.steps():
+                try:
+                    record = json.loads(_read_small(os.path.join(self._step_dir(step), RECORD_FILE)))
+                except (OSError, ValueError, RecursionError):
+                    continue  # damaged: record() says so for that step
+                if isinstance(record, dict) and isinstance(record.get("run_id"), str):
+                    ids.add(record["run_id"])
+            self._run_ids = ids
+        return self._run_ids
 
     def restore(self, template: Any, step: int | None = None) -> Any:
         """The state saved at ``step`` (default: the newest that verifies), with ``template``'s
@@ -479,6 +499,16 @@ class _quiet_orbax:
 
         for name, level in self._levels.items():
             logging.getLogger(name).setLevel(level)
+
+
+def _read_small(path: str, limit: int = 1 << 24) -> bytes:
+    """At most ``limit`` bytes of the regular file ``path``: never through a symbolic link,
+    never blocking on a FIFO (``OSError`` for either)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"{os.path.basename(path)} is not a regular file")
+        return f.read(limit)
 
 
 def _file_sha256(path: str) -> str:

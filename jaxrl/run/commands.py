@@ -57,8 +57,11 @@ def main_train(args) -> int:
     join_processes(args)
     cfg = config_from_args(args)
     accept = bool(getattr(args, "accept_config_change", False))
-    if accept and args.resume is None:
-        raise ConfigError("--accept-config-change only applies with --resume RUN_DIR")
-    result = run(cfg, run_dir=args.out, resume=args.resume, accept_config_change=accept, init_from=getattr(args, "init_from", None))
+    accept_data = bool(getattr(args, "accept_data_change", False))
+    for flag, given in (("--accept-config-change", accept), ("--accept-data-change", accept_data)):
+        if given and args.resume is None:
+            raise ConfigError(f"{flag} only applies with --resume RUN_DIR")
+    result = run(cfg, run_dir=args.out, resume=args.resume, accept_config_change=accept, init_from=getattr(args, "init_from", None),
+                 accept_data_change=accept_data)
     print(f"jaxrl: done: {result.updates} updates; run directory {result.run_dir}")
     return 0

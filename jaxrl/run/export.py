@@ -17,14 +17,21 @@ action squashing and rescaling are the policy's own, as at evaluation.
 
 from __future__ import annotations
 
+import errno
 import functools
+import os
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 
 from jaxrl.algos.contract import Policy
+from jaxrl.run import config as config_lib
+from jaxrl.run import records, rundir
+from jaxrl.run.checkpoint import Checkpoints
 from jaxrl.run.config import ConfigError
+from jaxrl.run.files import CHECKPOINT_DIR
+from jaxrl.run.yamlio import display_path
 
 
 def act_with(policy: Policy, agent: Any, deterministic: bool, obs: jax.Array, key: jax.Array) -> jax.Array:
@@ -109,28 +116,95 @@ def load_policy(run_dir: str, seed: int = 0, deterministic: bool = True) -> Expo
     return ExportedPolicy(policy, policy.params(state), bool(deterministic), step)
 
 
-def export_hf(run_dir: str, out_dir: str, seed: int = 0, step: int | None = None, adapters_only: bool = False) -> str:
+def check_out_dir(out_dir: str, run_dir: str, keep: dict[str, str], force: bool = False) -> None:
+    """Refuse an ``export-hf --out`` that would destroy something (one line, :class:`ConfigError`):
+    a symbolic link, a file, an existing non-empty directory (unless ``force``), and, even with
+    ``force``, a directory that is or contains the run directory (or lies inside it), the current
+    directory, or a directory of ``keep`` (``{what: path}``: the base checkpoint, the tokenizer)."""
+    shown = display_path(out_dir)
+    out = os.path.abspath(out_dir)
+    if os.path.islink(out):
+        raise ConfigError(f"--out {shown} is a symbolic link; give the directory itself")
+    real = os.path.realpath(out)
+    guarded = {"the run directory": run_dir, "the current directory": os.getcwd(), **keep}
+    for what, path in guarded.items():
+        mine = os.path.realpath(path)
+        if real == mine or _inside(mine, real) or (what == "the run directory" and _inside(real, mine)):
+            how = "is" if real == mine else ("contains" if _inside(mine, real) else "is inside")
+            raise ConfigError(f"--out {shown} {how} {what} ({display_path(path)}), which an export would replace; "
+                              "choose a new directory")
+    if os.path.lexists(out) and not os.path.isdir(out):
+        raise ConfigError(f"--out {shown} is a file, not a directory")
+    if os.path.isdir(out) and os.listdir(out) and not force:
+        raise ConfigError(f"--out {shown} is a directory that is not empty (an export replaces it whole); choose a "
+                          "new directory, or pass --force to replace it")
+
+
+def _inside(child: str, parent: str) -> bool:
+    """``child`` lies strictly under ``parent`` (both absolute, links resolved)."""
+    return child != parent and os.path.commonpath([child, parent]) == parent
+
+
+def _model_dirs(cfg) -> dict[str, str]:
+    """``{config key: directory}``: the base checkpoint and tokenizer directories ``cfg`` names."""
+    return records.model_dir_keys(config_lib.config_to_dict(cfg))
+
+
+def _check_tokenizer(run_dir: str, cfg, step: int) -> None:
+    """Refuse to pair the weights of checkpoint ``step`` with a tokenizer (or model config) that
+    changed since it was trained: the files the export copies are checked against the record."""
+    with Checkpoints(os.path.join(run_dir, CHECKPOINT_DIR), read_only=True, run_id=rundir.run_id(run_dir)) as ckpts:
+        recorded = ((ckpts.record(step).get("meta") or {}).get("trained_on") or {}).get("models") or {}
+    for key, path in _model_dirs(cfg).items():
+        if not isinstance(recorded.get(key), dict):
+            continue  # a run recorded before runs recorded their tokenizer: nothing to check against
+        problem = records.tokenizer_problem(recorded[key], path, key)
+        if problem:
+            raise ConfigError(f"export: {problem}; put back the files the run trained with (the export pairs the "
+                              "weights with them)")
+
+
+def export_hf(run_dir: str, out_dir: str, seed: int = 0, step: int | None = None, adapters_only: bool = False,
+              force: bool = False) -> str:
     """Write seed ``seed``'s trained language model of the run in ``run_dir`` (checkpoint
     ``step``, default the newest that verifies) as a Hugging Face directory ``out_dir`` that
-    transformers loads (``adapters_only``: PEFT's adapter files). Raises :class:`ConfigError`
-    for a run whose algorithm has no model to export."""
-    from jaxrl.run.evaluate import load_run
+    transformers loads (``adapters_only``: PEFT's adapter files).
 
-    cfg, built, states, _ = load_run(run_dir, step=step)
+    ``out_dir`` must be new or empty (``force``: an existing directory is replaced whole), and
+    never the run, the current directory or the base checkpoint (:func:`check_out_dir`); the
+    export is written beside it and renamed into place. The tokenizer and config files copied
+    from ``model.path`` must be those the run recorded. Raises :class:`ConfigError` for a run
+    whose algorithm has no model to export and for each refusal; ``OSError`` (one line) for an
+    I/O failure, which leaves nothing behind."""
+    from jaxrl.run.evaluate import load_run, run_config
+
+    check_out_dir(out_dir, run_dir, _model_dirs(run_config(run_dir)), force)  # before loading anything
+    cfg, built, states, step = load_run(run_dir, step=step)
+    check_out_dir(out_dir, run_dir, _model_dirs(cfg), force)  # the recorded config's directories too
     declared = built.program.lm.model_params
     if declared is None or declared.export is None:
         raise ConfigError(f"{run_dir!r}: {cfg.algo} on {cfg.env.id} trained no language model to export")
     if not 0 <= int(seed) < cfg.train.seeds:
         raise ConfigError(f"seed: the run trained seeds 0..{cfg.train.seeds - 1}, got {seed}")
+    _check_tokenizer(run_dir, cfg, step)
     state = jax.device_get(jax.tree_util.tree_map(lambda x: x[int(seed)], states))
     try:
         return declared.export(state, out_dir, bool(adapters_only))
-    except (OSError, ValueError) as exc:
+    except OSError as exc:
+        raise OSError(exc.errno, f"{exc.strerror or exc} (the export was not written)", out_dir) from None
+    except ValueError as exc:
         raise ConfigError(f"export: {' '.join(str(exc).split())}") from None
+    except Exception as exc:  # safetensors' own error type wraps the writer's I/O errors
+        if type(exc).__name__ != "SafetensorError":
+            raise
+        text = " ".join(str(exc).split())
+        full = "No space left" in text or "StorageFull" in text
+        raise OSError(errno.ENOSPC if full else errno.EIO,
+                      f"{'No space left on device' if full else text[:200]} (the export was not written)", out_dir) from None
 
 
 def main_export_hf(args) -> int:
-    """``jaxrl export-hf RUN_DIR --out DIR [--adapters-only] [--seed S] [--step N]``."""
-    out = export_hf(args.run_dir, args.out, args.seed, args.step, args.adapters_only)
+    """``jaxrl export-hf RUN_DIR --out DIR [--adapters-only] [--seed S] [--step N] [--force]``."""
+    out = export_hf(args.run_dir, args.out, args.seed, args.step, args.adapters_only, getattr(args, "force", False))
     print(f"jaxrl: wrote {out}")
     return 0

@@ -4,6 +4,8 @@
 A resume uses the run's own ``config.yaml``; it is refused when that file differs from the
 config the checkpoint was trained with, except in :data:`OPERATIONAL_KEYS` (where and how
 the run reports), unless the change is accepted and recorded in ``config_changes.jsonl``.
+Likewise when a data file or a tokenizer differs from what the checkpoint records it was
+trained on (:mod:`jaxrl.run.records`), unless ``--accept-data-change``.
 """
 
 from __future__ import annotations
@@ -18,13 +20,16 @@ import jax.numpy as jnp
 from jaxrl.algos.common.lm import model_mismatch
 from jaxrl.parallel import sharding
 from jaxrl.run import config as config_lib
-from jaxrl.run import rundir
+from jaxrl.run import records, rundir
 from jaxrl.run.build import Built
-from jaxrl.run.checkpoint import to_storable
+from jaxrl.run.checkpoint import CheckpointError, Checkpoints, to_storable
 from jaxrl.run.config import ConfigError, RunConfig
-from jaxrl.run.files import CHANGES_FILE, CONFIG_FILE
+from jaxrl.run.files import CHANGES_FILE, CHECKPOINT_DIR, CONFIG_FILE
 
-__all__ = ["OPERATIONAL_KEYS", "check_config_drift", "first_leaf_difference", "initial_from", "resolve_resume", "restart_without_checkpoint"]
+__all__ = [
+    "OPERATIONAL_KEYS", "check_config_drift", "check_data_drift", "early_data_check", "first_leaf_difference", "initial_from",
+    "resolve_resume", "restart_without_checkpoint",
+]
 
 #: Config keys that change where and how a run reports, never its results: a resume may
 #: change them without --accept-config-change.
@@ -62,7 +67,7 @@ def initial_from(cfg: RunConfig, built: Built, fresh, keys, source_dir: str, lay
     if load is None:
         raise ConfigError(f"--init-from: {cfg.algo} cannot start from another run's parameters")
     src_cfg, _, trained, step = load_run(source_dir)
-    if src_cfg.algo != cfg.algo and (why := model_mismatch(src_cfg.algo, src_cfg.algo_config, cfg.algo, cfg.algo_config)):
+    if why := model_mismatch(src_cfg.algo, src_cfg.algo_config, cfg.algo, cfg.algo_config):
         raise ConfigError(f"--init-from: {source_dir!r} trained {src_cfg.algo}, this run is {cfg.algo}: {why}")
     n_src, n = src_cfg.train.seeds, cfg.train.seeds
     if n_src not in (1, n):
@@ -122,3 +127,40 @@ def check_config_drift(cfg: RunConfig, record: dict, run_dir: str, step: int, ac
         entry = {"update": step, "time": when, "changes": {k: [a, b] for k, (a, b) in diff.items()}}
         rundir.append_jsonl(os.path.join(run_dir, CHANGES_FILE), entry)
     print(f"jaxrl: config changed at update {step} (accepted, recorded in {CHANGES_FILE}): {changes}", file=out)
+
+
+def check_data_drift(trained_on: dict, record: dict, run_dir: str, step: int, accept: bool, primary: bool, out) -> None:
+    """Refuse (or, with ``accept``, record) a resume whose data files or tokenizers
+    (``trained_on``, :func:`jaxrl.run.records.trained_on` of the files now) differ from those
+    checkpoint ``step`` records (``meta.trained_on``; a checkpoint without one is not checked)."""
+    then = (record.get("meta") or {}).get("trained_on")
+    if not isinstance(then, dict):
+        return
+    diff = records.changes(then, trained_on)
+    if not diff:
+        return
+    what = records.describe(diff)
+    if not accept:
+        raise ConfigError(
+            f"--resume {run_dir!r}: checkpoint {step} was trained on other data or another tokenizer: {what}; "
+            "restore them, or pass --accept-data-change to continue on the new ones"
+        )
+    if primary:
+        when = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+        rundir.append_jsonl(os.path.join(run_dir, CHANGES_FILE), {"update": step, "time": when, "data_changes": diff})
+    print(f"jaxrl: data changed at update {step} (accepted, recorded in {CHANGES_FILE}): {what}", file=out)
+
+
+def early_data_check(trained_on: dict, run_dir: str) -> None:
+    """:func:`check_data_drift` against the newest checkpoint's record, before anything is
+    built or compiled (a refusal costs no compile). The checkpoint the resume restores is
+    checked again once restored (an older one when the newest is damaged)."""
+    ckpts = Checkpoints(os.path.join(run_dir, CHECKPOINT_DIR), read_only=True, run_id=rundir.run_id(run_dir))
+    step = ckpts.latest_step()
+    if step is None:
+        return
+    try:
+        record = ckpts.record(step)
+    except CheckpointError:
+        return  # damaged: the resume falls back past it and checks the one it restores
+    check_data_drift(trained_on, record, run_dir, step, accept=False, primary=False, out=None)

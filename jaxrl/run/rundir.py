@@ -12,6 +12,9 @@
   is someone's mistake or an attack, so it is named); so is a file with other hard links.
 * **Permissions follow the umask** (0666 & ~umask, as ``open`` gives any new file): a run
   is shared by whoever may read the directory; tighten the umask or the directory for more.
+* **One identity**: the run's id lives in ``.lock`` and in the comment opening
+  ``config.yaml`` (:func:`run_id`); checkpoint records carry it, so a step copied in from
+  another run is refused, with or without ``.lock``.
 * **No glob characters** in the run directory's path (:func:`check_path`).
 * **Fresh runs never overwrite**: :func:`check_fresh` refuses an ``--out`` that is a file
   or already holds a file a run would write.
@@ -24,9 +27,11 @@ import json
 import os
 import re
 import socket
+import stat
 import tempfile
 import uuid
 
+from jaxrl.run.files import CONFIG_FILE
 from jaxrl.run.yamlio import display_path, short
 
 LOCK_FILE = ".lock"
@@ -73,21 +78,40 @@ def _holder(fd: int) -> str:
 
 
 _RUN_ID_RE = re.compile(r"^run ([0-9a-f]{32})$", re.M)
+_CONFIG_ID_RE = re.compile(r"\A# jaxrl run ([0-9a-f]{32})\b")
+
+
+def id_header(ident: str | None) -> str:
+    """The first line of a run's ``config.yaml``: a YAML comment naming the run's identity
+    (its second home after ``.lock``, which a copy without hidden files loses); ``""`` for None."""
+    if ident is None:
+        return ""
+    return f"# jaxrl run {ident} (this run's identity: checkpoints written by another run are refused)\n"
+
+
+def _read_head(path: str) -> str:
+    """The first 200 bytes of a regular file (never through a link, never blocking), or ``""``."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return ""
+    try:
+        return os.pread(fd, 200, 0).decode("utf-8", "replace") if stat.S_ISREG(os.fstat(fd).st_mode) else ""
+    except OSError:
+        return ""
+    finally:
+        os.close(fd)
 
 
 def run_id(run_dir: str) -> str | None:
-    """The run's identity, kept in its ``.lock`` file (second line ``run <32 hex>``; made by
-    the first writer, kept by every later one, copied with the directory), or None for a
-    directory without one. Checkpoint records carry it, so a step copied in from another
-    run is refused (:class:`jaxrl.run.checkpoint.Checkpoints`)."""
-    try:
-        fd = os.open(os.path.join(run_dir, LOCK_FILE), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        match = _RUN_ID_RE.search(os.pread(fd, 200, 0).decode("utf-8", "replace"))
-    finally:
-        os.close(fd)
+    """The run's identity: the second line of its ``.lock`` file (``run <32 hex>``: made by
+    the first writer, kept by every later one, copied with the directory), else the comment
+    that opens its ``config.yaml`` (:func:`id_header`), else None. Checkpoint records carry it,
+    so a step copied in from another run is refused (:class:`jaxrl.run.checkpoint.Checkpoints`),
+    also when ``.lock`` is missing."""
+    match = _RUN_ID_RE.search(_read_head(os.path.join(run_dir, LOCK_FILE)))
+    if match is None:
+        match = _CONFIG_ID_RE.search(_read_head(os.path.join(run_dir, CONFIG_FILE)))
     return match.group(1) if match else None
 
 
@@ -121,7 +145,8 @@ class RunLock:
                 "wait for that run to finish or choose another --out"
             ) from None
         match = _RUN_ID_RE.search(os.pread(fd, 200, 0).decode("utf-8", "replace"))
-        ident = match.group(1) if match else uuid.uuid4().hex  # the run's identity: kept across writers
+        # the run's identity, kept across writers (from config.yaml when .lock was lost)
+        ident = match.group(1) if match else (run_id(self.run_dir) or uuid.uuid4().hex)
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}\nrun {ident}\n".encode(), 0)
         self._fd = fd

@@ -10,9 +10,11 @@ plots the learning curve. The pure ``train`` for Jupyter and the chunk itself li
 :mod:`jaxrl.run.program`; ``--resume`` and ``--init-from`` in :mod:`jaxrl.run.resume`;
 the command's handler in :mod:`jaxrl.run.commands` (all re-exported here).
 
-Run directory layout: ``config.yaml`` (the resolved config), ``metrics.jsonl``,
-``learning_curve.png``, ``checkpoints/<updates done>/``, ``eval.json``, ``.lock`` (the
-writer's, :mod:`jaxrl.run.rundir`), ``config_changes.jsonl`` (accepted config changes).
+Run directory layout: ``config.yaml`` (the resolved config, under a comment naming the run's
+identity), ``metrics.jsonl``, ``learning_curve.png``, ``checkpoints/<updates done>/`` (each
+record names the data and tokenizer trained on, :mod:`jaxrl.run.records`), ``eval.json``,
+``.lock`` (the writer's, :mod:`jaxrl.run.rundir`), ``config_changes.jsonl`` (accepted config
+and data changes).
 Seeds and memory are checked before anything is written (:mod:`jaxrl.run.guards`).
 """
 
@@ -37,6 +39,7 @@ from jaxrl.run import config as config_lib
 from jaxrl.run import evaluate as eval_lib
 from jaxrl.run import logging as log_lib
 from jaxrl.run import alerts as alerts_lib, guards, loggers, rundir
+from jaxrl.run import records as records_lib
 from jaxrl.run import checkpoint as checkpoint_lib
 from jaxrl.run.build import Built, build, seed_keys
 from jaxrl.run.checkpoint import Checkpoints, to_storable
@@ -46,7 +49,8 @@ from jaxrl.run.files import (
 )
 from jaxrl.run.program import chunk_fn, make_chunk, make_layout, make_train, no_nan, prepare_chunk, trace_mesh
 from jaxrl.run.resume import (
-    OPERATIONAL_KEYS, check_config_drift, initial_from, resolve_resume, restart_without_checkpoint,
+    OPERATIONAL_KEYS, check_config_drift, check_data_drift, early_data_check, initial_from, resolve_resume,
+    restart_without_checkpoint,
 )
 
 __all__ = [
@@ -173,6 +177,7 @@ def run(
     out=None,
     accept_config_change: bool = False,
     init_from: str | None = None,
+    accept_data_change: bool = False,
 ) -> RunResult:
     """Train ``cfg`` with logging and checkpoints in ``run_dir``; see the module docstring.
 
@@ -180,8 +185,10 @@ def run(
     ``config.yaml`` is used; a ``cfg`` given as well must equal it). When ``config.yaml``
     differs from the config that checkpoint was trained with, the resume is refused with
     the difference, unless ``accept_config_change`` (then the change is appended to
-    ``config_changes.jsonl``). ``init_from=RUN_DIR`` starts a fresh run from the learned
-    parameters of that run's newest verified checkpoint (:func:`initial_from`). The primary
+    ``config_changes.jsonl``); likewise ``accept_data_change`` for data files and tokenizers
+    that differ from those the checkpoint records (:mod:`jaxrl.run.records`).
+    ``init_from=RUN_DIR`` starts a fresh run from the learned parameters of that run's
+    newest verified checkpoint (:func:`initial_from`). The primary
     process holds the run directory's lock
     (:class:`jaxrl.run.rundir.RunLock`) from before its first write to the end.
     """
@@ -200,8 +207,11 @@ def run(
     if fresh:
         check_fresh_run_dir(run_dir)
     guards.check_seed(cfg.train.seed, "train.seed")
-    built = build(cfg)
+    built = build(cfg)  # (reads and checks the data files first)
     guards.check_memory(cfg, built)  # before anything is written or allocated
+    trained_on = records_lib.trained_on(config_lib.config_to_dict(cfg))  # the data's and tokenizers' hashes
+    if resume is not None and not accept_data_change:
+        early_data_check(trained_on, run_dir)  # before anything compiles
     keys = seed_keys(cfg.train.seed, cfg.train.seeds)
     layout = make_layout(cfg, built, keys)
     init = sharding.init_sharded(jax.vmap(built.program.init), layout)
@@ -215,7 +225,8 @@ def run(
     with rundir.RunLock(run_dir) if primary else contextlib.nullcontext():
         if fresh:
             check_fresh_run_dir(run_dir)  # again under the lock: a writer may have started meanwhile
-        return _run_locked(cfg, built, keys, layout, chunk, init, run_dir, resume, evaluate, out, accept_config_change, init_from)
+        accept = (accept_config_change, accept_data_change)
+        return _run_locked(cfg, built, keys, layout, chunk, init, run_dir, resume, evaluate, out, accept, init_from, trained_on)
 
 
 def beside(work: Callable[[], Any], name: str) -> threading.Thread:
@@ -234,8 +245,10 @@ def beside(work: Callable[[], Any], name: str) -> threading.Thread:
     return thread
 
 
-def _run_locked(cfg, built, keys, layout, chunk, init, run_dir, resume, evaluate, out, accept_config_change, init_from=None) -> RunResult:
-    """The body of :func:`run` once the checks passed and the lock is held."""
+def _run_locked(cfg, built, keys, layout, chunk, init, run_dir, resume, evaluate, out, accept, init_from, trained_on) -> RunResult:
+    """The body of :func:`run` once the checks passed and the lock is held; ``accept``:
+    ``(accept_config_change, accept_data_change)``, ``trained_on``: what the run trains on
+    (:func:`jaxrl.run.records.trained_on`), stored in every checkpoint record."""
     d = built.derived
     primary = distributed.is_primary()
     out = out if primary else io.StringIO()
@@ -244,10 +257,12 @@ def _run_locked(cfg, built, keys, layout, chunk, init, run_dir, resume, evaluate
     per_device = (cfg.train.seeds, "seeds") if layout.mode == "seeds" else ((batch.size, batch.unit) if batch else ())
     print(f"jaxrl: {sharding.summary(layout.mesh, *per_device)}", file=out)
     print(f"jaxrl: run directory {run_dir}", file=out)
+    raw = config_lib.config_to_dict(cfg)
+    ident = rundir.run_id(run_dir) if primary else None
     ckpts = Checkpoints(
         os.path.join(run_dir, CHECKPOINT_DIR), keep=cfg.train.keep_checkpoints,
-        meta={"config": config_lib.config_to_dict(cfg)}, read_only=not primary,
-        run_id=rundir.run_id(run_dir) if primary else None,  # a step copied in from another run is refused
+        meta={"config": raw, "trained_on": trained_on}, read_only=not primary,
+        run_id=ident,  # a step copied in from another run is refused
     )
     metrics_path = os.path.join(run_dir, METRICS_FILE)
     done, wall_offset, records = 0, 0.0, []
@@ -255,7 +270,8 @@ def _run_locked(cfg, built, keys, layout, chunk, init, run_dir, resume, evaluate
         template = jax.eval_shape(jax.vmap(built.program.init), keys)
         restored = ckpts.restore_verified(template)  # the newest that verifies (warns if it fell back)
         done = restored.step
-        check_config_drift(cfg, restored.record, run_dir, done, accept_config_change, primary, out)
+        check_config_drift(cfg, restored.record, run_dir, done, accept[0], primary, out)
+        check_data_drift(trained_on, restored.record, run_dir, done, accept[1], primary, out)
         if primary:
             ckpts.discard_after(done)  # damaged newer steps: this run redoes them
         state = sharding.put(to_storable(restored.state), template, layout.state)  # same file, every process
@@ -275,7 +291,7 @@ def _run_locked(cfg, built, keys, layout, chunk, init, run_dir, resume, evaluate
         if primary and resume is not None:
             restart_without_checkpoint(run_dir, metrics_path)
     if primary:
-        rundir.write_text(os.path.join(run_dir, CONFIG_FILE), config_lib.dump_config(cfg))
+        rundir.write_text(os.path.join(run_dir, CONFIG_FILE), rundir.id_header(ident) + config_lib.dump_config(cfg))
     distributed.barrier("run-dir")
     if primary:
         beside(_import_end_of_run, "imports")
