@@ -305,3 +305,14 @@ def test_resume_of_a_run_killed_before_its_first_write_says_how_to_start_again(t
             resolve_resume(None, str(run_dir))
         assert f"start it again with `jaxrl train CONFIG --out {run_dir}`" in str(exc.value)
         assert "\n" not in str(exc.value)
+
+
+def test_a_run_names_the_model_path_key_when_the_checkpoint_is_refused(tmp_path, no_hang):
+    from jaxrl.algos.common import lm as common_lm
+
+    ckpt = _copy(tmp_path)
+    os.remove(ckpt / "config.json")
+    os.mkfifo(ckpt / "config.json")
+    with pytest.raises(ValueError) as exc:
+        common_lm.load_model(types.SimpleNamespace(path=str(ckpt), dtype="float32"), 512, "task")
+    assert _one_line(exc) == f"model.path: {ckpt}/config.json: is a FIFO, not a regular file"

@@ -73,7 +73,7 @@ def model_params(cfg: Any, section: str, leaves: tuple[str, ...], memory: Callab
     c = read_config(cfg.model.path)
     if seq_len > c.max_position_embeddings:   # RoPE past the trained positions: another model, silently
         raise ValueError(f"model.path: a sequence of {seq_len} tokens (the task's prompt and completion) is longer than "
-                         f"the checkpoint's max_position_embeddings = {c.max_position_embeddings}; shorten "
-                         "env.text.prompt_len / completion_len")
+                         f"the checkpoint's max_position_embeddings = {c.max_position_embeddings}; shorten the "
+                         "task's prompts or completions (env.text.prompt_len, completion_len)")
     return ModelParams(functools.partial(leaves_under, names=leaves), c.num_heads, c.num_kv_heads,
                        functools.partial(memory, c, cfg, seq_len), functools.partial(export_hf, cfg.model, section))
