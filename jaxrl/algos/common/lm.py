@@ -91,19 +91,31 @@ def _same(key: str, x, y) -> bool:
     return plain(x) == plain(y)
 
 
+def _loaded_model(section: Any) -> dict | None:
+    """The ``model`` mapping of an algorithm's config when it trains a loaded checkpoint (a
+    ``path``, and ``policy: hf`` where the section has a policy), else ``None``."""
+    section = dataclasses.asdict(section) if dataclasses.is_dataclass(section) else section
+    model = section.get("model") if isinstance(section, dict) else None
+    if not isinstance(model, dict) or not model.get("path") or model.get("policy", "hf") != "hf":
+        return None
+    return model
+
+
 def model_mismatch(src_algo: str, src: Any, dst_algo: str, dst: Any) -> str | None:
     """Why a run of ``dst_algo`` (its config dataclass ``dst``) cannot start from a
-    ``src_algo`` run's weights (config ``src``), or ``None`` when both train the same
-    loaded model: a ``model`` section with a ``path`` (and ``policy: hf`` where it has a
-    policy) and equal :data:`SHARED_MODEL_KEYS`. The reason names both configs' values."""
-    sections = []
-    for algo, section in ((src_algo, src), (dst_algo, dst)):
-        section = dataclasses.asdict(section) if dataclasses.is_dataclass(section) else section
-        model = section.get("model") if isinstance(section, dict) else None
-        if not isinstance(model, dict) or not model.get("path") or model.get("policy", "hf") != "hf":
+    ``src_algo`` run's weights (config ``src``), or ``None`` when it can: both train the same
+    loaded model (a ``model`` section with a ``path``, and ``policy: hf`` where it has a
+    policy, with equal :data:`SHARED_MODEL_KEYS`), or, for one algorithm, neither trains a
+    loaded model (its own network: the state shapes are compared instead). Two runs of one
+    algorithm on different checkpoints are refused too: the new run would otherwise take the
+    other run's base weights (LoRA's frozen base) for its own. The reason names both values."""
+    models = [_loaded_model(src), _loaded_model(dst)]
+    if src_algo == dst_algo and models == [None, None]:
+        return None
+    for algo, model in zip((src_algo, dst_algo), models):
+        if model is None:
             return f"both must train a loaded checkpoint ({algo}.model.path, policy hf)"
-        sections.append(_flat({k: model.get(k) for k in SHARED_MODEL_KEYS}))
-    a, b = sections
+    a, b = (_flat({k: m.get(k) for k in SHARED_MODEL_KEYS}) for m in models)
     for key in sorted(set(a) | set(b)):
         if not _same(key, a.get(key), b.get(key)):
             return (f"{src_algo}.model.{key}={a.get(key)!r} there, {dst_algo}.model.{key}={b.get(key)!r} here; "
