@@ -88,7 +88,7 @@ def test_resume_refuses_changed_data_with_a_diff_then_accepts_and_records_it(fak
     assert cli.main(["train", os.path.join(ROOT, "configs", "ppo_cartpole.yaml"), "--accept-data-change"]) == 2
     assert "--accept-data-change only applies with --resume" in _one_line(capsys.readouterr().err)
 
-    assert cli.main(["train", "--resume", run_dir, "--accept-data-change"]) == 0
+    trainer.run(resume=run_dir, accept_data_change=True, evaluate=False)  # (`--accept-data-change`; no eval compile)
     assert "data changed at update 2 (accepted, recorded in config_changes.jsonl): fake_data.data:" in capsys.readouterr().out
     (change,) = read_jsonl(os.path.join(run_dir, "config_changes.jsonl"))
     old, new = change["data_changes"]["fake_data.data"]

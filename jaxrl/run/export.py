@@ -156,7 +156,7 @@ def _check_tokenizer(run_dir: str, cfg, step: int) -> None:
     with Checkpoints(os.path.join(run_dir, CHECKPOINT_DIR), read_only=True, run_id=rundir.run_id(run_dir)) as ckpts:
         recorded = ((ckpts.record(step).get("meta") or {}).get("trained_on") or {}).get("models") or {}
     for key, path in _model_dirs(cfg).items():
-        if not isinstance(recorded.get(key), dict):
+        if not key.endswith(".model.path") or not isinstance(recorded.get(key), dict):  # (what the export copies)
             continue  # a run recorded before runs recorded their tokenizer: nothing to check against
         problem = records.tokenizer_problem(recorded[key], path, key)
         if problem:

@@ -95,6 +95,7 @@ def _parquet_rows(path: str) -> int | None:
 
 
 def _dir_entry(directory: str, key: str) -> dict:
+    """``{"path", "files": {name: [size, sha256]}}`` of the :data:`MODEL_FILES` in ``directory``."""
     files = {}
     for name in MODEL_FILES:
         path = os.path.join(directory, name)
@@ -121,28 +122,40 @@ def _data_line(old: dict | None, new: dict | None) -> str:
     def one(e):
         if not e:
             return "absent"
-        rows = e.get("rows")
-        rows_text = f"{rows:,} rows, " if isinstance(rows, int) else ""
-        return f"{display_path(e.get('path', '?'))} {rows_text}{e.get('size', 0):,} bytes, sha256 {_short(e.get('sha256'))}"
+        rows, size = e.get("rows"), e.get("size")
+        rows_text = f"{rows:,} rows, " if type(rows) is int else ""
+        size_text = f"{size:,} bytes, " if type(size) is int else ""
+        return f"{display_path(str(e.get('path', '?')))} {rows_text}{size_text}sha256 {_short(e.get('sha256'))}"
 
     return f"{one(old)} -> {one(new)}"
 
 
 def _model_line(old: dict | None, new: dict | None) -> str:
     if not old or not new:
-        return f"{display_path((old or new).get('path', '?'))} {'not recorded' if not old else 'gone'}"
-    a, b = old.get("files") or {}, new.get("files") or {}
+        return f"{display_path(str((old or new).get('path', '?')))} {'not recorded' if not old else 'gone'}"
+    a, b = _files(old), _files(new)
     parts = []
     for name in sorted(set(a) | set(b)):
         if name not in b:
             parts.append(f"{name} removed")
         elif name not in a:
             parts.append(f"{name} added")
-        elif list(a[name]) != list(b[name]):
+        elif a[name] != b[name]:
             parts.append(f"{name} sha256 {_short(a[name][1])} -> {_short(b[name][1])}")
-    where = display_path(old.get("path", "?"))
-    moved = "" if old.get("path") == new.get("path") else f" -> {display_path(new.get('path', '?'))}"
+    where = display_path(str(old.get("path", "?")))
+    moved = "" if old.get("path") == new.get("path") else f" -> {display_path(str(new.get('path', '?')))}"
     return f"{where}{moved}: {', '.join(parts) or 'path changed'}"
+
+
+def _mapping(x: Any) -> dict:
+    return x if isinstance(x, dict) else {}
+
+
+def _files(entry: Any) -> dict:
+    """The well-formed ``{name: [size, sha256]}`` of a model directory's entry (a record is
+    read from disk: anything else counts as absent)."""
+    files = _mapping(_mapping(entry).get("files"))
+    return {n: list(v) for n, v in files.items() if isinstance(v, (list, tuple)) and len(v) == 2}
 
 
 def changes(old: dict, new: dict) -> dict:
@@ -150,15 +163,15 @@ def changes(old: dict, new: dict) -> dict:
     differs between ``old`` and ``new`` (:func:`trained_on` records; ``old`` may miss keys)."""
     out = {}
     for group in ("data", "models"):
-        a, b = old.get(group) or {}, new.get(group) or {}
+        a, b = _mapping(_mapping(old).get(group)), _mapping(new.get(group))
         for key in sorted(set(a) | set(b)):
-            x, y = a.get(key), b.get(key)
+            x, y = (e if isinstance(e, dict) else None for e in (a.get(key), b.get(key)))
             if group == "data":
                 same = x is not None and y is not None and all(x.get(f) == y.get(f) for f in ("size", "sha256", "rows"))
             else:
-                same = x is not None and y is not None and (x.get("files") or {}) == (y.get("files") or {})
+                same = x is not None and y is not None and _files(x) == _files(y)
             if not same:
-                out[key] = [x, y]
+                out[str(key)] = [x, y]
     return out
 
 
@@ -176,14 +189,13 @@ def tokenizer_problem(recorded: dict | None, directory: str, key: str) -> str | 
     ``None`` when they are the same (or nothing was recorded)."""
     if not recorded:
         return None
-    now = _dir_entry(directory, key)["files"]
-    then = recorded.get("files") or {}
+    now, then = _files(_dir_entry(directory, key)), _files(recorded)
     for name in sorted(set(then) | set(now)):
         if name not in now:
             return f"{display_path(os.path.join(directory, name))} is gone since the run trained ({key})"
         if name not in then:
             return f"{display_path(os.path.join(directory, name))} was added since the run trained ({key})"
-        if list(then[name]) != list(now[name]):
+        if then[name] != now[name]:
             return (f"{display_path(os.path.join(directory, name))} changed since the run trained ({key}; sha256 "
                     f"{_short(then[name][1])} recorded, {_short(now[name][1])} now)")
     return None
