@@ -400,6 +400,7 @@ def test_a_slot_is_freed_once_and_never_shared(served):
                 r = ask(y, {"type": "step", "data": {"action": a}})["data"]
                 assert_same(r["observation"], r["reward"], r["done"], want[t + 1], False)
             assert get(url, "/capacity")["active_sessions"] == 2
-            assert ask(y, {"type": "state"})["data"]["seed"] == 40 and ask(z, {"type": "state"})["data"]["seed"] == 77
+            y_state, z_state = ask(y, {"type": "state"})["data"], ask(z, {"type": "state"})["data"]
+            assert (y_state["seed"], z_state["seed"]) == (40, 77) and y_state["session_id"] != z_state["session_id"]
     wait_for_sessions(url, 0)
     assert sorted(server.free) == list(range(CAPACITY))  # every slot free, each once

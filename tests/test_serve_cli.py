@@ -44,6 +44,9 @@ def test_port_in_use_unknown_id_and_bad_set_are_one_line(capsys):
     assert "--max-sessions" in one_line(capsys)
     assert cli.main(["serve", "CartPole-v1", "--port", "0", "--window-ms", "nan"]) == 2
     assert "--window-ms" in one_line(capsys)
+    for bad in ("-1", "nan", "inf"):
+        assert cli.main(["serve", "CartPole-v1", "--port", "0", "--idle-timeout", bad]) == 2
+        assert "--idle-timeout: must be a finite number of seconds >= 0" in one_line(capsys)
 
 
 def test_help_imports_neither_jax_nor_fastapi():
@@ -56,6 +59,7 @@ def test_help_imports_neither_jax_nor_fastapi():
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert "--max-sessions" in out.stdout and "--window-ms" in out.stdout and "--slots-per-session" in out.stdout
+    assert "--idle-timeout" in out.stdout
 
 
 def test_sigterm_stops_the_server_gracefully():
@@ -66,7 +70,7 @@ def test_sigterm_stops_the_server_gracefully():
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         ready = proc.stdout.readline()  # printed once the pool has compiled
-        assert "ws://127.0.0.1:" in ready, ready + proc.stderr.read()
+        assert "ws://127.0.0.1:" in ready and "idle timeout 600 s" in ready, ready + proc.stderr.read()
         url = ready.split("(WebSocket ")[1].split(")")[0]
         client = OpenEnvClient(url)
         first = client.reset(seed=0)

@@ -3,7 +3,8 @@
 * :mod:`jaxrl.serve.pool`: the fixed-capacity slot pool and its bucketed, gathered step.
 * :mod:`jaxrl.serve.protocol`: OpenEnv's message shapes as plain dicts.
 * :mod:`jaxrl.serve.app`: the FastAPI app, the batcher and per-session fault handling.
-* :mod:`jaxrl.serve.wire`: the lean ``/ws`` protocol (RFC 6455 framing, no ASGI per message).
+* :mod:`jaxrl.serve.frames`: RFC 6455 framing as pure functions (headers, masking, fragments, close codes).
+* :mod:`jaxrl.serve.wire`: the lean ``/ws`` protocol (limits, backpressure, idle timeout; no ASGI per message).
 * :mod:`jaxrl.serve.main`: the command (``jaxrl serve ENV_ID --port 8000 ...``).
 
 Needs ``pip install 'jaxrl[serve]'`` (fastapi, uvicorn, websockets). The client that drives

@@ -10,8 +10,9 @@ meanwhile; the next batch queues while this one runs.
 Faults stay with their session: bad JSON, an unknown type, a malformed or out-of-space
 action, a step before ``reset`` or after ``close`` get an ``error`` reply on that socket
 only. A session past ``--max-sessions`` gets ``CAPACITY_REACHED`` and the socket closes.
-A disconnect frees the slot (its state is never shown again: a new session must ``reset``
-before it can ``step``). Stateless HTTP routes (OpenEnv's ``POST /reset``, ``POST /step``,
+A ``close`` message or a disconnect frees the slot, once (its state is never shown again: a
+new session must ``reset`` before it can ``step``); a WebSocket that sends nothing for
+``idle_timeout_s`` is closed and frees its slot too. Stateless HTTP routes (OpenEnv's ``POST /reset``, ``POST /step``,
 ``GET /state``) borrow a free entry for the one request.
 """
 
@@ -30,6 +31,7 @@ from jaxrl.serve.pool import MAX_SEED, ActionError, SlotPool, space_spec
 from jaxrl.serve.text import TextCodec
 
 MAX_TEXT = 100_000  # characters of a text action
+IDLE_TIMEOUT_S = 600.0  # `jaxrl serve --idle-timeout`'s default
 
 
 class Batcher:
@@ -107,15 +109,16 @@ class Session:
     def state(self, slots: int) -> dict:
         return {
             "episode_id": self.episode_id, "step_count": self.step_count, "seed": self.seed,
-            "slots": slots, "episodes_done": self.episodes_done,
+            "slots": slots, "episodes_done": self.episodes_done, "session_id": self.id,
         }
 
 
 class Server:
     """The pool, its free entries, the batcher, and the handling of one message."""
 
-    def __init__(self, pool: SlotPool, env_id: str, window_s: float, description: str = ""):
+    def __init__(self, pool: SlotPool, env_id: str, window_s: float, description: str = "", idle_timeout_s: float = IDLE_TIMEOUT_S):
         self.pool, self.env_id, self.description = pool, env_id, description
+        self.idle_timeout_s = float(idle_timeout_s)  # a WebSocket silent this long is closed (0: never)
         self.free = list(range(pool.capacity))  # a min-heap: the lowest free entry first
         self.live: set[int] = set()  # entries held now (the batcher counts them)
         self.holders: dict[int, Session] = {}  # entry -> the session holding it
@@ -365,9 +368,14 @@ def create_app(server: Server):
             await websocket.send_text(server.capacity_error())
             await websocket.close(code=1013, reason=f"no free session (--max-sessions {server.pool.capacity})")
             return
+        idle = server.idle_timeout_s or None
         try:
             while True:
-                message = await websocket.receive()
+                try:
+                    message = await asyncio.wait_for(websocket.receive(), idle)
+                except asyncio.TimeoutError:
+                    await websocket.close(code=1001, reason=f"no message for {idle:g} s (--idle-timeout)")
+                    break
                 if message["type"] == "websocket.disconnect":
                     break
                 text = message.get("text")

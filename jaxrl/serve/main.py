@@ -50,6 +50,9 @@ def check_args(args) -> None:
         raise ConfigError(f"--slots-per-session: must be >= 1, got {args.slots_per_session}")
     if not (math.isfinite(args.window_ms) and 0 <= args.window_ms <= 1000):
         raise ConfigError(f"--window-ms: must be in 0..1000, got {args.window_ms}")
+    idle = getattr(args, "idle_timeout", 0.0)
+    if not (math.isfinite(idle) and idle >= 0):
+        raise ConfigError(f"--idle-timeout: must be a finite number of seconds >= 0 (0: never), got {idle}")
     if not 0 <= args.port <= 65535:
         raise ConfigError(f"--port: must be in 0..65535, got {args.port}")
 
@@ -102,14 +105,14 @@ def main_serve(args) -> int:
 
 
 def _serve(args, sock: socket.socket, uvicorn) -> int:
-    from jaxrl.serve.app import Server, create_app
+    from jaxrl.serve.app import IDLE_TIMEOUT_S, Server, create_app
     from jaxrl.serve.pool import SlotPool
 
     env, params, description = env_from_args(args.env_id, args.set)
     pool = SlotPool(env, params, args.max_sessions, args.slots_per_session)
     pool.compile()  # every bucket's program now, not on a client's request
     gc.freeze()  # the compiled world is permanent: the collector stops walking it on every pass
-    server = Server(pool, args.env_id, args.window_ms / 1e3, description)
+    server = Server(pool, args.env_id, args.window_ms / 1e3, description, idle_timeout_s=getattr(args, "idle_timeout", IDLE_TIMEOUT_S))
     app = create_app(server)
     config = uvicorn.Config(app, log_level=args.log_level, lifespan="on", timeout_graceful_shutdown=5,
                             **ws_options(server, getattr(args, "ws_deflate", "off")))
@@ -119,7 +122,7 @@ def _serve(args, sock: socket.socket, uvicorn) -> int:
     slots = f"{args.slots_per_session} slot{'s' if args.slots_per_session > 1 else ''}"
     print(
         f"jaxrl serve: {args.env_id} on http://{shown}:{port} (WebSocket ws://{shown}:{port}/ws): "
-        f"{args.max_sessions} sessions x {slots}, batching window {args.window_ms:g} ms",
+        f"{args.max_sessions} sessions x {slots}, batching window {args.window_ms:g} ms, idle timeout {_seconds(server.idle_timeout_s)}",
         flush=True,
     )
     userver.run(sockets=[sock])
@@ -128,15 +131,20 @@ def _serve(args, sock: socket.socket, uvicorn) -> int:
     return 0
 
 
-def ws_options(server, deflate: str) -> dict:
+def _seconds(s: float) -> str:
+    return f"{s:g} s" if s else "off"
+
+
+def ws_options(server, deflate: str, limits=None) -> dict:
     """uvicorn's WebSocket options: ``deflate`` "off" serves ``/ws`` with the lean protocol of
-    :mod:`jaxrl.serve.wire` (no compression); "on" with uvicorn's own WebSocket stack and the
-    app's ASGI route, which accepts permessage-deflate."""
+    :mod:`jaxrl.serve.wire` (no compression) under ``limits`` (a :class:`~jaxrl.serve.wire.Limits`,
+    default its defaults); "on" with uvicorn's own WebSocket stack and the app's ASGI route,
+    which accepts permessage-deflate."""
     if deflate == "on":
         return {"ws_per_message_deflate": True}
     from jaxrl.serve.wire import ws_protocol
 
-    return {"ws": ws_protocol(server)}
+    return {"ws": ws_protocol(server, limits=limits)}
 
 
 def _graceful(uvicorn):
@@ -177,8 +185,8 @@ class Background:
     Leaving the block stops it as SIGTERM would (open sessions are closed).
     """
 
-    def __init__(self, server, host: str = "127.0.0.1", port: int = 0, ws_deflate: str = "off"):
-        self.server, self.host, self.port, self.ws_deflate = server, host, port, ws_deflate
+    def __init__(self, server, host: str = "127.0.0.1", port: int = 0, ws_deflate: str = "off", ws_limits=None):
+        self.server, self.host, self.port, self.ws_deflate, self.ws_limits = server, host, port, ws_deflate, ws_limits
         self.url = None
 
     def __enter__(self) -> str:
@@ -191,7 +199,7 @@ class Background:
 
         self._sock = bind(self.host, self.port)
         config = uvicorn.Config(create_app(self.server), log_level="warning", lifespan="on", timeout_graceful_shutdown=5,
-                                **ws_options(self.server, self.ws_deflate))
+                                **ws_options(self.server, self.ws_deflate, self.ws_limits))
         self._userver = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._userver.run, kwargs={"sockets": [self._sock]}, daemon=True)
         self._thread.start()
@@ -203,6 +211,12 @@ class Background:
         host, port = self._sock.getsockname()[:2]
         self.url = f"http://{host}:{port}"
         return self.url
+
+    @property
+    def connections(self) -> set:
+        """The server's open connections (uvicorn's set: HTTP ones, and a
+        :class:`~jaxrl.serve.wire.WSProtocol` per lean ``/ws`` session)."""
+        return set(self._userver.server_state.connections)
 
     def __exit__(self, *exc) -> None:
         self._userver.should_exit = True

@@ -10,7 +10,7 @@ WebSocket ``/ws``, client -> server (OpenEnv's ``WS*Message``)::
 server -> client (``WSObservationResponse`` / ``WSStateResponse`` / ``WSErrorResponse``)::
 
     {"type": "observation", "data": {"observation": OBS, "reward": r, "done": d}}
-    {"type": "state", "data": {"episode_id": "a", "step_count": 4, "seed": 3, ...}}
+    {"type": "state", "data": {"episode_id": "a", "step_count": 4, "seed": 3, "session_id": 7, ...}}
     {"type": "error", "data": {"message": "...", "code": "VALIDATION_ERROR"}}
 
 ``OBS`` is ``{"obs", "final_obs", "terminated", "truncated", "episode_return",
@@ -24,7 +24,10 @@ Error codes are OpenEnv's ``WSErrorCode`` values.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
+
+import numpy as np
 
 try:
     import orjson
@@ -34,6 +37,7 @@ except ImportError:  # optional: the standard library's json gives the same mess
 INVALID_JSON, UNKNOWN_TYPE, VALIDATION_ERROR = "INVALID_JSON", "UNKNOWN_TYPE", "VALIDATION_ERROR"
 EXECUTION_ERROR, CAPACITY_REACHED, SESSION_ERROR = "EXECUTION_ERROR", "CAPACITY_REACHED", "SESSION_ERROR"
 MESSAGE_TYPES = ("reset", "step", "state", "close")
+MAX_DEPTH = 64  # JSON nesting of one message (a step's action needs its space's rank + 3)
 
 
 def dumps(message: dict, finite: bool = False) -> str:
@@ -44,10 +48,29 @@ def dumps(message: dict, finite: bool = False) -> str:
     return json.dumps(message, separators=(",", ":"))
 
 
-def loads(data: str | bytes) -> Any:
+def json_depth(data: str | bytes) -> int:
+    """The deepest nesting of ``[``/``{`` in the JSON text ``data`` (brackets inside strings
+    not counted; a count only, whether or not ``data`` parses). Vectorised: linear in bytes."""
+    raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else bytes(data)
+    codes = np.frombuffer(_STRING.sub(b'""', raw), np.uint8)
+    return int(np.cumsum(_BRACKET[codes], dtype=np.int64).max(initial=0))
+
+
+_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)  # a JSON string, escapes included
+_BRACKET = np.zeros(256, np.int8)
+_BRACKET[[ord("["), ord("{")]], _BRACKET[[ord("]"), ord("}")]] = 1, -1
+
+
+def loads(data: str | bytes, max_depth: int = MAX_DEPTH) -> Any:
     """A client's JSON message (``orjson`` when installed; ``json`` for what orjson refuses,
     e.g. ``NaN``, so both accept the same messages; orjson reads integers beyond 64 bits as
-    floats, which every action and seed check refuses as json's ints would be)."""
+    floats, which every action and seed check refuses as json's ints would be).
+    ``ValueError`` for invalid JSON or JSON nested deeper than ``max_depth``."""
+    opening = ("[", "{") if isinstance(data, str) else (b"[", b"{")
+    if data.count(opening[0]) + data.count(opening[1]) > max_depth:  # a bound on the depth, in C
+        depth = json_depth(data)  # only a message with many brackets pays for the exact count
+        if depth > max_depth:
+            raise ValueError(f"JSON nested {depth} levels deep; at most {max_depth}")
     if orjson is not None:
         try:
             return orjson.loads(data)
@@ -119,5 +142,6 @@ STATE_SCHEMA = {
     "properties": {
         "episode_id": {"type": ["string", "null"]}, "step_count": {"type": "integer", "minimum": 0},
         "seed": {"type": ["integer", "null"]}, "slots": {"type": "integer"}, "episodes_done": {"type": "integer"},
+        "session_id": {"type": "integer", "description": "unique for the server's life"},
     },
 }
