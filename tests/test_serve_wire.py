@@ -307,9 +307,10 @@ def test_a_flood_is_held_back_and_every_session_is_answered(served):
         sender = threading.Thread(target=flood, daemon=True)
         sender.start()
         deadline = time.monotonic() + 30
-        while not (conn.reading_paused and conn.writing_paused and len(conn.inbox) == LIMITS["max_queued"]):
+        while not (conn.reading_paused and conn.writing_paused):
             assert ask(good, {"type": "step", "data": {"action": 1}})["type"] == "observation"
             assert time.monotonic() < deadline, "the flooding connection was never held back"
+        assert len(conn.inbox) <= LIMITS["max_queued"]
         assert len(conn.buffer) <= (1 << 20) + (1 << 18)  # one frame and one read at most, not the 4 MB
         assert get(url, "/health") == {"status": "healthy"}
         reader = threading.Thread(target=drain, daemon=True)
