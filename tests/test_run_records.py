@@ -251,9 +251,14 @@ def test_export_refuses_a_tokenizer_that_changed_since_training(lm_run, tmp_path
             f.write(original)
 
 
-def test_init_from_a_run_on_another_checkpoint_is_refused(lm_run):
+def test_init_from_a_run_on_another_checkpoint_is_refused(lm_run, tmp_path, capsys):
     run_dir, _ = lm_run
-    cfg = C.load_config(os.path.join(ROOT, "configs", "grpo_lm_reverse.yaml"), ["train.progress=false"])  # the repo's qwen2
+    config = os.path.join(ROOT, "configs", "grpo_lm_reverse.yaml")  # the repo's qwen2, not the run's copy
+    assert cli.main(["train", config, "--init-from", run_dir, "--out", str(tmp_path / "new")]) == 2  # before a compile
+    line = _one_line(capsys.readouterr().err)
+    assert "grpo.model.path=" in line and "the model must be the same" in line, line
+    assert not (tmp_path / "new").exists()
+    cfg = C.load_config(config, ["train.progress=false"])  # and again on the checkpoint's recorded config
     built = build(cfg)
     with pytest.raises(C.ConfigError, match=r"--init-from: .* grpo.model.path='.*base' there, grpo.model.path='tests/fixtures/lm/qwen2' here"):
         trainer.initial_from(cfg, built, None, seed_keys(0, 1), run_dir, None)

@@ -27,7 +27,7 @@ from jaxrl.run.config import ConfigError, RunConfig
 from jaxrl.run.files import CHANGES_FILE, CHECKPOINT_DIR, CONFIG_FILE
 
 __all__ = [
-    "OPERATIONAL_KEYS", "check_config_drift", "check_data_drift", "early_data_check", "first_leaf_difference", "initial_from",
+    "OPERATIONAL_KEYS", "check_config_drift", "check_data_drift", "early_data_check", "early_model_check", "first_leaf_difference", "initial_from",
     "resolve_resume", "restart_without_checkpoint",
 ]
 
@@ -164,3 +164,13 @@ def early_data_check(trained_on: dict, run_dir: str) -> None:
     except CheckpointError:
         return  # damaged: the resume falls back past it and checks the one it restores
     check_data_drift(trained_on, record, run_dir, step, accept=False, primary=False, out=None)
+
+
+def early_model_check(cfg: RunConfig, source_dir: str) -> None:
+    """:func:`initial_from`'s model check against ``source_dir``'s ``config.yaml``, before
+    anything is built or compiled (the checkpoint's recorded config is checked again later)."""
+    from jaxrl.run.evaluate import run_config
+
+    src_cfg = run_config(source_dir)
+    if why := model_mismatch(src_cfg.algo, src_cfg.algo_config, cfg.algo, cfg.algo_config):
+        raise ConfigError(f"--init-from: {source_dir!r} trained {src_cfg.algo}, this run is {cfg.algo}: {why}")

@@ -49,7 +49,7 @@ from jaxrl.run.files import (
 )
 from jaxrl.run.program import chunk_fn, make_chunk, make_layout, make_train, no_nan, prepare_chunk, trace_mesh
 from jaxrl.run.resume import (
-    OPERATIONAL_KEYS, check_config_drift, check_data_drift, early_data_check, initial_from, resolve_resume,
+    OPERATIONAL_KEYS, check_config_drift, check_data_drift, early_data_check, early_model_check, initial_from, resolve_resume,
     restart_without_checkpoint,
 )
 
@@ -207,6 +207,8 @@ def run(
     if fresh:
         check_fresh_run_dir(run_dir)
     guards.check_seed(cfg.train.seed, "train.seed")
+    if init_from is not None:
+        early_model_check(cfg, init_from)  # another checkpoint's run: refused before anything compiles
     built = build(cfg)  # (reads and checks the data files first)
     guards.check_memory(cfg, built)  # before anything is written or allocated
     trained_on = records_lib.trained_on(config_lib.config_to_dict(cfg))  # the data's and tokenizers' hashes
