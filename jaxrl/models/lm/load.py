@@ -228,18 +228,18 @@ def load_params(path: str, config: LMConfig, dtype=jnp.float32) -> dict:
         with _safe_open(file) as f:
             for name in file_names:
                 tree_path, layer, transposed = names[name]
-                kind = f.get_slice(name).get_dtype()
+                header = f.get_slice(name)   # dtype and shape checked before the tensor is read
+                kind = header.get_dtype()
                 if kind not in WEIGHT_DTYPES:
                     raise ValueError(f"{file}: tensor {name!r} has dtype {kind}, expected a floating-point weight "
                                      f"({', '.join(WEIGHT_DTYPES)})")
-                t = f.get_tensor(name)
-                t = t.T if transposed else t
                 want = shapes[tree_path][1:] if layer is not None else shapes[tree_path]
-                if t.shape != want:
-                    hf_shape = t.T.shape if transposed else t.shape
-                    raise ValueError(f"{file}: tensor {name!r} has shape {list(hf_shape)}, expected "
-                                     f"{list(want[::-1] if transposed else want)}")
-                t = t.astype(np_dtype)
+                hf_want = want[::-1] if transposed else want
+                if tuple(header.get_shape()) != tuple(hf_want):
+                    raise ValueError(f"{file}: tensor {name!r} has shape {list(header.get_shape())}, expected "
+                                     f"{list(hf_want)}")
+                t = f.get_tensor(name)
+                t = (t.T if transposed else t).astype(np_dtype)
                 if layer is None:
                     flat[tree_path] = t
                 else:
