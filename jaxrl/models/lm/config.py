@@ -35,7 +35,7 @@ _ROPE_KEYS = {
 # rope_scaling values that must be finite and > 0 where given
 _ROPE_POSITIVE = ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings",
                   "attention_factor", "beta_fast", "beta_slow")
-#: The most parameters a loaded config may imply: 5x the largest checkpoint of these
+#: The most parameters a loaded config may imply: well above the largest checkpoint of these
 #: architectures (Llama 3.1 405B); a larger count is a corrupt or hostile config.json.
 MAX_PARAMETERS = 2 * 10**12
 #: The most layers a loaded config may have (the largest supported checkpoints have 126).
