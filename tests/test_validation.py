@@ -451,6 +451,8 @@ _CONFIGS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__
     ("grpo_addition.yaml", "grpo.sampling.overlong_penalty=-1", ["grpo.sampling.overlong_penalty", ">= 0", "-1"]),
     ("grpo_addition.yaml", "env.curriculum.threshold=.nan", ["env.curriculum.threshold: must be a finite number, got nan"]),
     ("dqn_cartpole.yaml", "dqn.eval_max_steps=0", ["dqn.eval_max_steps", "positive integer", "0"]),
+    ("pqn_cartpole.yaml", "pqn.eval_max_steps=0", ["pqn.eval_max_steps", "positive integer", "0"]),
+    ("sac_pendulum.yaml", "sac.eval_max_steps=-1", ["sac.eval_max_steps", "positive integer", "-1"]),
 ])
 def test_round3_config_leftovers_are_refused_in_one_line(config, override, words):
     with pytest.raises(C.ConfigError) as exc:

@@ -69,6 +69,8 @@ class PQNConfig(AlgoConfig):
         check_mlp(self.hidden, self.activation)
         check_conv(self.network)
         check(isinstance(self.action_mask, bool), "action_mask", f"expected true or false, got {self.action_mask!r}")
+        check(self.eval_max_steps is None or (isinstance(self.eval_max_steps, int) and self.eval_max_steps > 0),
+              "eval_max_steps", f"expected null or a positive integer, got {self.eval_max_steps!r}")
 
 
 TRACED = ("lr", "max_grad_norm", "gamma", "td_lambda")

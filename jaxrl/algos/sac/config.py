@@ -67,6 +67,8 @@ class SACConfig(AlgoConfig):
         check(0.0 < self.tau <= 1.0, "tau", f"expected 0 < tau <= 1, got {self.tau}")
         check(self.init_alpha > 0.0, "init_alpha", f"expected > 0, got {self.init_alpha}")
         check_mlp(self.hidden, self.activation)
+        check(self.eval_max_steps is None or (isinstance(self.eval_max_steps, int) and self.eval_max_steps > 0),
+              "eval_max_steps", f"expected null or a positive integer, got {self.eval_max_steps!r}")
 
 
 TRACED = ("lr", "max_grad_norm", "gamma", "tau")
