@@ -340,3 +340,59 @@ def test_a_text_verifier_of_a_rule_reads_a_length_0_completion_as_empty():
     assert float(verifier(answer(32, 0), nothing)[0]) == 1.0  # "" == ""
     assert float(verifier(answer(32, 1), nothing)[0]) == 1.0  # " " normalises to "" too
     assert float(verifier(answer(65, 1), nothing)[0]) == 0.0  # "" != "A"
+
+
+# -- base checkpoints: no chat template, a plain prompt format, a broken template -------------
+
+
+def _tokenizer_dir(tmp_path, template):
+    """A copy of the shipped tokenizer whose config has ``template`` as its chat template
+    (``None``: no chat_template key, as a base checkpoint's)."""
+    import shutil
+
+    out = tmp_path / f"tok{abs(hash(str(template)))}"
+    out.mkdir()
+    shutil.copy(f"{TOKENIZER}/tokenizer.json", out / "tokenizer.json")
+    with open(f"{TOKENIZER}/tokenizer_config.json") as f:
+        config = json.load(f)
+    config.pop("chat_template")
+    if template is not None:
+        config["chat_template"] = template
+    (out / "tokenizer_config.json").write_text(json.dumps(config))
+    return str(out)
+
+
+def test_a_base_checkpoint_without_a_template_gets_the_fix_named_and_a_plain_prompt_format(tmp_path, capsys):
+    from jaxrl.run.config import ConfigError
+
+    base = _tokenizer_dir(tmp_path, None)
+    rows = write_jsonl(tmp_path / "rows.jsonl", [{"prompt": f"Is {i} larger than 5?", "answer": "yes" if i > 5 else "no"}
+                                                 for i in range(12)])
+    text = {"train": rows, "held_out_every": 4, "prompt_len": 64, "reward": {"answer": "exact", "extract": "whole"}}
+    with pytest.raises(ConfigError) as refused:
+        _env_setup(tmp_path, text, tokenizer={"path": base})
+    message = str(refused.value)
+    assert "\n" not in message and message.startswith("env.tokenizer.chat_template: ")
+    assert "has no chat_template" in message and "chat_template: false" in message
+    plain = {**text, "prompt_prefix": "Question: ", "prompt_suffix": "\nAnswer:"}
+    env = _env_setup(tmp_path, plain, tokenizer={"path": base, "chat_template": False, "system_prompt": "Reply yes or no."}).env
+    for split in ("train", "held_out"):
+        prompts, texts = env.arrays(split)["prompts"], env.prompt_texts(split)
+        for p, t in zip(prompts, texts):
+            assert env.decode(p) == t and t.startswith("Reply yes or no.\nQuestion: Is ") and t.endswith("?\nAnswer:")
+    templated = _env_setup(tmp_path, plain, tokenizer={"path": TOKENIZER, "system_prompt": "Be brief."}).env
+    first = templated.prompt_texts("train")[0]
+    assert templated.decode(templated.arrays("train")["prompts"][0]) == hand_chat(first, "Be brief.")  # inside the user turn
+
+
+@pytest.mark.parametrize("template", ["{% if %}", "{{ ().__class__.__base__.__subclasses__() }}",
+                                      "{{ raise_exception('no\\nsystem role') }}", "{{ 1 / 0 }}"])
+def test_a_broken_or_hostile_chat_template_is_one_line(tmp_path, template):
+    from jaxrl.run.config import ConfigError
+
+    with pytest.raises(ConfigError) as refused:
+        _env_setup(tmp_path, {"prompt_len": 40}, tokenizer={"path": _tokenizer_dir(tmp_path, template)})
+    message = str(refused.value)
+    assert "\n" not in message and message.startswith("env.tokenizer.chat_template: ") and "the chat template failed: " in message
+    with pytest.raises(chat.TemplateFailure, match="the chat template failed"):
+        chat.render_prompt(template, {}, "x")  # the sandbox stays: nothing runs, one line

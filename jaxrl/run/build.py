@@ -100,7 +100,8 @@ def env_setup(cfg: RunConfig) -> EnvSetup:
 #: env.text keys -> the text task option each sets (a key left at its default sets nothing).
 _TEXT_KEYS = (
     "train", "held_out", "held_out_every", "prompt_column", "answer_column", "completion_column", "answer_after", "prompt_len",
-    "completion_len", "answer_bytes", "completion_bytes", "reward", "num_train", "num_held_out", "seed",
+    "completion_len", "answer_bytes", "completion_bytes", "reward", "num_train", "num_held_out", "seed", "prompt_prefix",
+    "prompt_suffix",
 )
 #: Option names of jaxrl.text.task that are keys of env.tokenizer, for error messages.
 _TOKENIZER_OPTIONS = {"tokenizer_path": "env.tokenizer.path", "chat_template": "env.tokenizer.chat_template"}

@@ -123,13 +123,16 @@ def summarise(metrics: dict, report: EvalReport) -> dict:
     }
     headline = next(iter(report.scores))
     scores = np.asarray(metrics[headline], np.float64)
-    return {
+    summary = {
         "policies": policies,
         "metric": report.metric,
         "seeds": int(scores.shape[0]),
         "per_seed": {f"{report.metric}_mean": scores.mean(axis=-1).tolist()},
         "interval": f"95% CI of the mean {report.metric}, Student t with n-1 dof, episodes of all seeds pooled",
     }
+    if "held_out_rows" in metrics:  # a text task's held-out rows, each scored once per seed
+        summary["held_out_rows"] = {"scored": int(scores.shape[-1]), "of": int(np.asarray(metrics["held_out_rows"]).ravel()[0])}
+    return summary
 
 
 def format_summary(summary: dict) -> str:
@@ -141,6 +144,11 @@ def format_summary(summary: dict) -> str:
             f"eval {label:<20} {s['mean']:.3f} +- {s['std']:.3f} (std) "
             f"95% CI [{s['ci95_low']:.3f}, {s['ci95_high']:.3f}] over {s['episodes']} episodes"
         )
+    rows = summary.get("held_out_rows")
+    if rows:
+        cap = "" if rows["scored"] == rows["of"] else f" (the first {rows['scored']}: eval_episodes caps it)"
+        seeds = f" per seed ({summary['seeds']} seeds)" if summary.get("seeds", 1) > 1 else ""
+        lines.append(f"eval held-out rows: {rows['scored']} of {rows['of']} scored, each once{seeds}{cap}")
     return "\n".join(lines)
 
 

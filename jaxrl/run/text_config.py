@@ -36,6 +36,8 @@ class TextConfig:
     completion_bytes: int = 0  # completion bytes the rubric reads (0: completion_len x the longest token)
     reward: dict = dataclasses.field(default_factory=dict)  # the rubric: {answer, extract, tag, format_weight, ...}
     system_prompt: str | None = None  # a system message (null: env.tokenizer.system_prompt)
+    prompt_prefix: str = ""  # text before each prompt (a base checkpoint's format, e.g. "Question: "; inside the user turn with a chat template)
+    prompt_suffix: str = ""  # text after each prompt (e.g. "\nAnswer:")
     num_train: int = 0  # procedural tasks: training prompts generated (task default 4096)
     num_held_out: int = 0  # procedural tasks: held-out prompts generated (task default 512)
     seed: int | None = None  # procedural tasks: the generator's seed (task default 0)

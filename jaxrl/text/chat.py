@@ -8,6 +8,8 @@ assistant's turn opened (``add_generation_prompt=True``): the text a model conti
 * :func:`render_prompt`: the whole text of one prompt, ``[system?, user]``.
 * :func:`render_chat_affixes`: the text before and after the user message, for tasks that
   splice token ids between them (:mod:`jaxrl.run.tokenized`).
+* :func:`plain_prompt`: a prompt without any template (base checkpoints): the system prompt,
+  then the user text between a prefix and a suffix.
 * :func:`chat_template` / :func:`special_strings`: what a loaded tokenizer gives the two.
 """
 
@@ -44,9 +46,32 @@ def _messages(user_text: str, system_prompt: str) -> list[dict]:
 def render_prompt(template: str, specials: dict, user_text: str, system_prompt: str = "") -> str:
     """The text of the chat ``[system (if system_prompt), user]`` rendered by ``template``
     with the assistant's turn opened; ``specials`` are the template's named tokens
-    (``{"eos_token": "<|im_end|>", ...}``)."""
-    return _compiled(template).render(
-        messages=_messages(user_text, system_prompt), add_generation_prompt=True, **specials)
+    (``{"eos_token": "<|im_end|>", ...}``). A template that does not compile or fails while
+    rendering (a syntax error, ``raise_exception``, what the sandbox refuses, any error of
+    its own) raises :class:`TemplateFailure`, one line."""
+    try:
+        return _compiled(template).render(
+            messages=_messages(user_text, system_prompt), add_generation_prompt=True, **specials)
+    except RecursionError:
+        raise TemplateFailure("the chat template failed: it recursed too deeply") from None
+    except Exception as exc:  # noqa: BLE001  the template is the checkpoint's code: any failure is its
+        raise TemplateFailure(f"the chat template failed: {_one_line(exc)}") from None
+
+
+class TemplateFailure(ValueError):
+    """A chat template that does not compile or render (the message is one line)."""
+
+
+def _one_line(exc: BaseException, limit: int = 200) -> str:
+    text = " ".join(str(exc).split())
+    text = text if len(text) <= limit else text[: limit - 3] + "..."
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def plain_prompt(user_text: str, system_prompt: str = "", prefix: str = "", suffix: str = "") -> str:
+    """A prompt without a chat template: ``system_prompt`` and a newline (when given), then
+    ``prefix + user_text + suffix`` (e.g. ``"Question: "`` and ``"\\nAnswer:"``)."""
+    return (f"{system_prompt}\n" if system_prompt else "") + prefix + user_text + suffix
 
 
 def render_chat_affixes(template: str, special: dict, system_prompt: str = "") -> tuple[str, str]:
@@ -66,7 +91,8 @@ def chat_template(tok: Any, source: str = "the tokenizer") -> str:
     if isinstance(template, list):  # several named templates: the default one
         template = next((t.get("template") for t in template if t.get("name") == "default"), None)
     if not isinstance(template, str):
-        raise ValueError(f"{source}: the tokenizer has no chat_template")
+        raise ValueError(f"{source}: the tokenizer has no chat_template (a base checkpoint: prompts without a template "
+                         "need chat_template: false; a system prompt and a prompt prefix / suffix still apply)")
     return template
 
 
@@ -75,4 +101,4 @@ def special_strings(tok: Any) -> dict[str, str]:
     return {k: tok.special_tokens.get(k) or "" for k in SPECIAL_NAMES}
 
 
-__all__ = ["chat_template", "render_chat_affixes", "render_prompt", "special_strings"]
+__all__ = ["TemplateFailure", "chat_template", "plain_prompt", "render_chat_affixes", "render_prompt", "special_strings"]

@@ -6,7 +6,9 @@ hashable and the tables become constants of the program, like
 :class:`jaxrl.adapters.tokenized.TokenizedTask`'s):
 
 * ``reset`` draws a row uniformly from the training table, or from the held-out table when
-  ``params.held_out``; ``obs`` = the left-padded prompt then the completion so far
+  ``params.held_out``; given an int32 row index (``[]``) instead of a key it starts at that
+  row (modulo the table's rows), which is how evaluation scores every held-out row once
+  (:func:`evaluation_starts`); ``obs`` = the left-padded prompt then the completion so far
   (``int32[prompt_len + max_completion_len]``, the pad id in unwritten slots);
 * ``step`` writes one token (ids clipped into ``[0, vocab_size)``); the episode terminates
   at the tokenizer's eos and is truncated after ``max_completion_len`` tokens. The reward is
@@ -91,7 +93,9 @@ class TextTask(TokenTask):
     texts: tuple = dataclasses.field(default=((), ()), compare=False, hash=False, repr=False)  # prompt texts per split
     detokenize: Callable[[list[int]], str] = dataclasses.field(default=str, compare=False, hash=False, repr=False)
     chat_template: bool = True  # prompts are rendered with the tokenizer's chat template
-    system_prompt: str = ""  # ... after this system message
+    system_prompt: str = ""  # ... after this system message (without a template: on the line before the prompt)
+    prompt_prefix: str = ""  # text before each row's prompt (inside the user message with a template)
+    prompt_suffix: str = ""  # text after it
 
     invalid_action_rule = "token ids are clipped into [0, vocab_size)"
     eval_scores = (("correct", "correct answers"),)
@@ -167,16 +171,18 @@ class TextTask(TokenTask):
         lengths as this task's prompts. Bad rows are counted and printed, never truncated;
         ``ValueError`` when none is usable."""
         rows = [dict(r, **{columns.answer: ""}) if isinstance(r, dict) else r for r in data.read_rows(path)]
+        rows, system = framed(rows, columns.prompt, self.chat_template, self.system_prompt, self.prompt_prefix, self.prompt_suffix)
         enc = data.encode_rows(
             rows, _tokenizer(self.tokenizer_path), prompt_len=self.prompt_length, answer_bytes=self.answer_width,
-            completion_len=self.completion_length, chat_template=self.chat_template, system_prompt=self.system_prompt,
+            completion_len=self.completion_length, chat_template=self.chat_template, system_prompt=system,
             columns=columns, source=path,
         )
         print(f"{self.name}: demonstrations {enc.report.summary()}")
         return enc.prompts.astype(np.int32), enc.completions.astype(np.int32)
 
     def prompt_texts(self, split: str = "train") -> tuple[str, ...]:
-        """The user text of every row of a split (before the chat template), host-side."""
+        """The user text of every row of a split (before the chat template, the prompt
+        prefix and suffix included; without a template the whole prompt), host-side."""
         return self.texts[0] if split == "train" or self.held is self.train else self.texts[1]
 
     def summary(self) -> str:
@@ -185,8 +191,16 @@ class TextTask(TokenTask):
         second = held.summary() if self.held is not self.train else "no held-out rows: evaluation draws from the training rows"
         return f"{self.name}: {train.summary()}\n{self.name}: {second}"
 
+    def rows(self, params) -> int:
+        """Rows of the table ``params`` selects (the held-out one for :meth:`held_out_params`);
+        host-side, ``params`` concrete."""
+        return self.held.count if bool(np.asarray(params.held_out)) else self.train.count
+
     def _draw(self, key: Array, s: TextSplit) -> Task:
-        i = jax.random.randint(key, (), 0, s.count)
+        if is_row_index(key):
+            i = jnp.asarray(key, jnp.int32) % s.count
+        else:
+            i = jax.random.randint(key, (), 0, s.count)
         prompts = np.frombuffer(s.prompts, np.int32).reshape(s.count, self.prompt_length)
         answers = np.frombuffer(s.answers, np.int32).reshape(s.count, self.answer_width)
         return Task(jnp.asarray(prompts)[i], jnp.asarray(answers)[i], jnp.asarray(np.frombuffer(s.answer_lens, np.int32))[i])
@@ -202,6 +216,8 @@ class TextTask(TokenTask):
         return {k: jnp.zeros((), jnp.float32) for k in metrics}
 
     def reset(self, key, params):
+        """A new episode: a row drawn with ``key``, or row ``key`` of the split when ``key`` is
+        an int32 row index ``[]`` (module docstring)."""
         train, held = self._draw(key, self.train), self._draw(key, self.held)
         task = jax.tree_util.tree_map(lambda h, t: jnp.where(params.held_out, h, t), held, train)
         completion = jnp.full((self.completion_length,), self.pad, jnp.int32)
@@ -250,6 +266,39 @@ class TextTask(TokenTask):
         return self.detokenize([int(t) for t in np.asarray(tokens).reshape(-1) if int(t) != self.pad])
 
 
+def is_row_index(key) -> bool:
+    """``key`` is a row index (a signed integer scalar), not a PRNG key (uint32 ``[2]`` or a
+    typed key): decided from its dtype and shape, at trace time."""
+    dtype = jnp.result_type(key) if not hasattr(key, "dtype") else key.dtype
+    return jnp.issubdtype(dtype, jnp.signedinteger) and jnp.ndim(key) == 0
+
+
+#: ``held_out`` modes of :func:`evaluation_starts` (``grpo.eval_held_out``, ``sft.eval_held_out``).
+EVAL_HELD_OUT = ("all", "sample")
+
+
+def evaluation_starts(env, params, episodes: int, key: Array, held_out: str = "all") -> Array:
+    """What an evaluation vmaps ``reset`` / ``start`` over, one entry per episode.
+
+    ``held_out == "all"`` and ``env`` a :class:`TextTask` (a table of rows): int32
+    ``[min(episodes, rows)]`` row indices ``0, 1, ...`` of the split ``params`` selects, so each
+    row is scored exactly once (``episodes`` caps it at the first rows; no padding, the shape
+    is static); the same figure for the same weights whatever ``key``. Otherwise
+    (``"sample"``, or a task that generates its prompts): ``episodes`` keys split from ``key``,
+    each episode's row drawn with replacement.
+    """
+    if held_out not in EVAL_HELD_OUT:
+        raise ValueError(f"eval_held_out: expected one of {EVAL_HELD_OUT}, got {held_out!r}")
+    if held_out == "all" and isinstance(env, TextTask):
+        return jnp.arange(min(int(episodes), env.rows(params)), dtype=jnp.int32)
+    return jax.random.split(key, episodes)
+
+
+def evaluation_rows(env, params, held_out: str = "all") -> int:
+    """Rows of the evaluated split when :func:`evaluation_starts` enumerates them, else 0."""
+    return env.rows(params) if held_out == "all" and isinstance(env, TextTask) else 0
+
+
 # ---------------------------------------------------------------------------------------
 # Building
 # ---------------------------------------------------------------------------------------
@@ -260,6 +309,39 @@ def _tokenizer(path: str):
     from jaxrl.models.lm import load_tokenizer
 
     return load_tokenizer(path)
+
+
+def framed(rows: Sequence[Any], column: str, chat_template: bool, system_prompt: str, prefix: str, suffix: str
+           ) -> tuple[list, str]:
+    """``(rows, system prompt for the template)``: each row's prompt between ``prefix`` and
+    ``suffix``; without a chat template also after the system prompt and a newline
+    (:func:`jaxrl.text.chat.plain_prompt`), the template then getting none. Rows that are not
+    objects with a string prompt are left as they are (``encode_rows`` counts them as bad)."""
+    from jaxrl.text import chat
+
+    system = "" if chat_template else system_prompt
+    if not (prefix or suffix or system):
+        return list(rows), system_prompt
+
+    def frame(row):
+        if not (isinstance(row, dict) and isinstance(row.get(column), str)):
+            return row
+        return {**row, column: chat.plain_prompt(row[column], system, prefix, suffix)}
+
+    return [frame(r) for r in rows], system_prompt if chat_template else ""
+
+
+def _check_template(tok, chat_template: bool, source: str) -> None:
+    """A tokenizer without a chat template, or with one that does not render, refused now,
+    naming the option that avoids it."""
+    if not chat_template:
+        return
+    from jaxrl.text import chat
+
+    try:
+        chat.render_prompt(chat.chat_template(tok, source), chat.special_strings(tok), "x")
+    except ValueError as exc:
+        raise ValueError(f"chat_template: {exc}") from None
 
 
 def _positive(options: dict, *names: str) -> None:
@@ -281,6 +363,8 @@ def text_task(
     reward: dict,
     chat_template: bool = True,
     system_prompt: str = "",
+    prompt_prefix: str = "",
+    prompt_suffix: str = "",
     columns: data.Columns = data.Columns(),
     completions: bool = True,
     completion_bytes: int = 0,
@@ -291,16 +375,21 @@ def text_task(
     ``held_rows`` empty: evaluation draws from the training rows (``summary`` says so).
     ``completions``: encode the rows' reference completions (for ``demonstrations``).
     ``completion_bytes``: bytes of a completion the rubric reads (0: all it can hold).
-    ``ValueError`` names the option at fault (``prompt_len: ...``, ``reward: ...``).
+    ``prompt_prefix`` / ``prompt_suffix`` frame each row's prompt; ``chat_template`` false
+    (a base checkpoint) puts the system prompt, if any, on the line before it (:func:`framed`).
+    ``ValueError`` names the option at fault (``prompt_len: ...``, ``reward: ...``,
+    ``chat_template: ...`` for a tokenizer without a template or one that fails).
     """
     options = {"prompt_len": prompt_len, "completion_len": completion_len, "answer_bytes": answer_bytes}
     _positive(options, *options)
-    if system_prompt and not chat_template:
-        raise ValueError("system_prompt: needs chat_template: true")
+    for option, value in (("system_prompt", system_prompt), ("prompt_prefix", prompt_prefix), ("prompt_suffix", prompt_suffix)):
+        if not isinstance(value, str):
+            raise ValueError(f"{option}: expected a string, got {value!r}")
     try:
         tok = _tokenizer(str(tokenizer_path))
     except (OSError, ValueError) as exc:
         raise ValueError(f"tokenizer_path: {exc}") from None
+    _check_template(tok, chat_template, str(tokenizer_path))
     pad_id, eos_id = data.special_ids(tok, str(tokenizer_path))
     vocab = data.model_vocab_size(tokenizer_path, tok)
     table = ByteTable.from_tokenizer(tok, vocab, eos_id)
@@ -314,10 +403,13 @@ def text_task(
         jax.eval_shape(lambda t, c: verifier(t, c), shapes, jax.ShapeDtypeStruct((completion_len,), jnp.int32))
     except (TypeError, ValueError, KeyError) as exc:
         raise ValueError(f"reward: {exc}") from None
+    frame = functools.partial(framed, column=columns.prompt, chat_template=chat_template, system_prompt=system_prompt,
+                              prefix=prompt_prefix, suffix=prompt_suffix)
+    (train_rows, system), (held_rows, _) = frame(train_rows), frame(held_rows)
     encode = functools.partial(
         data.encode_rows, tokenizer=tok, prompt_len=prompt_len, answer_bytes=answer_bytes,
         completion_len=completion_len if completions else None, chat_template=chat_template,
-        system_prompt=system_prompt, columns=columns,
+        system_prompt=system, columns=columns,
     )
     train = encode(train_rows, source=sources[0])
     held = encode(held_rows, source=sources[1], allow_empty=True)
@@ -327,14 +419,14 @@ def text_task(
         name, int(vocab), int(prompt_len), int(completion_len), int(answer_bytes), pad_id, table,
         train_split, held_split, json.dumps(reward, sort_keys=True), int(completion_bytes), str(tokenizer_path),
         (train.report, held.report), (train.texts, held.texts), functools.partial(tok.decode, skip_special_tokens=False),
-        bool(chat_template), str(system_prompt),
+        bool(chat_template), str(system_prompt), str(prompt_prefix), str(prompt_suffix),
     )
 
 
 #: Options every text task takes (``env.text`` keys), and the procedural / file ones.
 COMMON_OPTIONS = (
-    "tokenizer_path", "chat_template", "system_prompt", "prompt_len", "completion_len", "answer_bytes", "reward",
-    "held_out_every", "completion_bytes",
+    "tokenizer_path", "chat_template", "system_prompt", "prompt_prefix", "prompt_suffix", "prompt_len", "completion_len",
+    "answer_bytes", "reward", "held_out_every", "completion_bytes",
 )
 PROCEDURAL_OPTIONS = COMMON_OPTIONS + ("num_train", "num_held_out", "seed")
 FILE_OPTIONS = COMMON_OPTIONS + ("train", "held_out", "prompt_column", "answer_column", "completion_column", "answer_after")
@@ -347,8 +439,8 @@ def _check_options(name: str, options: dict, known: tuple[str, ...]) -> None:
 
 
 def _common(options: dict) -> dict:
-    keys = ("tokenizer_path", "chat_template", "system_prompt", "prompt_len", "completion_len", "answer_bytes",
-            "reward", "completion_bytes")
+    keys = ("tokenizer_path", "chat_template", "system_prompt", "prompt_prefix", "prompt_suffix", "prompt_len",
+            "completion_len", "answer_bytes", "reward", "completion_bytes")
     return {k: options[k] for k in keys if k in options}
 
 
@@ -414,6 +506,6 @@ def _read(path: str, option: str) -> list:
 
 
 __all__ = [
-    "FILE_OPTIONS", "PROCEDURAL_OPTIONS", "TextSplit", "TextState", "TextTask", "TextTaskParams", "file_task",
-    "procedural_task", "text_task",
+    "EVAL_HELD_OUT", "FILE_OPTIONS", "PROCEDURAL_OPTIONS", "TextSplit", "TextState", "TextTask", "TextTaskParams",
+    "evaluation_rows", "evaluation_starts", "file_task", "is_row_index", "procedural_task", "text_task",
 ]

@@ -65,6 +65,7 @@ class SFTConfig(AlgoConfig):
     micro_batches: int = 1  # gradient accumulation: slices of a batch run one at a time; must divide it
     data: str = ""  # "": the task's demonstrations (its reference solver); else a JSONL with prompt/completion
     eval_episodes: int = 64  # held-out prompts answered greedily and scored by the task's verifier
+    eval_held_out: str = "all"  # "all" scores every held-out row once (the first eval_episodes of them when there are more); "sample" draws eval_episodes rows with replacement
     model: ModelConfig = dataclasses.field(default_factory=ModelConfig)
     optim: SFTOptim = dataclasses.field(default_factory=SFTOptim)
 
@@ -76,6 +77,7 @@ def validate(cfg: SFTConfig) -> None:
     """Reject impossible configs with ``ValueError("<key>: <message>")``."""
     for name in ("batch_size", "num_updates", "micro_batches", "eval_episodes"):
         check(getattr(cfg, name) >= 1, name, f"must be >= 1, got {getattr(cfg, name)}")
+    check(cfg.eval_held_out in ("all", "sample"), "eval_held_out", f"expected all or sample, got {cfg.eval_held_out!r}")
     check(cfg.batch_size % cfg.micro_batches == 0, "micro_batches",
           f"{cfg.micro_batches} does not divide batch_size = {cfg.batch_size}")
     m, o = cfg.model, cfg.optim

@@ -21,6 +21,7 @@ from jaxrl.algos.common import lm as common_lm
 from jaxrl.algos.common.train import COMPILER_OPTIONS
 from jaxrl.algos.sft.update import Setup, SFTState, model_params
 from jaxrl.core.prng import first_argmax, gumbel_max
+from jaxrl.text.task import evaluation_rows, evaluation_starts
 
 Array = jax.Array
 
@@ -37,7 +38,9 @@ class Completions:
 
 
 def complete(setup: Setup, params, reset_keys: Array, key: Array, greedy: bool) -> Completions:
-    """One completion per reset key on the held-out params, greedy or sampled at temperature 1."""
+    """One completion per entry of ``reset_keys`` (keys, or a text task's row indices:
+    :func:`jaxrl.text.task.evaluation_starts`) on the held-out params, greedy or sampled at
+    temperature 1."""
     task, model = setup.env, setup.model
     base, adapters = common_lm.split(model, params)
     n, lp, tt = reset_keys.shape[0], task.prompt_len, task.max_turn_tokens
@@ -68,18 +71,23 @@ def _ci95(x: Array) -> Array:
 
 
 def eval_completions(setup: Setup, params, key: Array) -> Completions:
-    """Greedy completions of ``eval_episodes`` held-out prompts (GRPO's key use)."""
+    """Greedy completions of the held-out prompts: each held-out row once, at most
+    ``eval_episodes`` of them, or ``eval_episodes`` drawn ones (``eval_held_out: sample``):
+    :func:`jaxrl.text.task.evaluation_starts` (GRPO's key use)."""
     k_reset, k_roll = jax.random.split(key)
-    return complete(setup, params, jax.random.split(k_reset, setup.cfg.eval_episodes), k_roll, greedy=True)
+    starts = evaluation_starts(setup.env, setup.eval_params, setup.cfg.eval_episodes, k_reset, setup.cfg.eval_held_out)
+    return complete(setup, params, starts, k_roll, greedy=True)
 
 
 def evaluate(setup: Setup, state: SFTState, key: Array) -> dict:
     """``episode_returns`` float32 ``[E]`` (the verifier's reward of each greedy completion),
     ``episode_returns_exact_match`` when the task reports ``exact_match``,
     ``episode_returns_<key>`` for the task's ``eval_scores``, and scalar means with
-    ``_ci95`` half-widths (the keys of GRPO's evaluation of a token task)."""
+    ``_ci95`` half-widths, and ``held_out_rows`` when every row is scored once (the keys of
+    GRPO's evaluation of a token task)."""
     ro = eval_completions(setup, model_params(state), key)
-    out = {"episode_returns": ro.returns, "return_mean": jnp.mean(ro.returns), "return_ci95": _ci95(ro.returns),
+    rows = evaluation_rows(setup.env, setup.eval_params, setup.cfg.eval_held_out)
+    out = {**({"held_out_rows": jnp.int32(rows)} if rows else {}), "episode_returns": ro.returns, "return_mean": jnp.mean(ro.returns), "return_ci95": _ci95(ro.returns),
            "length_mean": jnp.mean(ro.length.astype(jnp.float32))}
     for name, value in ro.final_info.items():
         out[name] = jnp.mean(value)
@@ -101,7 +109,7 @@ def samples(setup: Setup, state: SFTState, key: Array, num: int = 5) -> list[str
 
 def _sampled(setup: Setup, n: int, r: int, params, key: Array) -> tuple[Completions, Completions]:
     k_reset, k_roll, k_greedy = jax.random.split(key, 3)
-    prompts = jax.random.split(k_reset, n)
+    prompts = evaluation_starts(setup.env, setup.eval_params, n, k_reset, setup.cfg.eval_held_out)
     return (complete(setup, params, jnp.repeat(prompts, r, axis=0), k_roll, greedy=False),
             complete(setup, params, prompts, k_greedy, greedy=True))
 
@@ -112,6 +120,7 @@ def sampled_rollouts(setup: Setup, state: SFTState, key: Array, n: int, r: int, 
     the first sample of the first ``shown`` prompts as text."""
     run = jax.jit(functools.partial(_sampled, setup, n, r), compiler_options=COMPILER_OPTIONS)
     sampled, greedy = jax.device_get(run(model_params(state), key))
+    n = greedy.returns.shape[0]  # at most the held-out rows
     out = {"rewards": np.asarray(sampled.returns).reshape(n, r), "greedy": np.asarray(greedy.returns)}
     if "exact_match" in sampled.final_info:
         out["correct"] = np.asarray(sampled.final_info["exact_match"]).reshape(n, r) > 0.5
