@@ -307,3 +307,17 @@ def test_token_credit_is_rejected_with_gspo_and_a_bad_discount():
         grpo.config.validate(grpo.GRPOConfig(loss=grpo.config.LossConfig(type="gspo", token_credit=True)))
     with pytest.raises(ValueError, match="credit_discount"):
         grpo.config.validate(grpo.GRPOConfig(loss=grpo.config.LossConfig(token_credit=True, credit_discount=1.5)))
+
+
+def test_frac_reward_zero_std_counts_equal_rewards_within_float32_rounding():
+    """Eight rewards of 0.1 have a float32 std of ~8e-9, not 0: the group still counts as all
+    alike (as TRL's isclose does), a group with a real spread does not; reward_std_batch is the
+    std of the whole batch's rewards beside the mean within-group reward_std."""
+    rewards = jnp.asarray([[0.1] * 8, [0.0, 1.0] * 4], jnp.float32)
+    assert float(jnp.std(rewards[0], ddof=1)) > 0  # the float32 rounding the tolerance is for
+    ro = grpo.rollout.Rollout(*(jnp.zeros((16, 2)),) * 6, returns=rewards.reshape(-1), length=jnp.ones(16, jnp.int32),
+                              truncated=jnp.zeros(16, bool), final_info={})
+    m = grpo.update._reward_metrics(ro, rewards.reshape(-1), rewards, jnp.ones((16, 2), bool))
+    assert float(m["frac_reward_zero_std"]) == 0.5
+    np.testing.assert_allclose(float(m["reward_std_batch"]), float(np.std(np.asarray(rewards), ddof=1)), rtol=1e-6)
+    np.testing.assert_allclose(float(m["reward_std"]), float(np.std([0.0, 1.0] * 4, ddof=1)) / 2, rtol=1e-5)

@@ -145,6 +145,84 @@ def test_rollout_logp_equals_the_loss_pass_with_env_replies(dialogues):
     assert int(np.max(np.asarray(dialogues["ro"].turns))) == dialogues["task"].max_turns > 1
 
 
+def _max_diff(a, b) -> float:
+    return max(float(jnp.max(jnp.abs(x - y))) for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)))
+
+
+@pytest.mark.parametrize("case", ["lora_single_turn", "full_dialogue"])
+def test_the_shared_prefix_loss_pass_equals_the_unshared_one(lora, dialogues, case):
+    """Each group's prompt computed once (``token_logp_shared``) gives the log-probs,
+    entropies, loss and gradients of the pass over every whole row, LoRA and full weights,
+    single turns and dialogues with env replies inside the completion (float32 rounding)."""
+    if case == "lora_single_turn":
+        setup, state = lora["setup"], lora["state"]
+        ro, batch, _ = lora["collected"]
+    else:  # full fine-tuning on the dialogues (3 groups of 2)
+        setup = _setup(dialogues["task"], dialogues["task"].default_params, _cfg(loss="grpo", rank=0))._replace(
+            cfg=_cfg(loss="grpo", rank=0).__class__(**{**_cfg(loss="grpo", rank=0).__dict__, "num_prompts": 3, "group_size": 2}))
+        state = grpo.update.init(setup, jax.random.PRNGKey(0))
+        ro = dialogues["ro"]
+        batch = grpo.update.Batch(ro.obs, ro.actions, ro.logp, jnp.zeros_like(ro.logp), ro.mask,
+                                  jnp.where(jnp.arange(6) % 2 == 0, 1.0, -1.0))
+    g = setup.cfg.group_size
+    assert grpo.update.shared_prefix_group(setup.policy, setup.cfg) == g
+    pp = grpo.update.acting_params(state)
+
+    @jax.jit
+    def both(batch):  # one program for both passes (one compile)
+        t = jnp.float32(1.0)
+        grads = [grpo.update._micro_grads(setup._replace(prefix_group=k), state.hyper, state.frozen, state.params, batch)
+                 for k in (1, g)]
+        return (setup.policy.token_logp(pp, ro.obs, ro.actions, t),
+                setup.policy.token_logp_shared(pp, ro.obs, ro.actions, t, g), *grads)
+
+    full, shared, ((loss1, _), grads1), ((loss_g, _), grads_g) = both(batch)
+    np.testing.assert_allclose(np.asarray(shared[0]), np.asarray(full[0]), atol=2e-5)
+    np.testing.assert_allclose(np.asarray(shared[1]), np.asarray(full[1]), atol=2e-5)
+    scale = max(float(jnp.max(jnp.abs(x))) for x in jax.tree_util.tree_leaves(grads1))
+    assert scale > 0 and abs(float(loss1) - float(loss_g)) < 1e-5
+    assert _max_diff(grads1, grads_g) < 1e-5 * max(1.0, scale)
+
+
+def test_shared_prefix_needs_whole_groups_per_micro_batch(lora):
+    """Minibatches shuffle whole groups; a split that would cut a group falls back to the unshared pass."""
+    policy = lora["setup"].policy
+    assert grpo.update.shared_prefix_group(policy, _cfg(micro=2)) == 4  # 2 prompts, 2 micro-batches of 1 group
+    assert grpo.update.shared_prefix_group(policy, _cfg(micro=4)) == 1  # 2 rows per micro-batch: half a group
+    assert grpo.update.shared_prefix_group(policy._replace(token_logp_shared=None), _cfg()) == 1
+
+
+def _eager_to_stop(policy, end_of_turn: int, bias: float):
+    """``policy`` whose logits favour ending the turn: rows stop at different steps."""
+    def extend(params, cache, tokens, pos):
+        cache, logits = policy.extend(params, cache, tokens, pos)
+        return cache, logits.at[..., end_of_turn].add(bias)
+    return policy._replace(extend=extend)
+
+
+@pytest.mark.parametrize("env_id", ["text/Reverse-v0", "text/AlphabetSortTurns-v0"])
+def test_decoding_stops_when_every_row_has_stopped_with_the_same_samples(lora, dialogues, env_id):
+    """The decode loop that ends once every row has ended its turn samples the dialogues of
+    the loop that runs every step, key for key (later turns and env draws included)."""
+    task = lora["task"] if env_id == "text/Reverse-v0" else dialogues["task"]
+    params = task.default_params if env_id != "text/Reverse-v0" else lora["params"]
+    policy = _eager_to_stop(lora["setup"].policy, task.end_of_turn, 4.0)
+    pp = grpo.update.acting_params(lora["state"])
+    keys = jnp.repeat(jax.random.split(jax.random.PRNGKey(1), 4), 2, axis=0)
+    fixed, ragged = jax.jit(lambda pp: [grpo.rollout.dialogue_rollout(  # one program, one compile
+        policy, task, params, pp, keys, jax.random.PRNGKey(2), jnp.float32(1.0), stop_early=stop) for stop in (False, True)])(pp)
+    mask = np.asarray(fixed.mask)
+    lengths = np.asarray(fixed.length)
+    assert lengths.min() < task.max_turn_tokens * task.max_turns  # some rows did stop early
+    np.testing.assert_array_equal(np.asarray(ragged.obs), np.asarray(fixed.obs))
+    np.testing.assert_array_equal(np.asarray(ragged.mask), mask)
+    np.testing.assert_array_equal(np.asarray(ragged.logp)[mask], np.asarray(fixed.logp)[mask])
+    np.testing.assert_array_equal(np.asarray(ragged.returns), np.asarray(fixed.returns))
+    np.testing.assert_array_equal(np.asarray(ragged.length), lengths)
+    if task.max_turns > 1:
+        assert int(np.max(np.asarray(fixed.turns))) > 1
+
+
 def test_every_loss_variant_on_a_loaded_models_dialogue_batch(dialogues):
     """The six losses on the log-probs of a loaded model's dialogues: finite, with a
     gradient, none of it from env reply slots or a turn's unused slots."""
@@ -207,21 +285,29 @@ def test_the_lm_recipe_builds_through_the_config_machinery():
         trainer.build(config_lib.load_config(os.path.join(ROOT, "configs", "grpo_lm_reverse.yaml"), ["env.tokenizer.path=/nonexistent"]))
     with pytest.raises(config_lib.ConfigError, match="vocabulary"):  # the task still in its own ids
         trainer.build(config_lib.load_config(os.path.join(ROOT, "configs", "grpo_lm_reverse.yaml"), ["env.tokenizer=null"]))
+    forced = trainer.build(config_lib.load_config(os.path.join(ROOT, "configs", "grpo_lm_reverse.yaml"),
+                                                  ["grpo.model.remat=true", "grpo.model.head_chunk=4"]))
+    assert forced.program.lm.notes == ("loss pass: remat on, LM head in chunks of 4 positions (as configured)",)
+    for bad in ("grpo.model.remat=sometimes", "grpo.model.head_chunk=-1"):
+        with pytest.raises(config_lib.ConfigError, match=bad.split("=")[0].removeprefix("grpo.")):
+            config_lib.load_config(os.path.join(ROOT, "configs", "grpo_lm_reverse.yaml"), [bad])
 
 
 class _Kill(BaseException):
     """A crash nothing in the trainer handles (kill -9)."""
 
 
-def test_jaxrl_train_with_lora_resumes_bit_for_bit_after_a_kill(tmp_path):
+def test_jaxrl_train_with_lora_resumes_bit_for_bit_after_a_kill(tmp_path, capsys):
     """The LM recipe through the run machinery (jaxrl train): killed at its second checkpoint
-    and resumed, it ends bit for bit where the uninterrupted run ends."""
+    and resumed, it ends bit for bit where the uninterrupted run ends. The run's log says how
+    the loss pass runs (a tiny model fits: no remat, the head whole)."""
     from jaxrl.run import trainer
 
     overrides = ["grpo.num_updates=3", "train.updates_per_chunk=1", "train.checkpoint_every=1", "train.progress=false",
                  "grpo.num_prompts=2"]
     cfg = config_lib.load_config(os.path.join(ROOT, "configs", "grpo_lm_reverse.yaml"), overrides)
     straight = trainer.run(cfg, run_dir=str(tmp_path / "straight"), evaluate=False)
+    assert "jaxrl: loss pass: remat off, LM head whole (estimate " in capsys.readouterr().out
     real_save, calls = Checkpoints.save, []
 
     def crashing_save(self, step, state):

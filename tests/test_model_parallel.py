@@ -207,6 +207,27 @@ def test_check_fits_refuses_with_the_numbers():
     assert "more than the 1.00 GiB of host memory available" in line and "\n" not in line
 
 
+def test_the_loss_pass_plan_pays_for_remat_and_chunks_only_when_the_pass_does_not_fit():
+    """Remat off and the head whole when that fits half the device; chunks next; remat last;
+    overrides kept; the estimate grows without remat (every layer's activations kept)."""
+    from jaxrl.models.lm.memory import plan_loss_pass
+
+    def est(remat, chunk):
+        return estimate_memory(QWEN05, batch=16, seq_len=384, param_dtype_bytes=2, full_finetune=False, lora_rank=16,
+                               vocab_chunk=16 * (chunk or 384), remat=remat)
+
+    plain, chunked, remat = est(False, 0), est(False, 64), est(True, 64)
+    assert plain.total > chunked.total > remat.total and "no remat" in plain.setup
+    assert plan_loss_pass(est, 4 * plain.total).remat is False and plan_loss_pass(est, 4 * plain.total).head_chunk == 0
+    mid = plan_loss_pass(est, 2 * chunked.total + 2)
+    assert (mid.remat, mid.head_chunk) == (False, 64) and "in chunks of 64" in mid.reason
+    tight = plan_loss_pass(est, 2 * remat.total + 2)
+    assert (tight.remat, tight.head_chunk) == (True, 64) and tight.reason.startswith("loss pass: remat on")
+    forced = plan_loss_pass(est, 4 * plain.total, remat=True)
+    assert (forced.remat, forced.head_chunk) == (True, 0) and "remat as configured" in forced.reason
+    assert plan_loss_pass(est, 1, remat=False, head_chunk=8).reason.endswith("(as configured)")
+
+
 # ------------------------------------------------------------------- the run config key
 
 

@@ -193,11 +193,13 @@ class LMHooks(NamedTuple):
         :func:`jaxrl.run.sampled.summarise`), or ``None``.
       model_params: the leaves a ``model`` mesh axis splits (:class:`ModelParams`), or
         ``None``: the algorithm runs with ``mesh.model: 1`` only.
+      notes: lines the run prints when it starts (how the loss pass of a loaded model runs).
     """
 
     samples: Callable[[State, jax.Array, int], list[str]] | None = None
     rollouts: Callable[[State, jax.Array, int, int], dict] | None = None
     model_params: ModelParams | None = None
+    notes: tuple[str, ...] = ()
 
 
 class DerivedInit:

@@ -259,6 +259,8 @@ def _run_locked(cfg, built, keys, layout, chunk, init, run_dir, resume, evaluate
     per_device = (cfg.train.seeds, "seeds") if layout.mode == "seeds" else ((batch.size, batch.unit) if batch else ())
     print(f"jaxrl: {sharding.summary(layout.mesh, *per_device)}", file=out)
     print(f"jaxrl: run directory {run_dir}", file=out)
+    for note in built.program.lm.notes if built.program.lm is not None else ():
+        print(f"jaxrl: {note}", file=out)
     raw = config_lib.config_to_dict(cfg)
     ident = rundir.run_id(run_dir) if primary else None
     ckpts = Checkpoints(

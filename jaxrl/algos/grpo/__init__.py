@@ -57,16 +57,32 @@ def _lora_config(cfg: GRPOConfig):
     return common_lm.lora_config(cfg.model.lora)
 
 
-def _hf_policy(env: Environment, cfg: GRPOConfig) -> policy.Policy:
-    """A loaded checkpoint (``model.policy: hf``) over a token task in its tokenizer's ids."""
+def _hf_policy(env: Environment, cfg: GRPOConfig) -> tuple[policy.Policy, str]:
+    """A loaded checkpoint (``model.policy: hf``) over a token task in its tokenizer's ids, and
+    the line saying how its loss pass runs (:func:`loss_pass_plan`)."""
     from jaxrl.algos.grpo.lm_policy import LMSpec, lm_policy
 
     m = cfg.model
     if not isinstance(env, TokenTask):
         raise ValueError(f"model.policy: 'hf' needs a token task, {env.name} is not one")
     model, weights = common_lm.load_model(m, env.vocab_size, env.name)
-    spec = LMSpec(model, _lora_config(cfg), env.pad_id, env.prompt_len, env.dialogue_len, m.head_chunk)
-    return lm_policy(spec, weights)
+    plan = loss_pass_plan(model.config, cfg, env.dialogue_len)
+    spec = LMSpec(model, _lora_config(cfg), env.pad_id, env.prompt_len, env.dialogue_len, plan.head_chunk, plan.remat)
+    return lm_policy(spec, weights), plan.reason
+
+
+def loss_pass_plan(lm_config, cfg: GRPOConfig, seq_len: int):
+    """Rematerialisation and head chunking of a loaded model's loss pass
+    (:func:`jaxrl.models.lm.memory.plan_loss_pass`): off when the memory estimate of one
+    update fits this machine's device, unless ``model.remat`` / ``model.head_chunk`` say."""
+    from jaxrl.models.lm.memory import available_bytes, plan_loss_pass
+
+    m = cfg.model
+    have, where = available_bytes()
+    return plan_loss_pass(
+        lambda remat, chunk: _memory(lm_config, cfg, seq_len, 1, 1, "tp", remat=remat, head_chunk=chunk), have,
+        remat=None if m.remat == "auto" else bool(m.remat),
+        head_chunk=None if m.head_chunk == "auto" else int(m.head_chunk), where=where)
 
 
 def model_params(cfg: GRPOConfig, seq_len: int = 0) -> ModelParams | None:
@@ -77,17 +93,23 @@ def model_params(cfg: GRPOConfig, seq_len: int = 0) -> ModelParams | None:
     return lm_program.model_params(cfg, "grpo", ("params", "ref_params", "frozen", "opt_state"), _memory, seq_len)
 
 
-def _memory(lm_config, cfg: GRPOConfig, seq_len: int, data: int, model: int, strategy: str):
-    """Per-device memory of one update of a loaded model (:func:`jaxrl.models.lm.memory.estimate_memory`)."""
+def _memory(lm_config, cfg: GRPOConfig, seq_len: int, data: int, model: int, strategy: str, remat=None,
+            head_chunk=None):
+    """Per-device memory of one update of a loaded model (:func:`jaxrl.models.lm.memory.estimate_memory`)
+    with the loss pass :func:`loss_pass_plan` chooses (or ``remat`` / ``head_chunk`` given)."""
     from jaxrl.models.lm.memory import estimate_memory
 
     m = cfg.model
+    if remat is None or head_chunk is None:
+        plan = loss_pass_plan(lm_config, cfg, seq_len)
+        remat, head_chunk = plan.remat, plan.head_chunk
+    rows = cfg.num_prompts * cfg.group_size // (cfg.num_minibatches * cfg.micro_batches)
     return estimate_memory(
         lm_config, batch=cfg.sampling.oversample * cfg.num_prompts * cfg.group_size, seq_len=seq_len,
         param_dtype_bytes=2 if m.dtype == "bfloat16" else 4, full_finetune=m.lora.rank == 0, lora_rank=m.lora.rank,
         lora_targets=tuple(m.lora.targets), data=data, model=model, strategy=strategy,
         grad_accum=cfg.num_minibatches * cfg.micro_batches,
-        vocab_chunk=cfg.num_prompts * cfg.group_size // (cfg.num_minibatches * cfg.micro_batches) * m.head_chunk,
+        vocab_chunk=rows * (head_chunk or seq_len), remat=remat,
     )
 
 
@@ -96,7 +118,7 @@ def build_policy(env: Environment, env_params, cfg: GRPOConfig) -> policy.Policy
     (``hf``), else an MLP over flat obs."""
     kind, m = cfg.model.policy, cfg.model
     if kind == "hf":
-        return _hf_policy(env, cfg)
+        return _hf_policy(env, cfg)[0]
     is_token = isinstance(env, TokenTask)
     if kind == "auto":
         kind = "transformer" if is_token else "mlp"
@@ -117,9 +139,15 @@ def build_policy(env: Environment, env_params, cfg: GRPOConfig) -> policy.Policy
 def make_setup(envs: EnvSetup, cfg: GRPOConfig) -> Setup:
     """The static pieces of one run."""
     env, params = envs.env, envs.params
+    notes: tuple[str, ...] = ()
+    if cfg.model.policy == "hf":
+        pol, note = _hf_policy(env, cfg)
+        notes = (note,)
+    else:
+        pol = build_policy(env, params, cfg)
     return Setup(
-        cfg, env, params, envs.eval_params, build_policy(env, params, cfg), rollout_length(env, params, cfg),
-        update.make_optimizer(cfg), update.schedule(cfg), envs.curriculum,
+        cfg, env, params, envs.eval_params, pol, rollout_length(env, params, cfg),
+        update.make_optimizer(cfg), update.schedule(cfg), envs.curriculum, update.shared_prefix_group(pol, cfg), notes,
     )
 
 
@@ -180,6 +208,7 @@ def build(envs: EnvSetup, cfg: GRPOConfig) -> Program:
         samples=functools.partial(evaluate.samples, setup),
         rollouts=functools.partial(evaluate.sampled_rollouts, setup),
         model_params=model_params(cfg, envs.env.dialogue_len),
+        notes=setup.notes,
     ) if token else LMHooks(model_params=model_params(cfg))
     return Program(
         update=functools.partial(evaluate.update_and_evaluate if cfg.eval_every else update.update, setup),

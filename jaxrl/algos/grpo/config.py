@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Literal
+from typing import Literal, Union
 
 import jax
 from flax import struct
@@ -52,7 +52,12 @@ class ModelConfig:
     path: str = ""  # policy hf: a local Hugging Face checkpoint directory (config.json, *.safetensors)
     dtype: Literal["float32", "bfloat16"] = "float32"  # policy hf: weights and activations (softmax, log-probs, Adam: float32)
     lora: LoRASection = dataclasses.field(default_factory=LoRASection)  # policy hf: adapters (rank 0: full fine-tuning)
-    head_chunk: int = 64  # policy hf: sequence positions per chunk of the LM head in the loss
+    # policy hf: positions per chunk of the LM head in the loss (0: the whole sequence at once); auto:
+    # whole when the memory estimate fits, else 64 (the choice is printed when the run starts)
+    head_chunk: Union[Literal["auto"], int] = "auto"
+    # policy hf: the loss pass recomputes each layer's inside in its backward pass (less memory, about a
+    # third more work); auto: off when the memory estimate fits
+    remat: Union[Literal["auto"], bool] = "auto"
     d_model: int = 64  # transformer width
     n_layers: int = 2  # transformer blocks
     n_heads: int = 4  # attention heads
@@ -163,7 +168,10 @@ def validate(cfg: GRPOConfig) -> None:
     check(m.policy == "hf" or not m.path, "model.path", f"only read by policy hf, got policy {m.policy!r}")
     check(m.lora.rank >= 0, "model.lora.rank", f"must be >= 0, got {m.lora.rank}")
     check(m.lora.alpha > 0, "model.lora.alpha", f"must be > 0, got {m.lora.alpha}")
-    check(m.head_chunk >= 1, "model.head_chunk", f"must be >= 1, got {m.head_chunk}")
+    check(m.head_chunk == "auto" or (isinstance(m.head_chunk, int) and not isinstance(m.head_chunk, bool)
+                                     and m.head_chunk >= 0),
+          "model.head_chunk", f"expected auto or an integer >= 0 (0: the whole sequence), got {m.head_chunk!r}")
+    check(m.remat == "auto" or isinstance(m.remat, bool), "model.remat", f"expected auto, true or false, got {m.remat!r}")
     check(0 <= loss.eps_low < 1, "loss.eps_low", f"must be in [0, 1), got {loss.eps_low}")
     check(loss.eps_high >= 0, "loss.eps_high", f"must be >= 0, got {loss.eps_high}")
     check(loss.beta >= 0, "loss.beta", f"must be >= 0, got {loss.beta}")

@@ -8,8 +8,9 @@ rollout, dialogues, tools and every loss run unchanged:
 * ``extend`` / ``step`` write turn tokens and environment replies into the key/value cache at
   their dialogue slots; pad ids (a turn's unused slots, a reply's padding) stay invisible;
 * ``token_logp`` runs one forward pass over the whole dialogue (same mask, same positions)
-  and the chunked LM head (:func:`jaxrl.models.lm.token_logprobs`), so ``[N, T, V]`` float32
-  logits are never held whole.
+  and the LM head (:func:`jaxrl.models.lm.token_logprobs`, in chunks unless ``head_chunk`` is
+  0); ``token_logp_shared`` is the same with each group's prompt computed once, its
+  keys/values read by the group's ``G`` completions (gradients through it summed).
 
 Trainable parameters are either the whole model (full fine-tuning, float32 master weights cast
 to the compute dtype in the forward) or LoRA adapters beside a frozen base
@@ -38,7 +39,8 @@ class LMSpec(NamedTuple):
     pad_id: int
     prompt_len: int
     dialogue_len: int
-    head_chunk: int  # sequence positions per chunk of the LM head in the loss
+    head_chunk: int  # sequence positions per chunk of the LM head in the loss (0: the whole sequence at once)
+    remat: bool = True  # the loss pass recomputes each layer's inside in its backward pass
 
 
 def _split(spec: LMSpec, params) -> tuple[Any, Any]:
@@ -82,13 +84,31 @@ def _step(spec: LMSpec, params, cache, obs, action, t):
 def _dialogue_hidden(spec: LMSpec, base, adapters, obs) -> Array:
     """Final hidden states ``[N, T, D]`` of the positions that predict the dialogue's actions."""
     ids = obs[:, :-1].astype(jnp.int32)
-    hidden = spec.model.hidden(base, ids, ids != spec.pad_id, lora=adapters)
+    hidden = spec.model.hidden(base, ids, ids != spec.pad_id, lora=adapters, remat=spec.remat)
     return hidden[:, spec.prompt_len - 1 :]
+
+
+def _shared_hidden(spec: LMSpec, base, adapters, obs, group: int) -> Array:
+    """:func:`_dialogue_hidden` of ``P * group`` dialogues whose consecutive runs of ``group``
+    share a prompt, each prompt computed once (:meth:`jaxrl.models.lm.LM.hidden_shared`)."""
+    ids = obs.astype(jnp.int32)
+    prompt = ids[::group, : spec.prompt_len]
+    rest = ids[:, spec.prompt_len : -1]
+    prompt_h, rest_h = spec.model.hidden_shared(base, prompt, prompt != spec.pad_id, rest, rest != spec.pad_id, group,
+                                                lora=adapters, remat=spec.remat)
+    last = jnp.repeat(prompt_h[:, -1:], group, axis=0)  # the prompt's last position predicts the first action
+    return jnp.concatenate([last, rest_h], axis=1)
 
 
 def _token_logp(spec: LMSpec, params, obs, actions, temperature):
     base, adapters = _split(spec, params)
     hidden = _dialogue_hidden(spec, base, adapters, obs)
+    return lm.token_logprobs(spec.model, base, hidden, actions.astype(jnp.int32), temperature, chunk_size=spec.head_chunk)
+
+
+def _token_logp_shared(spec: LMSpec, params, obs, actions, temperature, group: int):
+    base, adapters = _split(spec, params)
+    hidden = _shared_hidden(spec, base, adapters, obs, group)
     return lm.token_logprobs(spec.model, base, hidden, actions.astype(jnp.int32), temperature, chunk_size=spec.head_chunk)
 
 
@@ -121,4 +141,5 @@ def lm_policy(spec: LMSpec, weights) -> Policy:
         functools.partial(_token_logp, spec),
         None if spec.lora is None else functools.partial(_frozen, weights),
         functools.partial(_start_grouped, spec),
+        functools.partial(_token_logp_shared, spec),
     )

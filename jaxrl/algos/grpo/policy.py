@@ -45,6 +45,9 @@ class Policy(NamedTuple):
     * ``start_grouped(params, obs [P, ...], g) -> (carry, logits [P * g, A])``: ``start`` of
       ``P`` prompts each shared by ``g`` consecutive members, computed once per prompt
       (``None``: the rollout calls ``start`` on every member).
+    * ``token_logp_shared(params, obs [P * g, L], actions, temperature, g)``: ``token_logp``
+      of dialogues whose consecutive runs of ``g`` rows share a prompt, each prompt computed
+      once (``None``: the loss runs ``token_logp`` on every row).
     """
 
     init: Callable
@@ -55,6 +58,7 @@ class Policy(NamedTuple):
     token_logp: Callable | None = None
     frozen: Callable | None = None
     start_grouped: Callable | None = None
+    token_logp_shared: Callable | None = None
 
 
 def _lm_init(model: TransformerLM, key, obs):

@@ -171,13 +171,45 @@ def _turn_token(policy: Policy, params, temperature, greedy: bool, end_of_turn: 
     return (cache, new_logits[:, -1].astype(jnp.float32), writing & (token != end_of_turn), key), (token, logp, writing, entropy)
 
 
-def _turn(policy: Policy, task: TokenTask, params, env_params, temperature, greedy: bool, c: _Dialogue, k):
+def _decode_turn(policy: Policy, task: TokenTask, params, temperature, greedy: bool, base, c: _Dialogue,
+                 stop_early: bool = True):
+    """The turn's tokens ``[N, Tt]`` (pad after a row's end), their log-probs, mask and
+    entropies, with the cache and logits after the turn and the rollout key.
+
+    A ``while_loop`` that stops once every row has ended its turn: the tokens, the cache's
+    valid slots and every masked value equal the fixed-length loop's, whose remaining steps
+    would only write pad ids. The key then advances by the skipped steps' splits, so later
+    draws are the fixed-length loop's too. Where the logits after the turn are read (no reply
+    follows and another turn may: ``max_reply_tokens`` 0 with several turns), every step runs.
+    """
+    tt, n = task.max_turn_tokens, c.alive.shape[0]
+    step = functools.partial(_turn_token, policy, params, temperature, greedy, task.end_of_turn, task.pad_id, base)
+    ragged = stop_early and (task.max_reply_tokens > 0 or task.max_turns == 1)
+
+    def cond(carry):
+        j, (_, _, writing, _), _ = carry
+        return (j < tt) & (jnp.any(writing) | (not ragged))
+
+    def body(carry):
+        j, inner, outs = carry
+        inner, new = step(inner, j)
+        return j + 1, inner, tuple(o.at[j].set(x) for o, x in zip(outs, new))
+
+    outs = (jnp.full((tt, n), task.pad_id, jnp.int32), jnp.zeros((tt, n), jnp.float32), jnp.zeros((tt, n), jnp.bool_),
+            jnp.zeros((tt, n), jnp.float32))
+    j, (cache, logits, _, key), outs = jax.lax.while_loop(cond, body, (jnp.int32(0), (c.cache, c.logits, c.alive, c.key), outs))
+    key = jax.lax.fori_loop(j, tt, lambda _, k: jax.random.split(k, 3)[0], key)  # _turn_token's split per step
+    tokens, logp, mask, entropy = (jnp.swapaxes(x, 0, 1) for x in outs)  # [N, Tt]
+    return cache, logits, key, tokens, logp, mask, entropy
+
+
+def _turn(policy: Policy, task: TokenTask, params, env_params, temperature, greedy: bool, stop_early: bool,
+          c: _Dialogue, k):
     """One policy turn (decode), the env's answer (respond) and its reply (prefill)."""
     tt, tr = task.max_turn_tokens, task.max_reply_tokens
     base = task.prompt_len + k * (tt + tr)
-    body = functools.partial(_turn_token, policy, params, temperature, greedy, task.end_of_turn, task.pad_id, base)
-    (cache, logits, _, key), (tokens, logp, mask, entropy) = jax.lax.scan(body, (c.cache, c.logits, c.alive, c.key), jnp.arange(tt))
-    tokens, logp, mask, entropy = (jnp.swapaxes(x, 0, 1) for x in (tokens, logp, mask, entropy))  # [N, Tt]
+    cache, logits, key, tokens, logp, mask, entropy = _decode_turn(policy, task, params, temperature, greedy, base, c,
+                                                                   stop_early)
     key, k_env = jax.random.split(key)
     n = tokens.shape[0]
     new_state, answer = jax.vmap(task.respond, in_axes=(0, 0, 0, None))(jax.random.split(k_env, n), c.env_state, tokens, env_params)
@@ -215,12 +247,16 @@ def dialogue_rollout(
     temperature: Array,
     greedy: bool = False,
     group: int = 1,
+    stop_early: bool = True,
 ) -> Rollout:
     """``N = len(reset_keys)`` dialogues of ``task`` in lockstep (module docstring).
 
     ``obs`` is the whole dialogue ``int32 [N, dialogue_len]`` (prompt, turns, replies);
     ``actions`` its part after the prompt; ``mask`` marks the tokens the policy wrote
     (replies and slots after a turn's end are out); ``rewards`` are paid on policy tokens.
+    ``stop_early``: a turn's decode loop ends once every row has ended it (the same
+    dialogues as running every step; the masked log-probs and entropies of skipped steps
+    are 0 instead of those of discarded draws).
     """
     n = reset_keys.shape[0]
     env_state, prompt, info = jax.vmap(task.start, in_axes=(0, None))(reset_keys, env_params)
@@ -233,7 +269,7 @@ def dialogue_rollout(
         env_state, cache, logits.astype(jnp.float32), jnp.ones((n,), jnp.bool_), jnp.zeros((n,), jnp.float32),
         zeros, zeros, jnp.zeros((n,), jnp.bool_), info, key,
     )
-    body = functools.partial(_turn, policy, task, params, env_params, temperature, greedy)
+    body = functools.partial(_turn, policy, task, params, env_params, temperature, greedy, stop_early)
     carry, (tokens, replies, logp, mask, entropy, rewards) = jax.lax.scan(body, carry, jnp.arange(task.max_turns))
     tr = task.max_reply_tokens
     turns_and_replies = jnp.concatenate([tokens, replies], axis=2)  # [K, N, Tt + Tr]

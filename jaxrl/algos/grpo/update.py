@@ -61,6 +61,10 @@ class Setup(NamedTuple):
     optimizer: optax.GradientTransformation
     schedule: Schedule  # the learning-rate schedule (static)
     curriculum: Curriculum | None
+    # > 1: the loss pass computes each group's prompt once (the policy's token_logp_shared), and
+    # minibatches and micro-batches hold whole groups of this many rows; 1: every row whole
+    prefix_group: int = 1
+    notes: tuple[str, ...] = ()  # lines for the run's log (how a loaded model's loss pass runs)
 
 
 @struct.dataclass
@@ -91,7 +95,18 @@ def acting_params(state: GRPOState):
     return policy_params(state.frozen, state.params)
 
 
-def _token_logp(policy: Policy, params, obs, actions, temperature) -> tuple[Array, Array]:
+def shared_prefix_group(policy: Policy, cfg: GRPOConfig) -> int:
+    """The group size whose prompt the loss pass computes once (:attr:`Setup.prefix_group`):
+    ``cfg.group_size`` when the policy can share a prompt and every micro-batch holds whole
+    groups (``num_prompts`` divisible by ``num_minibatches * micro_batches``), else 1."""
+    if policy.token_logp_shared is None or cfg.num_prompts % (cfg.num_minibatches * cfg.micro_batches):
+        return 1
+    return cfg.group_size
+
+
+def _token_logp(policy: Policy, params, obs, actions, temperature, group: int = 1) -> tuple[Array, Array]:
+    if group > 1 and policy.token_logp_shared is not None:
+        return policy.token_logp_shared(params, obs, actions, temperature, group)
     if policy.token_logp is not None:
         return policy.token_logp(params, obs, actions, temperature)
     logits = policy.sequence_logits(params, obs, actions).astype(jnp.float32) / temperature
@@ -104,7 +119,8 @@ def _token_logp(policy: Policy, params, obs, actions, temperature) -> tuple[Arra
 def loss_fn(setup: Setup, hyper: GRPOHyper, params, batch: Batch, frozen=None) -> tuple[Array, dict]:
     """:func:`policy_loss` of the trainable ``params`` (beside ``frozen`` weights, if any) on
     ``batch``, plus its token entropy."""
-    logp, entropy = _token_logp(setup.policy, policy_params(frozen, params), batch.obs, batch.actions, hyper.temperature)
+    logp, entropy = _token_logp(setup.policy, policy_params(frozen, params), batch.obs, batch.actions, hyper.temperature,
+                                setup.prefix_group)
     ref = batch.ref_logp if setup.cfg.loss.beta > 0 else None
     loss, metrics = policy_loss(
         logp, batch.old_logp, ref, batch.advantages, batch.mask, hyper, setup.cfg.loss.type, setup.cfg.loss.cispo_clip_low)
@@ -141,19 +157,30 @@ def _sgd_step(setup: Setup, hyper: GRPOHyper, frozen, carry, batch: Batch):
 def _epoch(setup: Setup, hyper: GRPOHyper, frozen, batch: Batch, carry, key):
     n = batch.actions.shape[0]
     k = setup.cfg.num_minibatches
-    perm = jax.random.permutation(key, n)
+    g = setup.prefix_group
+    if g > 1:  # whole groups: a minibatch's rows keep their group's shared prompt together
+        perm = (jax.random.permutation(key, n // g)[:, None] * g + jnp.arange(g)[None]).reshape(-1)
+    else:
+        perm = jax.random.permutation(key, n)
     shuffled = jax.tree_util.tree_map(lambda x: x[perm].reshape((k, n // k) + x.shape[1:]), batch)
     shuffled = batching.constrain_batch(shuffled, axis=1)  # data mesh: each device steps on its slice
     return jax.lax.scan(functools.partial(_sgd_step, setup, hyper, frozen), carry, shuffled)
 
 
+#: A group's rewards count as all alike (``frac_reward_zero_std``) when their std is at most this
+#: times the largest reward's magnitude (at least 1): eight float32 rewards of 0.1 have a std of 8e-9.
+ZERO_STD_TOL = 1e-6
+
+
 def _reward_metrics(rollout: Rollout, rewards: Array, group_rewards: Array, mask: Array) -> dict:
     std_g = jnp.std(group_rewards, axis=1, ddof=1)
+    tol = ZERO_STD_TOL * jnp.maximum(1.0, jnp.max(jnp.abs(group_rewards), axis=1))
     metrics = {
         "reward": jnp.mean(rewards),
-        "reward_std": jnp.mean(std_g),
+        "reward_std": jnp.mean(std_g),  # the mean within-group std
+        "reward_std_batch": jnp.std(rewards, ddof=1),  # the std of the whole batch's rewards (TRL's reward_std)
         "return_mean": jnp.mean(rollout.returns),
-        "frac_reward_zero_std": jnp.mean((std_g == 0).astype(jnp.float32)),
+        "frac_reward_zero_std": jnp.mean((std_g <= tol).astype(jnp.float32)),
         "completions/mean_length": jnp.mean(rollout.length.astype(jnp.float32)),
         "completions/clipped_ratio": jnp.mean(rollout.truncated.astype(jnp.float32)),
         "tokens_trained_frac": jnp.mean(mask.astype(jnp.float32)),
@@ -219,7 +246,8 @@ def shape_batch(setup: Setup, state: GRPOState, ro: Rollout) -> tuple[Rollout, B
     mask = ro.mask & jnp.repeat(group_valid, g)[:, None]
     ref_logp = jnp.zeros_like(ro.logp)
     if cfg.loss.beta > 0:
-        ref_logp, _ = _token_logp(setup.policy, reference_params(state), ro.obs, ro.actions, state.hyper.temperature)
+        ref_logp, _ = _token_logp(setup.policy, reference_params(state), ro.obs, ro.actions, state.hyper.temperature,
+                                  cfg.group_size)  # the batch's rows are whole groups in order
     batch = Batch(ro.obs, ro.actions, ro.logp, jax.lax.stop_gradient(ref_logp), mask, adv)
     return ro, batch, _reward_metrics(ro, grouped.reshape(-1), grouped, mask)
 

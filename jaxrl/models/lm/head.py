@@ -27,15 +27,19 @@ def _logits(weight: Array, h: Array, tied: bool) -> Array:
 def chunked_head(params: dict, hidden: Array, targets: Array, chunk_size: int, stats, *args) -> tuple[Array, ...]:
     """``stats(logits [B, C, V], targets [B, C], *args)`` (a tuple of ``[B, C]`` arrays) over
     the whole sequence of final-normed ``hidden [B, L, D]``, the LM head applied ``chunk_size``
-    positions at a time under ``jax.checkpoint``; returns each output as ``[B, L]``."""
+    positions at a time under ``jax.checkpoint``; returns each output as ``[B, L]``.
+    ``chunk_size`` 0 (or at least ``L``): the whole sequence at once, no loop and no
+    recomputation (the full ``[B, L, V]`` logits live through the backward pass)."""
     b, length, d = hidden.shape
-    chunk = max(1, min(chunk_size, length))
+    tied = "lm_head" not in params
+    weight = params["embed_tokens"] if tied else params["lm_head"]["kernel"]
+    if chunk_size <= 0 or chunk_size >= length:
+        return tuple(stats(_logits(weight, hidden, tied), targets.astype(jnp.int32), *args))
+    chunk = max(1, chunk_size)
     n = -(-length // chunk)
     pad = n * chunk - length
     h = jnp.pad(hidden, ((0, 0), (0, pad), (0, 0))).reshape(b, n, chunk, d).swapaxes(0, 1)
     t = jnp.pad(targets.astype(jnp.int32), ((0, 0), (0, pad))).reshape(b, n, chunk).swapaxes(0, 1)
-    tied = "lm_head" not in params
-    weight = params["embed_tokens"] if tied else params["lm_head"]["kernel"]
     body = jax.checkpoint(lambda w, hc, tc, *a: stats(_logits(w, hc, tied), tc, *a))
 
     def step(carry, xs):
@@ -58,7 +62,8 @@ def token_logprobs(model, params: dict, hidden: Array, targets: Array, temperatu
                    chunk_size: int = 256) -> tuple[Array, Array]:
     """``log softmax(logits / temperature)[targets]`` and the entropy of that distribution,
     both float32 ``[B, L]``, from final-normed ``hidden [B, L, D]`` (``model.hidden``) and
-    integer ``targets [B, L]``. Equal to the full-logits computation, values and gradients."""
+    integer ``targets [B, L]``. Equal to the full-logits computation, values and gradients;
+    ``chunk_size`` 0: the whole sequence in one piece (:func:`chunked_head`)."""
     return chunked_head(params, hidden, targets, chunk_size, _logp_entropy, jnp.asarray(temperature, jnp.float32))
 
 

@@ -136,7 +136,7 @@ class MemoryEstimate:
 def estimate_memory(
     cfg: "LMConfig", *, batch: int, seq_len: int, param_dtype_bytes: int, full_finetune: bool, lora_rank: int = 0,
     lora_targets=LORA_TARGETS, data: int = 1, model: int = 1, strategy: str = "tp", grad_accum: int = 1,
-    vocab_chunk: int = 1024,
+    vocab_chunk: int = 1024, remat: bool = True,
 ) -> MemoryEstimate:
     """The per-device :class:`MemoryEstimate` of training ``cfg`` on ``batch`` sequences.
 
@@ -147,7 +147,10 @@ def estimate_memory(
       full_finetune: train every weight; else only the LoRA adapters (``lora_rank > 0``).
       data, model, strategy: the mesh (``strategy``: ``"tp"`` or ``"fsdp"``).
       grad_accum: micro-batches per update (activations are those of one micro-batch).
-      vocab_chunk: token positions whose full-vocabulary float32 logits one LM-head chunk holds.
+      vocab_chunk: token positions whose full-vocabulary float32 logits one LM-head chunk holds
+        (the whole micro-batch's tokens when the head is not chunked).
+      remat: the loss pass recomputes each layer's inside in its backward pass (the
+        activations of one layer at a time); ``False``: every layer's are kept.
 
     Raises ``ValueError`` for a split tensor parallelism cannot make (heads, widths).
     """
@@ -176,6 +179,7 @@ def estimate_memory(
     # (residual in, two norm outputs, attention output), q/k/v and the attention context, 3
     # MLP-width ones (gate, up, act), and the float32 attention probabilities [micro, heads, seq, seq]
     per_layer = tokens * (4 * D + (2 * hq + 2 * hkv) * hd + 3 * F) * act + micro * hq * seq_len * seq_len * F32
+    kept_layers = 1 if remat else L  # without remat every layer's inside lives until its backward step
     vocab = cfg.vocab_size // tp if cfg.vocab_size % tp == 0 else cfg.vocab_size
     logits = 2 * min(vocab_chunk, tokens) * vocab * F32  # a chunk of logits and its gradient
     return MemoryEstimate(
@@ -183,12 +187,59 @@ def estimate_memory(
         grads=trained * F32,
         optimizer=2 * trained * F32,
         kv_cache=kv,
-        activations=L * tokens * D * act + per_layer + tokens * D * F32 + logits,
+        activations=L * tokens * D * act + kept_layers * per_layer + tokens * D * F32 + logits,
         params=count(base),
         trainable=count(base) if full_finetune else count(adapters),
         setup=(f"mesh data={data} x model={model} ({strategy}), batch {batch} x {seq_len} tokens, "
-               f"{grad_accum} micro-batch(es), {'full fine-tune' if full_finetune else f'LoRA rank {lora_rank}'}"),
+               f"{grad_accum} micro-batch(es), {'full fine-tune' if full_finetune else f'LoRA rank {lora_rank}'}"
+               f"{'' if remat else ', no remat'}"),
     )
+
+
+#: The share of a device's memory the automatic loss-pass plan lets one update take: the
+#: rest is left for what the estimate does not count (XLA's temporaries, fragmentation).
+PLAN_SHARE = 0.5
+#: Positions per LM-head chunk when the head must be chunked.
+PLAN_HEAD_CHUNK = 64
+
+
+@dataclasses.dataclass(frozen=True)
+class LossPassPlan:
+    """How the loss pass is run: ``remat`` (recompute each layer's inside in the backward
+    pass), ``head_chunk`` (positions per LM-head chunk; 0 = the whole sequence at once), the
+    estimate of that choice and why it was chosen (one line for the run's log)."""
+
+    remat: bool
+    head_chunk: int
+    estimate: MemoryEstimate
+    reason: str
+
+
+def plan_loss_pass(estimate_for, available: int, remat=None, head_chunk=None, where: str = "") -> LossPassPlan:
+    """The cheapest loss pass that fits: no rematerialisation and the LM head whole when the
+    estimate of that (``estimate_for(remat, head_chunk)`` -> :class:`MemoryEstimate`) is at
+    most :data:`PLAN_SHARE` of ``available`` bytes, else the head in chunks of
+    :data:`PLAN_HEAD_CHUNK`, else rematerialisation too. ``remat`` / ``head_chunk`` given
+    (not ``None``) are kept as they are: the config's overrides."""
+    budget = int(PLAN_SHARE * available)
+    remats = (remat,) if remat is not None else (False, True)
+    chunks = (head_chunk,) if head_chunk is not None else (0, PLAN_HEAD_CHUNK)
+    options = [(r, c) for r in remats for c in chunks]
+    for r, c in options:
+        est = estimate_for(r, c)
+        if est.total <= budget:
+            break
+    forced = [name for name, v in (("remat", remat), ("head_chunk", head_chunk)) if v is not None]
+    what = f"remat {'on' if r else 'off'}, LM head {'whole' if c == 0 else f'in chunks of {c} positions'}"
+    if forced and len(forced) == 2:
+        why = "as configured"
+    else:
+        fits = est.total <= budget
+        why = (f"estimate {_gib(est.total)} {'within' if fits else 'above'} {int(PLAN_SHARE * 100)}% of "
+               f"{_gib(available)}{' of ' + where if where else ''}")
+        if forced:
+            why += f"; {', '.join(forced)} as configured"
+    return LossPassPlan(r, c, est, f"loss pass: {what} ({why})")
 
 
 def available_bytes(device=None) -> tuple[int, str]:

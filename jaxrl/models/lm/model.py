@@ -86,6 +86,31 @@ def _attend(q: Array, k: Array, v: Array, mask: Array) -> Array:
     return o.reshape(b, r, hq * hd)
 
 
+def _attend_shared(q: Array, kp: Array, vp: Array, kc: Array, vc: Array, mask_p: Array, mask_c: Array) -> Array:
+    """Attention of ``G`` completions per prompt to their group's shared prompt and to themselves.
+
+    ``q, kc, vc [P, G, R, H, hd]`` (queries ``Hq`` heads, keys/values ``Hkv``), the prompt's
+    ``kp, vp [P, Lp, Hkv, hd]`` (computed once per group, never repeated), masks bool
+    ``mask_p [P, G, R, Lp]`` and ``mask_c [P, G, R, R]`` -> ``[P * G, R, Hq * hd]``. One
+    softmax over the prompt's and the completion's keys together: the same numbers as
+    :func:`_attend` on the concatenated sequence (scores/softmax in float32).
+    """
+    p_, g_, r, hq, hd = q.shape
+    hkv = kp.shape[2]
+    lp = kp.shape[1]
+    q = q.reshape(p_, g_, r, hkv, hq // hkv, hd)
+    prec = precision(q.dtype)
+    scale = hd ** -0.5
+    s_p = jnp.einsum("pGrhgd,pmhd->pGhgrm", q, kp, preferred_element_type=jnp.float32, precision=prec) * scale
+    s_c = jnp.einsum("pGrhgd,pGmhd->pGhgrm", q, kc, preferred_element_type=jnp.float32, precision=prec) * scale
+    s = jnp.concatenate([jnp.where(mask_p[:, :, None, None], s_p, _NEG), jnp.where(mask_c[:, :, None, None], s_c, _NEG)],
+                        axis=-1)
+    p = jax.nn.softmax(s, axis=-1).astype(vp.dtype)
+    o = (jnp.einsum("pGhgrm,pmhd->pGrhgd", p[..., :lp], vp, preferred_element_type=jnp.float32, precision=prec)
+         + jnp.einsum("pGhgrm,pGmhd->pGrhgd", p[..., lp:], vc, preferred_element_type=jnp.float32, precision=prec))
+    return o.astype(vp.dtype).reshape(p_ * g_, r, hq * hd)
+
+
 def _window_mask(mask: Array, q_pos: Array, k_pos: Array, window: int | None) -> Array:
     """``mask [B, R, M]`` restricted to keys less than ``window`` positions back."""
     if window is None:
@@ -154,9 +179,11 @@ class LM:
 
     # -- whole sequences ---------------------------------------------------------------------
 
-    def _forward(self, params: dict, input_ids: Array, attention_mask: Array | None, lora, keep_kv: bool):
+    def _forward(self, params: dict, input_ids: Array, attention_mask: Array | None, lora, keep_kv: bool,
+                 remat: bool = True):
         """Hidden states ``[B, L, D]`` (final-normed) and, if ``keep_kv``, keys/values
-        ``[n_layers, B, L, Hkv, hd]``."""
+        ``[n_layers, B, L, Hkv, hd]``. ``remat`` (loss passes, ``keep_kv`` False): the
+        backward pass keeps each layer's input only and recomputes its inside."""
         _check_lora(lora)
         c = self.config
         b, length = input_ids.shape
@@ -174,15 +201,74 @@ class LM:
             attended = _attend(q, k, v, self._layer_mask(sliding, full, windowed))
             return self._finish(lp, ll, x, attended), ((k, v) if keep_kv else None)
 
-        if not keep_kv:  # the loss pass: backward keeps each layer's input only and recomputes its inside
+        if remat and not keep_kv:  # the loss pass: backward keeps each layer's input only and recomputes its inside
             body = jax.checkpoint(body, prevent_cse=False)
         x, kv = jax.lax.scan(body, self._embed(params, input_ids), (params["layers"], lora, self._sliding()))
         return rms_norm(x, params["norm"], c.rms_norm_eps), kv, mask
 
     def hidden(self, params: dict, input_ids: Array, attention_mask: Array | None = None,
-               lora: LoRAParams | None = None) -> Array:
-        """Final-normed hidden states ``[B, L, D]`` (``dtype``) of ``input_ids`` int ``[B, L]``."""
-        return self._forward(params, input_ids, attention_mask, lora, keep_kv=False)[0]
+               lora: LoRAParams | None = None, remat: bool = True) -> Array:
+        """Final-normed hidden states ``[B, L, D]`` (``dtype``) of ``input_ids`` int ``[B, L]``;
+        ``remat``: recompute each layer's inside in the backward pass (less memory, more work)."""
+        return self._forward(params, input_ids, attention_mask, lora, keep_kv=False, remat=remat)[0]
+
+    def hidden_shared(self, params: dict, prompt_ids: Array, prompt_mask: Array, ids: Array, mask: Array,
+                      group: int, lora: LoRAParams | None = None, remat: bool = True) -> tuple[Array, Array]:
+        """:meth:`hidden` of ``P * group`` sequences ``prompt + ids`` whose consecutive runs of
+        ``group`` rows share a prompt, with each prompt computed once.
+
+        ``prompt_ids [P, Lp]`` (left-padded; ``prompt_mask`` bool, False = padding) and the
+        rows' continuations ``ids [P * group, R]`` (``mask`` False = a pad: invisible, no
+        position) -> final-normed ``(prompt hidden [P, Lp, D], continuation hidden
+        [P * group, R, D])``, equal to :meth:`hidden` of the concatenated rows (positions
+        count real tokens from the prompt's; the continuation attends to the prompt's keys
+        and causally to its own). Gradients through the shared prompt sum over its rows.
+        Projections and the MLP run once over the prompt's and the continuations' tokens.
+        """
+        _check_lora(lora)
+        c = self.config
+        p_, lp = prompt_ids.shape
+        n, r = ids.shape
+        if n != p_ * group:
+            raise ValueError(f"hidden_shared: {n} continuations for {p_} prompts x group {group}")
+        pmask, cmask = prompt_mask.astype(bool), mask.astype(bool)
+        ppos = jnp.cumsum(pmask, axis=1, dtype=jnp.int32) - 1
+        count = jnp.repeat(pmask.sum(axis=1, dtype=jnp.int32), group)
+        cpos = count[:, None] + jnp.cumsum(cmask, axis=1, dtype=jnp.int32) - 1
+        pos = jnp.concatenate([ppos.reshape(-1), cpos.reshape(-1)])[None]  # [1, P*Lp + N*R]: one token axis
+        cos, sin = rope_tables(c.rope, c.head_dim, pos)
+        pidx, cidx = jnp.arange(lp), jnp.arange(r)
+        p_full = pmask[:, None, :] & (pidx[None, :, None] >= pidx[None, None, :])               # [P, Lp, Lp]
+        c_full = cmask[:, None, :] & (cidx[None, :, None] >= cidx[None, None, :])               # [N, R, R]
+        cp_full = jnp.broadcast_to(pmask[:, None, None, :], (p_, group, r, lp))                 # [P, G, R, Lp]
+        p_win = _window_mask(p_full, ppos, ppos, c.sliding_window)
+        c_win = _window_mask(c_full, cpos, cpos, c.sliding_window)
+        cp_win = cp_full
+        if c.sliding_window is not None:
+            cp_win = cp_full & (cpos.reshape(p_, group, r, 1) - ppos[:, None, None, :] < c.sliding_window)
+        shape_c = (p_, group, r, r)
+        tp = p_ * lp
+
+        def body(x, xs):
+            lp_, ll, sliding = xs
+            h = rms_norm(x, lp_["input_layernorm"], c.rms_norm_eps)
+            q, k, v = self._qkv(lp_, ll, h, cos, sin)  # [1, T, H, hd], one matmul per projection
+            split = lambda a, heads: (a[0, :tp].reshape(p_, lp, heads, c.head_dim),  # noqa: E731
+                                      a[0, tp:].reshape(p_, group, r, heads, c.head_dim))
+            (qp, qc), (kp, kc), (vp, vc) = split(q, c.num_heads), split(k, c.num_kv_heads), split(v, c.num_kv_heads)
+            att_p = _attend(qp, kp, vp, self._layer_mask(sliding, p_full, p_win))
+            att_c = _attend_shared(qc, kp, vp, kc, vc, self._layer_mask(sliding, cp_full, cp_win),
+                                   self._layer_mask(sliding, c_full, c_win).reshape(shape_c))
+            attended = jnp.concatenate([att_p.reshape(1, tp, -1), att_c.reshape(1, n * r, -1)], axis=1)
+            return self._finish(lp_, ll, x, attended), None
+
+        if remat:
+            body = jax.checkpoint(body, prevent_cse=False)
+        x0 = jnp.concatenate([self._embed(params, prompt_ids).reshape(1, tp, -1),
+                              self._embed(params, ids).reshape(1, n * r, -1)], axis=1)
+        x, _ = jax.lax.scan(body, x0, (params["layers"], lora, self._sliding()))
+        x = rms_norm(x, params["norm"], c.rms_norm_eps)
+        return x[0, :tp].reshape(p_, lp, -1), x[0, tp:].reshape(n, r, -1)
 
     def logits(self, params: dict, hidden: Array) -> Array:
         """The LM head: float32 logits ``[..., V]`` of hidden states ``[..., D]`` (products in
