@@ -15,7 +15,9 @@ read up to 96 bytes) are scored two ways, in one process, the repeats interleave
   ``difflib``) on the text; median of ``--repeats`` passes.
 
 Rubrics: GSM8K-style (numeric answer, ``auto`` extraction, format weight 0.5) and
-alphabet-sort (the env's default: similarity of the whole completion to the sorted names, ``** 4``). The
+alphabet-sort (the env's default: similarity of the whole completion to the sorted names, ``** 4``),
+the latter twice: read up to 96 bytes, and with the default budget of 40-token completions
+(520 bytes; the same texts, ids eos-padded to 40). The
 rewards of both sides are asserted equal (float32 rounding: 1e-6) and the ``correct`` /
 ``format`` metrics exactly. Results: ``bench/results/text_scoring.json`` and ``.md`` (CPU), or
 ``text_scoring_gpu.*`` when the device is a GPU (``--device``; default: jax's default backend).
@@ -37,7 +39,10 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 FIXTURE = os.path.join(ROOT, "tests", "fixtures", "lm", "tokenizer")
 ANSWER = 32
-SHAPES = {"gsm8k": (256, 512, 64), "alphabet_sort": (24, 96, 8)}  # ids per completion, bytes read, min tokens
+SHAPES = {"gsm8k": (256, 512, 64), "alphabet_sort": (24, 96, 8),  # ids per completion, bytes read, min tokens
+          # the same completions with the default byte budget of 40-token completions (40 x the
+          # longest token: 520 bytes), where a search sized by the budget scans ~25x the text
+          "alphabet_sort_budget_520": (40, 520, 8)}
 NAMES = ["Aaron", "Abby", "Alice", "Amber", "Ben", "Bella", "Carl", "Chloe", "Cora", "Dan", "Daisy", "Eli", "Emma",
          "Eva", "Finn", "Fred", "Grace", "Gus", "Hana", "Hugo", "Ian", "Iris", "Jack", "Jade", "Kai", "Kate", "Leo"]
 FILLER = ["Let me think step by step.", "First we add the numbers.", "Then we multiply.", "So we get",
@@ -95,6 +100,7 @@ def make(kind: str, count: int, tok, eos: int, seed: int = 0):
     LENGTH, MAX_BYTES, MIN_TOKENS = SHAPES[kind]
     rng = random.Random(seed)
     gen = gsm8k_completion if kind == "gsm8k" else alphabet_completion
+    keep_tokens, keep_bytes = SHAPES["alphabet_sort"][:2] if kind.startswith("alphabet_sort") else (LENGTH, MAX_BYTES)  # same texts whatever the budget
     ids = np.full((count, LENGTH), eos, np.int32)
     answers = np.zeros((count, ANSWER), np.int32)
     answer_len = np.zeros((count,), np.int32)
@@ -103,7 +109,7 @@ def make(kind: str, count: int, tok, eos: int, seed: int = 0):
         while True:
             text, answer = gen(rng)
             row = tok.encode(text)
-            if MIN_TOKENS <= len(row) < LENGTH and len(text.encode()) <= MAX_BYTES:
+            if MIN_TOKENS <= len(row) < keep_tokens and len(text.encode()) <= keep_bytes:
                 break
         ids[k, : len(row)] = row
         lengths.append(len(row))
@@ -151,7 +157,7 @@ def main() -> None:
     table = ByteTable.from_tokenizer(tok)
     load_start = os.getloadavg()
     records = []
-    for kind, spec in [("gsm8k", GSM8K), ("alphabet_sort", ALPHABET)]:
+    for kind, spec in [("gsm8k", GSM8K), ("alphabet_sort", ALPHABET), ("alphabet_sort_budget_520", ALPHABET)]:
         ids, answers, answer_len, lengths = make(kind, args.count, tok, table.eos_id)
         verifier = rubric(spec, table, SHAPES[kind][1])
         tasks = V.Task(jnp.zeros((args.count, 1), jnp.int32), jnp.asarray(answers), jnp.asarray(answer_len))

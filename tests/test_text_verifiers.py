@@ -1,6 +1,7 @@
 """Byte verifiers against their plain-Python references (jaxrl.text.reference) on random and adversarial bytes."""
 
 import difflib
+import functools
 import os
 import random
 
@@ -246,3 +247,32 @@ def test_rubric_similarity_equals_difflib_on_name_lists(tokenized, monkeypatch):
     assert list(np.asarray(metrics["similarity"])) == want
     one = jax.jit(verifier.score)(jax.tree.map(lambda x: x[3], tasks), jnp.asarray(ids[3]))[1]["similarity"]
     assert float(one) == want[3]
+
+
+@pytest.mark.parametrize("mode", ["fine", "sparse"])
+def test_ratio_search_cut_to_the_batch_equals_difflib(mode):
+    """The batched ratio search cut to the batch's longest region and longest answer
+    (onepass._cuts; "fine": a chunk of a sorted batch, "sparse": a batch scored whole), one
+    batch of 32 per region-length band so that every cut is used, regions at random offsets
+    of a 96-byte text (moved to the front), against difflib on random strings over a small
+    alphabet (long runs, many ties)."""
+    rng = random.Random(11 if mode == "fine" else 12)
+    cuts = onepass._cuts(B, A, sparse=mode == "sparse")
+    assert cuts == ([(12, 32), (24, 32), (48, 32), (96, 32)] if mode == "fine" else [(12, 32), (48, 32), (96, 32)])
+    search = jax.jit(functools.partial(onepass._ratio_many, cut=mode))
+    low = 0
+    for width, _ in cuts:
+        lengths = [rng.randint(low + 1, width) for _ in range(31)] + [width]  # the band's longest fills its cut
+        starts = [rng.randint(0, B - n) for n in lengths]
+        texts = [bytes(rng.choice(b"aab c,") for _ in range(B)) for _ in lengths]
+        answers = [bytes(rng.choice(b"abc ,") for _ in range(rng.randint(0, A))) for _ in lengths]
+        x = np.asarray([list(t) for t in texts], np.int32)
+        s_, e_ = np.asarray(starts, np.int32), np.asarray(starts, np.int32) + np.asarray(lengths, np.int32)
+        x = np.where((np.arange(B) >= s_[:, None]) & (np.arange(B) < e_[:, None]), x, -1)  # -1 outside the region
+        y, m = pack(answers, A)
+        y = jnp.where(jnp.arange(A) < m[:, None], y, -1)
+        got = np.asarray(search(jnp.asarray(x), jnp.asarray(s_), jnp.asarray(e_), y, m))
+        want = [np.float32(difflib.SequenceMatcher(None, t[a:b], ans, autojunk=False).ratio())
+                for t, a, b, ans in zip(texts, starts, e_, answers)]
+        assert list(got) == want, width
+        low = width

@@ -9,7 +9,8 @@ and the number grammar, the current number compared digit by digit with the answ
 canonical number. Under ``vmap`` the score takes the whole batch (``custom_vmap``): on a CPU
 sorted by byte count and split into chunks, each chunk's ``while_loop`` ending at its longest
 completion; on an accelerator one ``while_loop`` over the whole batch.
-difflib's ratio (similarity) is searched level by level for all pieces of a chunk at once.
+difflib's ratio (similarity) is searched level by level for all pieces of a chunk at once; on a
+CPU over the chunk's longest region and answer only (a few static cuts), not the byte budget.
 Equal to :mod:`jaxrl.text.reference` (tests/test_text_verifiers.py); the timings are in
 ``bench/results/text_scoring.md``.
 """
@@ -334,24 +335,64 @@ def _matched_width(w: int, c: Array, s: Array, e: Array, b: Array, lb: Array) ->
     return jax.lax.while_loop(lambda st: jnp.any(st[4]), body, state)[5]
 
 
-def _ratio_many(c: Array, s: Array, e: Array, a: Array, m: Array, narrow: bool) -> Array:
-    """float32 ``[n]``: :func:`jaxrl.text.verifiers._ratio` of a batch. ``narrow``: the region
-    width is the batch's longest region rounded up to a quarter, a half or all of the text
-    (``lax.switch``; a chunk of short completions searches a small matrix; three loops to
-    compile, so only for batches split into chunks)."""
-    width, m_ = c.shape[1], a.shape[1]
+def _cuts(width: int, answer: int, first: int = 12, sparse: bool = False) -> list[tuple[int, int]]:
+    """The static ``(region bytes, answer bytes)`` shapes a ratio search may be cut to, smallest
+    first: region sizes doubling from ``first`` (a size within 2/3 of ``width`` becomes
+    ``width``; ``sparse``: every other size, a factor of 4, fewer searches to compile); answers
+    of fewer than 64 bytes uncut, longer ones cut with the region (at least 64) until whole."""
+    sizes, size = [], first
+    while not sizes or sizes[-1] != width:
+        sizes.append(width if 3 * size >= 2 * width else size)
+        size *= 4 if sparse else 2
+    cuts = [(w, answer if answer < 64 else min(answer, max(64, w))) for w in sizes]
+    return cuts if cuts[-1][1] == answer else cuts + [(width, answer)]
+
+
+def _front(c: Array, s: Array, e: Array, w: int) -> Array:
+    """int32 ``[n, w]``: each row's region ``c[s:e]`` moved to the front (-1 after its end)."""
+    i = jnp.arange(w, dtype=jnp.int32)
+    src = jnp.clip(s[:, None] + i[None, :], 0, c.shape[1] - 1)
+    return jnp.where(i[None, :] < (e - s)[:, None], jnp.take_along_axis(c, src, axis=1), -1)
+
+
+def _matched_cut(w: int, mw: int, c: Array, s: Array, e: Array, b: Array, m: Array) -> Array:
+    """:func:`_matched_width` of the regions ``[s, e)`` of ``c`` moved to the front and cut to
+    ``w`` bytes (every region fits), against the answers cut to ``mw`` bytes (every answer fits)."""
+    c, b, start, end = _front(c, s, e, w), b[:, :mw], jnp.zeros_like(s), e - s
+    if 34 * (mw + 1) * w * mw >= 2**31:  # the packed key would overflow int32
+        return jax.vmap(_matched)(c, start, end, b, m)
+    return _matched_width(w, c, start, end, b, m)
+
+
+def _ratio_many(c: Array, s: Array, e: Array, a: Array, m: Array, cut: str) -> Array:
+    """float32 ``[n]``: :func:`jaxrl.text.verifiers._ratio` of a batch. ``cut`` (a CPU; "fine"
+    for a chunk of a sorted batch, "sparse" for a batch scored whole): the search is bounded
+    by what the batch holds, not by the byte budget: the regions are moved to the front and
+    the matrices cut to the smallest of :func:`_cuts` that holds the batch's longest region
+    and longest answer (``lax.switch``: one compiled search per shape). "" (an accelerator:
+    one batch, whose longest region decides anyway): one search over the whole budget."""
     b = jnp.where(a >= 0, a, -2)
-    widths = sorted({max(1, -(-width * q // 4)) for q in (_QUARTERS if narrow else (4,))})
-    if 34 * (m_ + 1) * width * m_ >= 2**31:  # the packed key would overflow int32
-        matched = jax.vmap(_matched)(c, s, e, b, m)
+    e = jnp.maximum(e, s)
+    cuts = _cuts(c.shape[1], a.shape[1], sparse=cut == "sparse") if cut else [(c.shape[1], a.shape[1])]
+    if len(cuts) == 1 and not cut:
+        matched = _matched_full(c, s, e, b, m)
     else:
-        pick = jnp.sum(jnp.max(e) > jnp.asarray(widths[:-1]))
-        matched = jax.lax.switch(pick, [functools.partial(_matched_width, w) for w in widths], c, s, e, b, m)
+        need_w, need_m = jnp.max(e - s), jnp.max(m)
+        fits = jnp.asarray([w for w, _ in cuts], jnp.int32) >= need_w
+        fits = fits & (jnp.asarray([mw for _, mw in cuts], jnp.int32) >= need_m)
+        pick = jnp.argmax(fits)  # the last shape (full, full) always fits
+        matched = jax.lax.switch(pick, [functools.partial(_matched_cut, w, mw) for w, mw in cuts], c, s, e, b, m)
     total = (e - s) + m
     return jnp.where(total > 0, 2.0 * matched / jnp.maximum(total, 1), 1.0).astype(jnp.float32)
 
 
-_QUARTERS = (1, 2, 4)  # region widths tried, in quarters of the text
+def _matched_full(c: Array, s: Array, e: Array, b: Array, m: Array) -> Array:
+    w, mw = c.shape[1], b.shape[1]
+    if 34 * (mw + 1) * w * mw >= 2**31:  # the packed key would overflow int32
+        return jax.vmap(_matched)(c, s, e, b, m)
+    return _matched_width(w, c, s, e, b, m)
+
+
 _CHUNK = 1024  # completions per pass: sorted by length, each chunk's loop ends at its longest
 _UNROLL = 1  # byte positions per loop step (2 and 4 measured no faster, compile slower)
 
@@ -381,7 +422,7 @@ def _pass(cfg: _Cfg, pp: dict) -> tuple[dict, Array]:
     return jax.vmap(functools.partial(_finish, cfg))(c), text[: cfg.size].T
 
 
-def _score_batch(cfg: _Cfg, rest: tuple, narrow: bool, pp: dict) -> tuple[Array, dict]:
+def _score_batch(cfg: _Cfg, rest: tuple, cut: str, pp: dict) -> tuple[Array, dict]:
     """Reward and metrics of a batch of prepared completions (leading axis = completions)."""
     fw, power, gated, target, weight = rest
     o, text = _pass(cfg, pp)
@@ -399,7 +440,7 @@ def _score_batch(cfg: _Cfg, rest: tuple, narrow: bool, pp: dict) -> tuple[Array,
             correct = o["found"] & jax.vmap(_equal_kept)(values, keep, q, lq)
             score = correct.astype(jnp.float32)
         else:
-            score = jnp.where(o["found"], _ratio_many(inner, o["start"], o["end"], a, pp["m"], narrow), 0.0)
+            score = jnp.where(o["found"], _ratio_many(inner, o["start"], o["end"], a, pp["m"], cut), 0.0)
             correct = o["found"] & (score >= 1.0)
             metrics["similarity"] = score
     metrics["correct"] = correct.astype(jnp.float32)
@@ -424,14 +465,15 @@ def _score_many(cfg: _Cfg, rest: tuple, answer, answer_len, ids) -> tuple[Array,
     count = ids.shape[0]
     # chunks pay on a CPU (each loop stops at its own longest completion); an accelerator runs
     # the whole batch in one loop (sequential small loops leave it idle: docs/text_tasks.md)
-    chunk = min(count, _CHUNK) if jax.default_backend() == "cpu" else count
+    cpu = jax.default_backend() == "cpu"
+    chunk = min(count, _CHUNK) if cpu else count
     chunks = -(-count // chunk)
     if chunks == 1:  # one chunk: no sorting (less to compile for small batches)
-        return _score_batch(cfg, rest, False, pp)
+        return _score_batch(cfg, rest, "sparse" if cpu else "", pp)
     order = jnp.argsort(pp["total"])
     order = jnp.concatenate([order, jnp.broadcast_to(order[:1], (chunks * chunk - count,))])
     pp = jax.tree.map(lambda x: x[order].reshape((chunks, chunk) + x.shape[1:]), pp)
-    out = jax.lax.map(functools.partial(_score_batch, cfg, rest, True), pp)
+    out = jax.lax.map(functools.partial(_score_batch, cfg, rest, "fine"), pp)
     inverse = jnp.zeros((count,), jnp.int32).at[order[:count]].set(jnp.arange(count, dtype=jnp.int32))
     return jax.tree.map(lambda x: x.reshape((chunks * chunk,) + x.shape[2:])[inverse], out)
 
