@@ -151,3 +151,105 @@ def test_parity_task_answers_and_held_out_split():
     task = jax.tree_util.tree_map(lambda x: x[0], tasks)
     right, wrong = (np.array([t, 1], np.int32) for t in (task.answer[0], 2 * DIGIT0 + 1 - task.answer[0]))
     assert float(env.verifier(task, right)[0]) == 1.0 and float(env.verifier(task, wrong)[0]) == 0.25
+
+
+# -- the held-out set scored whole ------------------------------------------------------------
+
+
+def _scripted_policy(script, vocab):
+    """A GRPO token policy that writes ``script`` (token ids) whatever the prompt: its carry is
+    the position in the script, its logits one-hot on the next scripted token."""
+    import jax.numpy as jnp
+
+    from jaxrl.algos.grpo.policy import Policy
+
+    table = jnp.asarray(script, jnp.int32)
+    logits = lambda pos: 10.0 * jax.nn.one_hot(table[jnp.minimum(pos, len(script) - 1)], vocab)  # noqa: E731
+    import jax
+
+    def start(params, prompt):
+        pos = jnp.zeros((prompt.shape[0],), jnp.int32)
+        return pos, logits(pos)
+
+    def extend(params, pos, tokens, at):
+        pos = pos + tokens.shape[1]
+        return pos, logits(pos)[:, None]
+
+    unused = lambda *a: None  # noqa: E731
+    return Policy(init=unused, start=start, step=unused, sequence_logits=unused, extend=extend)
+
+
+@pytest.fixture(scope="module")
+def held_out_200():
+    """A text task with 200 held-out rows whose answers are ``"7" * (i % 9) + "x" * (i % 4)``
+    (similarity rubric: the reward of a completion "7" differs between rows), and a GRPO
+    setup whose policy writes "7" then the end-of-turn on every prompt."""
+    from jaxrl.algos.grpo.config import GRPOConfig
+    from jaxrl.algos.grpo.update import Setup
+    from jaxrl.models.lm import load_tokenizer
+    from jaxrl.text.task import text_task
+    from jaxrl_envs.text.text_file import TOKENIZER
+
+    answers = ["7" * (i % 9) + "x" * (i % 4) or "y" for i in range(200)]
+    held = [{"prompt": f"row {i}", "answer": a} for i, a in enumerate(answers)]
+    train = [{"prompt": f"train {i}", "answer": "1"} for i in range(4)]
+    task = text_task("held200", train, held, tokenizer_path=TOKENIZER, prompt_len=16, completion_len=4,
+                     answer_bytes=16, reward={"answer": "similarity", "extract": "whole"}, completions=False)
+    script = load_tokenizer(TOKENIZER).encode("7") + [task.end_of_turn]
+    policy = _scripted_policy(script, task.vocab_size)
+    params = task.default_params
+
+    def setup(**cfg):
+        return Setup(GRPOConfig(**cfg), task, params, task.held_out_params(params), policy, 0, None, None, None)
+
+    return task, answers, setup
+
+
+def test_evaluation_scores_every_held_out_row_once_and_the_exact_mean(held_out_200):
+    import difflib
+
+    import jax
+
+    from jaxrl.algos.grpo import evaluate as grpo_eval
+    from jaxrl.text.task import evaluation_starts
+
+    task, answers, setup = held_out_200
+    s = setup(eval_episodes=512)  # more than the rows: every row once, no more
+    run = jax.jit(lambda key: grpo_eval.eval_rollout(s, None, key))
+    first, again = run(jax.random.PRNGKey(0)), run(jax.random.PRNGKey(1))
+    prompts = np.asarray(first.obs[:, : task.prompt_len])
+    assert prompts.shape[0] == 200
+    assert (prompts == task.arrays("held_out")["prompts"]).all()  # row i is episode i: each row once
+    expected = np.mean([difflib.SequenceMatcher(None, b"7", a.encode()).ratio() for a in answers])
+    assert float(np.mean(np.asarray(first.returns, np.float64))) == pytest.approx(expected, abs=1e-6)
+    assert np.array_equal(np.asarray(first.returns), np.asarray(again.returns))  # same weights, same figure
+    starts = lambda **cfg: evaluation_starts(task, task.held_out_params(task.default_params), key=jax.random.PRNGKey(0), **cfg)  # noqa: E731
+    assert np.asarray(starts(episodes=50)).tolist() == list(range(50))  # eval_episodes caps it: the first rows
+    drawn = starts(episodes=200, held_out="sample")  # asked for: 200 keys, each episode's row drawn
+    assert drawn.shape == (200, 2) and drawn.dtype == jax.numpy.uint32
+    rows = jax.vmap(lambda k: task._draw(k, task.held).prompt)(drawn)  # reset's draw, without tracing the rubric
+    assert len({np.asarray(r).tobytes() for r in rows}) < 200  # with replacement: rows repeat
+
+
+def test_eval_summary_reports_the_rows_and_the_interval():
+    from jaxrl.algos.contract import EvalReport
+
+    report = EvalReport({"episode_returns": "greedy"}, metric="reward", phrases={"episode_returns": "held-out greedy reward"})
+    whole = {"episode_returns": np.array([[0.0, 1.0, 1.0, 0.0]]), "held_out_rows": np.array([4])}
+    summary = eval_lib.summarise(whole, report)
+    assert summary["held_out_rows"] == {"scored": 4, "of": 4} and summary["policies"]["greedy"]["episodes"] == 4
+    lines = eval_lib.format_summary(summary).splitlines()
+    assert "95% CI" in lines[0] and lines[1] == "eval held-out rows: 4 of 4 scored, each once"
+    capped = eval_lib.format_summary(eval_lib.summarise({**whole, "held_out_rows": np.array([9])}, report))
+    assert "4 of 9 scored, each once (the first 4: eval_episodes caps it)" in capped
+    assert "held_out_rows" not in eval_lib.summarise({"episode_returns": whole["episode_returns"]}, report)
+
+
+def test_eval_held_out_is_validated():
+    from jaxrl.algos.grpo.config import GRPOConfig
+    from jaxrl.algos.sft.config import SFTConfig
+
+    with pytest.raises(ValueError, match="eval_held_out: expected all or sample, got 'some'"):
+        GRPOConfig(eval_held_out="some").validate()
+    with pytest.raises(ValueError, match="eval_held_out: expected all or sample"):
+        SFTConfig(eval_held_out="every", model=SFTConfig().model.__class__(path="x")).validate()

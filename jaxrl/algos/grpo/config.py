@@ -129,6 +129,7 @@ class GRPOConfig(AlgoConfig):
     eval_episodes: int = 512  # held-out prompts (token tasks) or episodes for evaluate
     eval_every: int = 0  # every N updates, evaluate's greedy held-out eval inside training: heldout_reward, heldout_<info key> (absent from other updates' records; 0 = off); with train.stop_at on one, updates_per_chunk must be a multiple of N
     eval_every_episodes: int = 64  # held-out prompts (or episodes) of that periodic evaluation
+    eval_held_out: str = "all"  # text tasks: "all" scores every held-out row once (the first eval_episodes / eval_every_episodes of them when there are more); "sample" draws that many rows with replacement (tasks that generate prompts always draw)
     action_mask: bool = True  # control envs: sample only the legal actions where the env declares them (docs/masks.md)
     model: ModelConfig = dataclasses.field(default_factory=ModelConfig)
     loss: LossConfig = dataclasses.field(default_factory=LossConfig)
@@ -150,6 +151,7 @@ def validate(cfg: GRPOConfig) -> None:
     """Reject impossible configs with ``ValueError("<key>: <message>")``."""
     _positive(cfg, ("num_prompts", "num_updates", "num_epochs", "num_minibatches", "micro_batches", "eval_episodes",
                     "eval_every_episodes"))
+    check(cfg.eval_held_out in ("all", "sample"), "eval_held_out", f"expected all or sample, got {cfg.eval_held_out!r}")
     check(cfg.eval_every >= 0, "eval_every", f"must be >= 0 (0 = no evaluation during training), got {cfg.eval_every}")
     check(isinstance(cfg.action_mask, bool), "action_mask", f"expected true or false, got {cfg.action_mask!r}")
     check(cfg.group_size >= 2, "group_size", f"group-relative advantages need >= 2 generations, got {cfg.group_size}")

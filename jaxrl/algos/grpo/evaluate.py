@@ -15,6 +15,7 @@ from jaxrl.algos.grpo.rollout import Rollout, group_rollout
 from jaxrl.algos.grpo import update as update_lib
 from jaxrl.algos.grpo.update import GRPOState, Setup, acting_params
 from jaxrl.core.tokens import TokenTask
+from jaxrl.text.task import evaluation_rows, evaluation_starts
 
 Array = jax.Array
 
@@ -25,12 +26,15 @@ def _ci95(x: Array) -> Array:
 
 
 def eval_rollout(setup: Setup, params, key: Array, episodes: int | None = None) -> Rollout:
-    """Greedy episodes on the evaluation params (held-out prompts for token tasks):
-    ``episodes`` of them (default ``eval_episodes``)."""
+    """Greedy episodes on the evaluation params (held-out prompts for token tasks): a text
+    task's held-out rows each once, at most ``episodes`` of them (default ``eval_episodes``),
+    or ``episodes`` drawn ones (``eval_held_out: sample``, tasks that generate their prompts):
+    :func:`jaxrl.text.task.evaluation_starts`."""
     k_reset, k_roll = jax.random.split(key)
-    reset_keys = jax.random.split(k_reset, setup.cfg.eval_episodes if episodes is None else episodes)
+    starts = evaluation_starts(setup.env, setup.eval_params, setup.cfg.eval_episodes if episodes is None else episodes,
+                               k_reset, setup.cfg.eval_held_out)
     return group_rollout(
-        setup.policy, setup.env, setup.eval_params, params, reset_keys, k_roll, setup.num_steps, jnp.float32(1.0),
+        setup.policy, setup.env, setup.eval_params, params, starts, k_roll, setup.num_steps, jnp.float32(1.0),
         greedy=True,
     )
 
@@ -44,10 +48,12 @@ def evaluate(setup: Setup, state: GRPOState, key: Array) -> dict:
     summarises it with its own 95% interval), ``episode_returns_<key>`` for every key of a
     token task's :attr:`~jaxrl.core.tokens.TokenTask.eval_scores`, and scalars:
     ``return_mean``, ``return_ci95``, ``length_mean`` and, for every info key (e.g. ``exact_match``), its mean and ``_ci95``
-    (normal-approximation half-width).
+    (normal-approximation half-width); ``held_out_rows`` (int32 ``[]``, the rows of the split)
+    when the episodes are a text task's rows, each once (:func:`eval_rollout`).
     """
     ro = eval_rollout(setup, acting_params(state), key)
     out = {
+        **_rows(setup),
         "episode_returns": ro.returns,
         "return_mean": jnp.mean(ro.returns),
         "return_ci95": _ci95(ro.returns),
@@ -63,6 +69,11 @@ def evaluate(setup: Setup, state: GRPOState, key: Array) -> dict:
     return out
 
 
+def _rows(setup: Setup) -> dict:
+    rows = evaluation_rows(setup.env, setup.eval_params, setup.cfg.eval_held_out)
+    return {"held_out_rows": jnp.int32(rows)} if rows else {}
+
+
 #: ``fold_in`` salt of the in-training evaluation's key: a stream of the evaluated state's key
 #: that no update draws from (they ``split`` it), so evaluating changes no training bit, and a
 #: checkpoint (which holds that key) reproduces its evaluation and resumes bit for bit.
@@ -76,8 +87,9 @@ def heldout_key(state: GRPOState) -> Array:
 
 
 def heldout_metrics(setup: Setup, params, key: Array) -> dict:
-    """The figures of :func:`evaluate` on ``eval_every_episodes`` greedy held-out episodes,
-    as update metrics: ``heldout_reward`` (its ``return_mean``) and ``heldout_<key>`` for every
+    """The figures of :func:`evaluate` on ``eval_every_episodes`` greedy held-out episodes (a
+    text task's held-out rows, each once, the same rows at every evaluation), as update
+    metrics: ``heldout_reward`` (its ``return_mean``) and ``heldout_<key>`` for every
     info key (``exact_match``, a task's :attr:`~jaxrl.core.tokens.TokenTask.eval_scores`...),
     float32 ``[]``."""
     ro = eval_rollout(setup, params, key, setup.cfg.eval_every_episodes)
@@ -157,9 +169,10 @@ def marked_transcript(task: TokenTask, dialogue, turns: int) -> str:
 
 
 def _sampled(setup: Setup, n: int, r: int, params, key: Array) -> tuple[Rollout, Rollout]:
-    """``r`` sampled dialogues on each of ``n`` held-out prompts, and the greedy one of each."""
+    """``r`` sampled dialogues on each of ``n`` held-out prompts (a text task's first ``n``
+    rows, or all when it has fewer: :func:`eval_rollout`'s rule), and the greedy one of each."""
     k_reset, k_roll, k_greedy = jax.random.split(key, 3)
-    prompts = jax.random.split(k_reset, n)
+    prompts = evaluation_starts(setup.env, setup.eval_params, n, k_reset, setup.cfg.eval_held_out)
     temperature = jnp.float32(setup.cfg.sampling.temperature)
     sampled = group_rollout(
         setup.policy, setup.env, setup.eval_params, params, jnp.repeat(prompts, r, axis=0), k_roll, setup.num_steps,
@@ -175,7 +188,8 @@ def _sampled(setup: Setup, n: int, r: int, params, key: Array) -> tuple[Rollout,
 def sampled_rollouts(setup: Setup, state: GRPOState, key: Array, n: int, r: int, shown: int = 3) -> dict:
     """:attr:`jaxrl.algos.contract.Program.rollouts` of a token task (``jaxrl eval -n -r``).
 
-    Host-side numpy: ``rewards`` float ``[n, r]`` (sampled at ``sampling.temperature``,
+    Host-side numpy (``n``: at most a text task's held-out rows): ``rewards`` float
+    ``[n, r]`` (sampled at ``sampling.temperature``,
     held-out prompts, the eval params), ``greedy`` float ``[n]``; when the task reports
     ``exact_match``, ``correct`` bool ``[n, r]`` and ``greedy_correct`` bool ``[n]``;
     ``transcripts``: the first sampled dialogue of the first ``shown`` prompts, whole, with
@@ -185,6 +199,7 @@ def sampled_rollouts(setup: Setup, state: GRPOState, key: Array, n: int, r: int,
         raise TypeError(f"{setup.env.name} is not a token task; it has no held-out prompts to sample")
     run = jax.jit(functools.partial(_sampled, setup, n, r), compiler_options=COMPILER_OPTIONS)
     sampled, greedy = jax.device_get(run(acting_params(state), key))
+    n = greedy.returns.shape[0]
     out = {"rewards": np.asarray(sampled.returns).reshape(n, r), "greedy": np.asarray(greedy.returns)}
     if "exact_match" in sampled.final_info:
         out["correct"] = np.asarray(sampled.final_info["exact_match"]).reshape(n, r) > 0.5
