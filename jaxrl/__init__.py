@@ -12,8 +12,7 @@ import importlib
 from typing import TYPE_CHECKING
 
 from jaxrl import _compat
-
-__version__ = "0.5.3"
+from jaxrl._version import __version__
 
 #: Public name -> the module it lives in (the attribute has the same name).
 _PUBLIC = {

@@ -55,10 +55,17 @@ MOVED_MODULES: dict[str, tuple[str, ...]] = {
     "jaxrl.wrappers": ("jaxrl.core.wrappers",),
     "jaxrl.algos.base": ("jaxrl.algos.contract",),
     "jaxrl.adapters.reset_pool": ("jaxrl.core.reset_pool",),
+    # the command handlers' floor (0.6.0): jaxrl.commands
+    "jaxrl.run.commands": ("jaxrl.commands.train",),
+    "jaxrl.run.check_command": ("jaxrl.commands.check_env",),
 }
 
 #: Modules that moved in a later release than :data:`MOVED_IN`: (moved in, removed in).
-MOVED_LATER: dict[str, tuple[str, str]] = {"jaxrl.adapters.reset_pool": ("0.4.0", "0.6.0")}
+MOVED_LATER: dict[str, tuple[str, str]] = {
+    "jaxrl.adapters.reset_pool": ("0.4.0", "0.6.0"),
+    "jaxrl.run.commands": ("0.6.0", "0.7.0"),
+    "jaxrl.run.check_command": ("0.6.0", "0.7.0"),
+}
 
 #: ``old module.name`` -> ``(new module.name, moved in, removed in)`` for names that left a
 #: module which still exists; that module's ``__getattr__`` calls :func:`moved_name`.
@@ -67,7 +74,15 @@ MOVED_NAMES: dict[str, tuple[str, str, str]] = {
         f"jaxrl.run.evaluate.{name}": (f"jaxrl.run.eval_command.{name}", "0.5.0", "0.6.0")
         for name in ("main_eval", "main_sampled", "main_remote", "main_render", "check_render_args")
     },
-    "jaxrl.cli.check_env_main": ("jaxrl.run.check_command.main_check_env", "0.5.0", "0.6.0"),
+    "jaxrl.cli.check_env_main": ("jaxrl.commands.check_env.main_check_env", "0.5.0", "0.6.0"),
+    # the command handlers' floor (0.6.0): every handler in jaxrl.commands
+    **{f"jaxrl.cli.{name}": (f"jaxrl.commands.listing.{new}", "0.6.0", "0.7.0")
+       for name, new in (("list_main", "main_list"), ("registry_listing", "registry_listing"), ("config_dirs", "config_dirs"))},
+    "jaxrl.cli.config_main": ("jaxrl.commands.config.main_config", "0.6.0", "0.7.0"),
+    "jaxrl.run.reference.main_config": ("jaxrl.commands.config.config_table", "0.6.0", "0.7.0"),
+    "jaxrl.run.export.main_export_hf": ("jaxrl.commands.export_hf.main_export_hf", "0.6.0", "0.7.0"),
+    "jaxrl.run.aggregate.main_compare": ("jaxrl.commands.compare.main_compare", "0.6.0", "0.7.0"),
+    "jaxrl.serve.main.main_serve": ("jaxrl.commands.serve.main_serve", "0.6.0", "0.7.0"),
     **{
         f"jaxrl.core.render.{name}": (f"jaxrl.core.raster.{name}", "0.5.0", "0.6.0")
         for name in ("Color", "blank", "rect", "circle", "line", "polyline")

@@ -1,17 +1,18 @@
 """The ``jaxrl`` command line: a table of argparse sub-commands.
 
-Each sub-command is one small ``_add_<name>(subparsers)`` function that declares its
-arguments and sets ``func`` to the handler, plus one line in :data:`COMMANDS`. Handlers
-take the parsed ``argparse.Namespace`` and return an exit code; their bodies live in the
-module that owns the feature (``jaxrl.run.reference.main_config`` for ``config``), imported lazily so
-that ``jaxrl --help`` does not pay for importing JAX.
+This module is the parser only. Each sub-command is one small ``_add_<name>(subparsers)``
+function that declares its arguments and sets ``func`` to the handler, plus one line in
+:data:`COMMANDS`. Handlers take the parsed ``argparse.Namespace`` and return an exit code;
+they live in :mod:`jaxrl.commands` (``jaxrl.commands.config.main_config`` for ``config``;
+``eval`` and ``render`` in :mod:`jaxrl.run.eval_command`), imported lazily so that
+``jaxrl --help`` does not pay for importing JAX.
 
 To add a command::
 
     def _add_train(sub):
         p = sub.add_parser("train", help="train from a YAML config")
         p.add_argument("config")
-        p.set_defaults(func=_lazy("jaxrl.run.commands", "main_train"))
+        p.set_defaults(func=_lazy("jaxrl.commands.train", "main_train"))
 
     COMMANDS = [..., _add_train]
 
@@ -28,7 +29,6 @@ import argparse
 import errno
 import importlib
 import sys
-from pathlib import Path
 from typing import Callable, Sequence
 
 Handler = Callable[[argparse.Namespace], int]
@@ -80,52 +80,9 @@ class _LazyHandler:
 # ---------------------------------------------------------------------------- list
 
 
-def config_dirs() -> list[Path]:
-    """Where ``jaxrl list`` looks for recipe configs: ``./configs`` and the repository's."""
-    candidates = [Path.cwd() / "configs", Path(__file__).resolve().parent.parent / "configs"]
-    seen, out = set(), []
-    for path in candidates:
-        if path.is_dir() and path.resolve() not in seen:
-            seen.add(path.resolve())
-            out.append(path)
-    return out
-
-
-def registry_listing() -> str:
-    """The registered algorithms and env ids with their descriptions (imports every plugin,
-    hence JAX)."""
-    from jaxrl.algos import registry as algo_registry
-    from jaxrl.core import registry
-
-    algos = algo_registry.algorithms()
-    width = max((len(n) for n in algos), default=0)
-    lines = [f"algorithms ({len(algos)}):"]
-    lines += [f"  {name:<{width}}  {algos[name].description}".rstrip() for name in sorted(algos)]
-    ids = registry.registered_ids()
-    width = max((len(i) for i in ids), default=0)
-    lines.append(f"environments ({len(ids)}):")
-    lines += [f"  {env_id:<{width}}  {registry.spec(env_id).description}".rstrip() for env_id in ids]
-    return "\n".join(lines) + "\n"
-
-
-def list_main(args: argparse.Namespace) -> int:
-    """Print the registered algorithms and env ids with their descriptions (remembered per
-    installation by :mod:`jaxrl.run.answers`, so no JAX import after the first time), then
-    the recipe configs."""
-    from jaxrl.run import answers
-
-    sys.stdout.write(answers.answer("list", registry_listing, remember=args.fresh_process))
-    configs = sorted({p.name: p for d in config_dirs() for p in d.glob("*.yaml")}.values())
-    if configs:
-        print(f"configs ({len(configs)}):")
-        for path in configs:
-            print(f"  {path}")
-    return 0
-
-
 def _add_list(sub) -> None:
     p = sub.add_parser("list", help="list registered algorithms, environments and recipe configs")
-    p.set_defaults(func=list_main)
+    p.set_defaults(func=_lazy("jaxrl.commands.listing", "main_list"))
 
 
 # ----------------------------------------------------------------------- check-env
@@ -138,7 +95,7 @@ def _add_check_env(sub) -> None:
     p.add_argument("--envs", type=int, default=16, help="envs in the random rollout (default 16)")
     p.add_argument("--seed", type=int, default=0, help="PRNG seed (default 0)")
     p.add_argument("--only", metavar="CHECK[,CHECK]", help="run just these checks (comma-separated names)")
-    p.set_defaults(func=_lazy("jaxrl.run.check_command", "main_check_env"))
+    p.set_defaults(func=_lazy("jaxrl.commands.check_env", "main_check_env"))
 
 
 # ------------------------------------------------------------ train / eval / render
@@ -172,7 +129,7 @@ def _add_train(sub) -> None:
         help="with --resume: continue although a data file or the tokenizer differs from what the checkpoint "
         "was trained on (recorded in RUN_DIR/config_changes.jsonl)",
     )
-    p.set_defaults(func=_lazy("jaxrl.run.commands", "main_train"))
+    p.set_defaults(func=_lazy("jaxrl.commands.train", "main_train"))
     # --coordinator-address / --num-processes / --process-id come from jaxrl.parallel.distributed,
     # which imports JAX: build_parser adds them only when the command is `train`.
 
@@ -215,7 +172,7 @@ def _add_export_hf(sub) -> None:
         "--force", action="store_true",
         help="replace an existing non-empty --out directory (never the run, the current directory or the base model)",
     )
-    p.set_defaults(func=_lazy("jaxrl.run.export", "main_export_hf"))
+    p.set_defaults(func=_lazy("jaxrl.commands.export_hf", "main_export_hf"))
 
 
 def _add_compare(sub) -> None:
@@ -234,7 +191,7 @@ def _add_compare(sub) -> None:
     p.add_argument("--seed", type=int, default=0, help="PRNG seed of the bootstrap (default 0)")
     p.add_argument("--plot", metavar="FILE.png", help="write an interval plot")
     p.add_argument("--json", metavar="FILE", help="write every figure as JSON")
-    p.set_defaults(func=_lazy("jaxrl.run.aggregate", "main_compare"))
+    p.set_defaults(func=_lazy("jaxrl.commands.compare", "main_compare"))
 
 
 def _add_serve(sub) -> None:
@@ -257,25 +214,13 @@ def _add_serve(sub) -> None:
         help="on: accept WebSocket permessage-deflate when a client offers it (uvicorn's WebSocket stack); "
         "off (default): decline it and serve /ws with jaxrl's lean framing (a third of the server CPU per message)",
     )
-    p.set_defaults(func=_lazy("jaxrl.serve.main", "main_serve"))
+    p.set_defaults(func=_lazy("jaxrl.commands.serve", "main_serve"))
 
 
 def _add_config(sub) -> None:
     p = sub.add_parser("config", help="print every config key of a run of ALGO: type, default, meaning")
     p.add_argument("algo", metavar="ALGO", help="a registered algorithm, e.g. ppo or grpo")
-    p.set_defaults(func=config_main)
-
-
-def config_main(args: argparse.Namespace) -> int:
-    """``jaxrl config ALGO`` (:func:`jaxrl.run.reference.main_config`), remembered per
-    installation like ``list``."""
-    from jaxrl.run import answers
-
-    def compute() -> str:
-        return answers.captured(lambda: _lazy("jaxrl.run.reference", "main_config")(args))
-
-    sys.stdout.write(answers.answer(f"config-{args.algo}", compute, remember=args.fresh_process))
-    return 0
+    p.set_defaults(func=_lazy("jaxrl.commands.config", "main_config"))
 
 
 # ----------------------------------------------------------------------- the table
@@ -296,7 +241,7 @@ COMMANDS: list[Callable] = [
 
 def _version() -> str:
     """The package's version (``jaxrl --version``); reading it imports nothing heavy."""
-    from jaxrl import __version__
+    from jaxrl._version import __version__
 
     return __version__
 
@@ -406,7 +351,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def __getattr__(name: str):
-    """Handlers that moved out of this module (``check_env_main``), with a warning."""
+    """Handlers that moved out of this module (``check_env_main``, ``list_main``,
+    ``config_main``), with a warning."""
     from jaxrl import _compat
 
     return _compat.moved_name(__name__, name)

@@ -1,7 +1,9 @@
-"""The command handlers live in their command modules (``jaxrl.run.eval_command``,
-``jaxrl.run.check_command``), the CLI table reaches them lazily, and their old import paths
-(``jaxrl.run.evaluate.main_eval``, ``jaxrl.cli.check_env_main``, ...) still give the same
-objects with a ``DeprecationWarning`` naming the new path (:data:`jaxrl._compat.MOVED_NAMES`).
+"""The command handlers live in their command modules (:mod:`jaxrl.commands`, and
+``jaxrl.run.eval_command`` for eval and render), the CLI table reaches them lazily, and their
+old import paths (``jaxrl.run.evaluate.main_eval``, ``jaxrl.cli.check_env_main``,
+``jaxrl.run.commands.main_train``, ...) still give the same objects with a
+``DeprecationWarning`` naming the new path (:data:`jaxrl._compat.MOVED_NAMES`,
+:data:`jaxrl._compat.MOVED_MODULES`).
 The handlers' behaviour and messages are tested through the CLI (tests/test_cli.py,
 tests/test_cli_train.py, tests/test_render.py)."""
 
@@ -42,20 +44,43 @@ def test_other_missing_names_are_still_attribute_errors():
                 module.no_such_name
 
 
+#: Every sub-command and the handler the CLI table names for it.
+HANDLERS = {
+    "list": ("jaxrl.commands.listing", "main_list"),
+    "check-env": ("jaxrl.commands.check_env", "main_check_env"),
+    "train": ("jaxrl.commands.train", "main_train"),
+    "eval": ("jaxrl.run.eval_command", "main_eval"),
+    "render": ("jaxrl.run.eval_command", "main_render"),
+    "export-hf": ("jaxrl.commands.export_hf", "main_export_hf"),
+    "config": ("jaxrl.commands.config", "main_config"),
+    "serve": ("jaxrl.commands.serve", "main_serve"),
+    "compare": ("jaxrl.commands.compare", "main_compare"),
+}
+
+
 def test_the_cli_table_reaches_the_command_modules():
-    sub = cli.build_parser("eval")._subparsers._group_actions[0].choices
-    where = {name: (sub[name].get_default("func").module, sub[name].get_default("func").attr) for name in ("eval", "render", "check-env")}
-    assert where == {
-        "eval": ("jaxrl.run.eval_command", "main_eval"),
-        "render": ("jaxrl.run.eval_command", "main_render"),
-        "check-env": ("jaxrl.run.check_command", "main_check_env"),
-    }
+    sub = cli.build_parser("train")._subparsers._group_actions[0].choices
+    where = {name: (p.get_default("func").module, p.get_default("func").attr) for name, p in sub.items()}
+    assert where == HANDLERS
     for module, attr in where.values():
         assert callable(getattr(importlib.import_module(module), attr))
 
 
-def test_the_check_env_handler_module_imports_no_jax():
-    code = "import sys; import jaxrl.run.check_command; print('jax' in sys.modules)"
+def test_every_main_handler_lives_on_the_commands_floor():
+    """``def main_*`` only in :mod:`jaxrl.commands` (and ``run/eval_command.py``, not moved yet)."""
+    import pathlib
+
+    root = pathlib.Path(cli.__file__).parent
+    found = sorted(
+        p.relative_to(root).as_posix() for p in root.rglob("*.py")
+        if re.search(r"^def main_", p.read_text(), re.M) and p.parent.name != "commands"
+    )
+    assert found == ["run/eval_command.py"]
+
+
+def test_the_handler_modules_import_no_jax():
+    """``jaxrl check-env``, ``list`` and ``config`` import JAX only when they run."""
+    code = "import sys; import jaxrl.commands.check_env, jaxrl.commands.listing, jaxrl.commands.config; print('jax' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 

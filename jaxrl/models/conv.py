@@ -30,6 +30,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxrl.models.init import orthogonal  # the no-LAPACK orthogonal init
+
 #: Conv torso kinds (the value of a config's ``network.conv``).
 KINDS = ("nature_cnn", "minatar_cnn", "impala")
 #: Published widths: per conv layer (nature_cnn, minatar_cnn) or per stage (impala).
@@ -151,7 +153,6 @@ class Conv(nn.Module):
 
 
 def _conv(features: int, kernel: int, stride: int, padding: str, name: str, deferred: bool, lecun: bool) -> Conv:
-    from jaxrl.models.networks import orthogonal  # the no-LAPACK orthogonal init
 
     init = nn.initializers.zeros if deferred else (nn.initializers.lecun_normal() if lecun else orthogonal(CONV_GAIN))
     return Conv(features, kernel, stride, padding, init, name=name)

@@ -20,7 +20,7 @@ With ``conv`` set, image observations go through the conv torso before the embed
 Kernels follow :mod:`jaxrl.models.networks`: orthogonal, drawn in one batch by
 :func:`jaxrl.models.networks.init_params`, with gain 1 inside the cell
 (:data:`jaxrl.models.networks.RECURRENT_SCOPE`) and zero biases; flax's own orthogonal
-initialiser is avoided for the reason given in that module.
+initialiser is avoided for the reason given in :mod:`jaxrl.models.init`.
 """
 
 from __future__ import annotations
@@ -33,7 +33,8 @@ import jax
 import jax.numpy as jnp
 
 from jaxrl.models import distributions
-from jaxrl.models.networks import ACTIVATIONS, MLP, RECURRENT_SCOPE, ActorCritic, _dense, orthogonal
+from jaxrl.models.init import orthogonal
+from jaxrl.models.networks import ACTIVATIONS, MLP, RECURRENT_SCOPE, ActorCritic, _dense
 
 #: Recurrent cells by config name.
 CELLS = ("gru", "lstm")

@@ -66,7 +66,7 @@ def _tree_stats(h, root: str) -> None:
 
 def fingerprint() -> str:
     """A hex digest that changes whenever what ``list`` or ``config`` prints could."""
-    from jaxrl import __version__
+    from jaxrl._version import __version__
 
     h = hashlib.sha256(f"{sys.prefix}\n{sys.version}\n{__version__}\n".encode())
     tops = {"jaxrl"}

@@ -203,8 +203,8 @@ def export_hf(run_dir: str, out_dir: str, seed: int = 0, step: int | None = None
                       f"{'No space left on device' if full else text[:200]} (the export was not written)", out_dir) from None
 
 
-def main_export_hf(args) -> int:
-    """``jaxrl export-hf RUN_DIR --out DIR [--adapters-only] [--seed S] [--step N] [--force]``."""
-    out = export_hf(args.run_dir, args.out, args.seed, args.step, args.adapters_only, getattr(args, "force", False))
-    print(f"jaxrl: wrote {out}")
-    return 0
+def __getattr__(name: str):
+    """``main_export_hf`` moved to :mod:`jaxrl.commands.export_hf` (with a warning)."""
+    from jaxrl import _compat
+
+    return _compat.moved_name(__name__, name)

@@ -161,10 +161,11 @@ def markdown() -> str:
     return "\n".join(parts) + "\n"
 
 
-def main_config(args) -> int:
-    """``jaxrl config ALGO``: print every key of a run of ``ALGO``."""
-    print(text_table(args.algo))
-    return 0
+def __getattr__(name: str):
+    """``main_config`` moved to :mod:`jaxrl.commands.config` (with a warning)."""
+    from jaxrl import _compat
+
+    return _compat.moved_name(__name__, name)
 
 
 if __name__ == "__main__":

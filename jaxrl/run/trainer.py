@@ -7,8 +7,8 @@ state are finite, appends the chunk's per-update metrics (``[S, K]``, fixed size
 memory does not grow with the run) to ``metrics.jsonl``, advances the progress bar,
 and saves periodic checkpoints. At the end it saves a final checkpoint, evaluates and
 plots the learning curve. The pure ``train`` for Jupyter and the chunk itself live in
-:mod:`jaxrl.run.program`; ``--resume`` and ``--init-from`` in :mod:`jaxrl.run.resume`;
-the command's handler in :mod:`jaxrl.run.commands` (all re-exported here).
+:mod:`jaxrl.run.program`; ``--resume`` and ``--init-from`` in :mod:`jaxrl.run.resume`
+(re-exported here); the command's handler is :mod:`jaxrl.commands.train`.
 
 Run directory layout: ``config.yaml`` (the resolved config, under a comment naming the run's
 identity), ``metrics.jsonl``, ``learning_curve.png``, ``checkpoints/<updates done>/`` (each
@@ -56,7 +56,7 @@ from jaxrl.run.resume import (
 __all__ = [
     "CHANGES_FILE", "CHECKPOINT_DIR", "CONFIG_FILE", "CURVE_FILE", "EVAL_FILE", "METRICS_FILE", "RUN_FILES",
     "Built", "COMPILER_OPTIONS", "NonFiniteError", "OPERATIONAL_KEYS", "RunResult", "build", "chunk_fn", "initial_from", "make_chunk",
-    "make_layout", "make_train", "no_nan", "run", "seed_keys",
+    "join_processes", "make_layout", "make_train", "no_nan", "run", "seed_keys",
 ]
 
 
@@ -167,6 +167,20 @@ def _recent_return(records: list[dict], key: str | None = None) -> float | None:
         if key is not None and key in rec:
             return float(np.nanmean(log_lib.as_floats([rec[key]])))
     return None
+
+
+def join_processes(args) -> bool:
+    """``jax.distributed.initialize`` from ``--coordinator-address/--num-processes/
+    --process-id``, the ``JAXRL_*`` environment variables or a detected cluster (SLURM...);
+    a no-op for a single process. Must run before anything touches a device."""
+    try:
+        spec = distributed.resolve_spec(
+            getattr(args, "coordinator_address", None), getattr(args, "num_processes", None),
+            getattr(args, "process_id", None),
+        )
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    return distributed.initialize(spec)
 
 
 def run(

@@ -3,7 +3,7 @@
 
 The check itself (and the report it prints) lives in :mod:`jaxrl.core.check`, the lowest
 layer; this handler only makes the env by id, runs the check and maps the outcome to an
-exit code.
+exit code. Importing this module imports no JAX.
 """
 
 from __future__ import annotations

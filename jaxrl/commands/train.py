@@ -1,7 +1,7 @@
 """``jaxrl train``'s handler: the command line's arguments to :func:`jaxrl.run.trainer.run`.
 
 ``jaxrl train CONFIG [--set k=v ...] [--seeds N] [--out DIR] [--resume DIR] [--init-from DIR]``;
-multi-process runs join their processes first (:func:`join_processes`).
+multi-process runs join their processes first (:func:`jaxrl.run.trainer.join_processes`).
 """
 
 from __future__ import annotations
@@ -9,16 +9,13 @@ from __future__ import annotations
 import os
 
 from jaxrl.core import threefry
-from jaxrl.parallel import distributed
 from jaxrl.run import compile_cache, config as config_lib
 from jaxrl.run.config import ConfigError, RunConfig
 from jaxrl.run.files import CONFIG_FILE
 from jaxrl.run.resume import OPERATIONAL_KEYS
-from jaxrl.run.trainer import run
+from jaxrl.run.trainer import join_processes, run
 
 __all__ = ["config_from_args", "join_processes", "main_train"]
-
-
 
 
 def config_from_args(args) -> RunConfig | None:
@@ -31,20 +28,6 @@ def config_from_args(args) -> RunConfig | None:
             raise ConfigError(f"--set/--seeds need a CONFIG; with --resume only {', '.join(OPERATIONAL_KEYS)} may be set")
         return config_lib.load_config(os.path.join(args.resume, CONFIG_FILE), overrides) if overrides else None
     return config_lib.load_config(args.config, overrides)
-
-
-def join_processes(args) -> bool:
-    """``jax.distributed.initialize`` from ``--coordinator-address/--num-processes/
-    --process-id``, the ``JAXRL_*`` environment variables or a detected cluster (SLURM...);
-    a no-op for a single process. Must run before anything touches a device."""
-    try:
-        spec = distributed.resolve_spec(
-            getattr(args, "coordinator_address", None), getattr(args, "num_processes", None),
-            getattr(args, "process_id", None),
-        )
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from None
-    return distributed.initialize(spec)
 
 
 def main_train(args) -> int:
