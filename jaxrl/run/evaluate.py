@@ -146,7 +146,7 @@ def format_summary(summary: dict) -> str:
         )
     rows = summary.get("held_out_rows")
     if rows:
-        cap = "" if rows["scored"] == rows["of"] else f" (the first {rows['scored']}: eval_episodes caps it)"
+        cap = "" if rows["scored"] == rows["of"] else f" (the first {rows['scored']}: eval_episodes or --episodes caps it)"
         seeds = f" per seed ({summary['seeds']} seeds)" if summary.get("seeds", 1) > 1 else ""
         lines.append(f"eval held-out rows: {rows['scored']} of {rows['of']} scored, each once{seeds}{cap}")
     return "\n".join(lines)
