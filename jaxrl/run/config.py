@@ -71,7 +71,7 @@ class CurriculumConfig:
 class TokenizerConfig:
     """A token task spoken in a checkpoint's tokenizer (:mod:`jaxrl.adapters.tokenized`)."""
 
-    path: str  # a local directory with tokenizer.json (and tokenizer_config.json, config.json)
+    path: str = ""  # a local directory with tokenizer.json (and tokenizer_config.json, config.json); unset: <algo>.model.path
     chat_template: bool = True  # wrap prompts in the tokenizer's chat template (user turn, assistant opens)
     system_prompt: str = ""  # a system message for the chat template ("" = none)
 
@@ -369,6 +369,8 @@ def _check_env(env: EnvConfig) -> None:
             parse_distribution(text)
         except ValueError as exc:
             raise ConfigError(f"env.randomize.{name}: {exc}") from None
+    if env.tokenizer is not None and not env.tokenizer.path:  # a run config took it from model.path
+        raise ConfigError("env.tokenizer.path: not set; name the tokenizer's directory (a checkpoint's)")
     if env.params.get("held_out") not in (None, 0, False, "0", "false"):
         raise ConfigError("env.params.held_out: training on the held-out split would leave no unseen prompts to "
                           "evaluate on; evaluation uses it already (env.eval_params)")
@@ -471,6 +473,7 @@ def config_from_dict(raw) -> RunConfig:
     hints = typing.get_type_hints(RunConfig)
     if "env" not in raw:
         raise ConfigError("missing key 'env'")
+    raw = tokenizer_from_model(raw, name)
     cfg = RunConfig(
         algo=name,
         env=convert(raw["env"], EnvConfig, "env"),
@@ -486,6 +489,23 @@ def config_from_dict(raw) -> RunConfig:
     _validate_algo(cfg)
     _check_stop_every(cfg)
     return cfg
+
+
+def tokenizer_from_model(raw: dict, algo: str) -> dict:
+    """``raw`` with ``env.tokenizer.path`` taken from ``<algo>.model.path`` when the env's
+    ``tokenizer`` section names no path of its own: the policy's checkpoint supplies its
+    tokenizer, so a config names the checkpoint once. A path given in both places is kept."""
+    env = raw.get("env")
+    tokenizer = env.get("tokenizer") if isinstance(env, dict) else None
+    if not isinstance(tokenizer, dict) or tokenizer.get("path") not in (None, ""):
+        return raw
+    section = raw.get(algo)
+    model = section.get("model") if isinstance(section, dict) else None
+    path = model.get("path") if isinstance(model, dict) else None
+    if not isinstance(path, str) or not path:
+        raise ConfigError(f"env.tokenizer.path: not set, and {algo}.model.path names no checkpoint to take the tokenizer from; "
+                          "set one of them")
+    return {**raw, "env": {**env, "tokenizer": {**tokenizer, "path": path}}}
 
 
 def _check_stop_every(cfg: RunConfig) -> None:
