@@ -271,3 +271,15 @@ def test_the_module_rule_fails_on_bad_modules(tmp_path):
     problems = concept_problems(folder, tmp_path)
     assert [line.split(":")[0] for line in problems] == ["jaxrl/rambling.py", "jaxrl/silent.py", "jaxrl/word.py"]
     assert [line.split(" ")[0] for line in oversize(folder, tmp_path)] == ["jaxrl/long.py"]
+
+
+@pytest.mark.parametrize("room", ["run", "commands"])
+def test_architecture_page_lists_every_module_of_the_room(room):
+    """docs/architecture.md has a one-line row for each module of ``jaxrl/<room>/``."""
+    page = (ROOT / "docs" / "architecture.md").read_text()
+    heading = f"(`jaxrl/{room}/`)"
+    assert heading in page, f"docs/architecture.md has no module table for jaxrl/{room}/"
+    table = page[page.index(heading):].split("\n### ")[0].split("\n## ")[0]
+    rows = set(re.findall(r"^\| `([a-z_0-9]+\.py)` \|", table, re.M))
+    modules = {p.name for p in (JAXRL / room).glob("*.py") if p.name != "__init__.py"}
+    assert not modules - rows, f"docs/architecture.md: jaxrl/{room}/ modules without a row: {sorted(modules - rows)}"
