@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import ast
 import collections
+import dataclasses
 import pathlib
 import re
 import subprocess
@@ -283,3 +284,15 @@ def test_architecture_page_lists_every_module_of_the_room(room):
     rows = set(re.findall(r"^\| `([a-z_0-9]+\.py)` \|", table, re.M))
     modules = {p.name for p in (JAXRL / room).glob("*.py") if p.name != "__init__.py"}
     assert not modules - rows, f"docs/architecture.md: jaxrl/{room}/ modules without a row: {sorted(modules - rows)}"
+
+
+def test_the_trainer_body_takes_a_context_object():
+    """``_run_locked`` takes the run config, one :class:`jaxrl.run.trainer.RunContext` and the
+    output stream, not a dozen positional values (at most six parameters)."""
+    import inspect
+
+    from jaxrl.run import trainer
+
+    params = inspect.signature(trainer._run_locked).parameters
+    assert len(params) <= 6 and list(params) == ["cfg", "ctx", "out"]
+    assert {f.name for f in dataclasses.fields(trainer.RunContext)} >= {"built", "chunk", "run_dir", "resume", "init_from"}

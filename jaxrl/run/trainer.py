@@ -100,6 +100,24 @@ class RunResult:
     evaluation: dict | None  # the eval summary written to eval.json
 
 
+@dataclasses.dataclass(frozen=True)
+class RunContext:
+    """What :func:`run` hands its locked body: the compiled program and how the run was asked for."""
+
+    built: Built  # the env and the algorithm's program (:func:`jaxrl.run.build.build`)
+    keys: Any  # the seeds' PRNG keys [S, ...] (:func:`jaxrl.run.build.seed_keys`)
+    layout: Any  # where the state lives on the devices (:func:`jaxrl.run.program.make_layout`)
+    chunk: Callable  # the compiled chunk (:func:`jaxrl.run.program.prepare_chunk`)
+    init: Callable  # the sharded, vmapped ``init(keys)``
+    trained_on: dict  # the data's and tokenizers' hashes, stored in every checkpoint record
+    run_dir: str
+    resume: str | None = None  # the run directory continued (``--resume``), or None
+    init_from: str | None = None  # the run whose learned parameters start this one (``--init-from``)
+    evaluate: bool = True  # evaluate the final state (eval.json)
+    accept_config_change: bool = False
+    accept_data_change: bool = False
+
+
 def default_run_dir(cfg: RunConfig) -> str:
     """``<train.out_dir>/<algo>_<env>_<YYYYmmdd-HHMMSS>`` (with ``-2``, ``-3``... if taken)."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
@@ -241,8 +259,9 @@ def run(
     with rundir.RunLock(run_dir) if primary else contextlib.nullcontext():
         if fresh:
             check_fresh_run_dir(run_dir)  # again under the lock: a writer may have started meanwhile
-        accept = (accept_config_change, accept_data_change)
-        return _run_locked(cfg, built, keys, layout, chunk, init, run_dir, resume, evaluate, out, accept, init_from, trained_on)
+        ctx = RunContext(built, keys, layout, chunk, init, trained_on, run_dir, resume, init_from, evaluate,
+                         accept_config_change, accept_data_change)
+        return _run_locked(cfg, ctx, out)
 
 
 def beside(work: Callable[[], Any], name: str) -> threading.Thread:
@@ -261,10 +280,10 @@ def beside(work: Callable[[], Any], name: str) -> threading.Thread:
     return thread
 
 
-def _run_locked(cfg, built, keys, layout, chunk, init, run_dir, resume, evaluate, out, accept, init_from, trained_on) -> RunResult:
-    """The body of :func:`run` once the checks passed and the lock is held; ``accept``:
-    ``(accept_config_change, accept_data_change)``, ``trained_on``: what the run trains on
-    (:func:`jaxrl.run.records.trained_on`), stored in every checkpoint record."""
+def _run_locked(cfg: RunConfig, ctx: RunContext, out) -> RunResult:
+    """The body of :func:`run` once the checks passed and the lock is held."""
+    built, keys, layout, chunk, init, run_dir = ctx.built, ctx.keys, ctx.layout, ctx.chunk, ctx.init, ctx.run_dir
+    resume, init_from, evaluate, trained_on = ctx.resume, ctx.init_from, ctx.evaluate, ctx.trained_on
     d = built.derived
     primary = distributed.is_primary()
     out = out if primary else io.StringIO()
@@ -288,8 +307,8 @@ def _run_locked(cfg, built, keys, layout, chunk, init, run_dir, resume, evaluate
         template = jax.eval_shape(jax.vmap(built.program.init), keys)
         restored = ckpts.restore_verified(template)  # the newest that verifies (warns if it fell back)
         done = restored.step
-        check_config_drift(cfg, restored.record, run_dir, done, accept[0], primary, out)
-        check_data_drift(trained_on, restored.record, run_dir, done, accept[1], primary, out)
+        check_config_drift(cfg, restored.record, run_dir, done, ctx.accept_config_change, primary, out)
+        check_data_drift(trained_on, restored.record, run_dir, done, ctx.accept_data_change, primary, out)
         if primary:
             ckpts.discard_after(done)  # damaged newer steps: this run redoes them
         state = sharding.put(to_storable(restored.state), template, layout.state)  # same file, every process
