@@ -396,3 +396,14 @@ def test_a_broken_or_hostile_chat_template_is_one_line(tmp_path, template):
     assert "\n" not in message and message.startswith("env.tokenizer.chat_template: ") and "the chat template failed: " in message
     with pytest.raises(chat.TemplateFailure, match="the chat template failed"):
         chat.render_prompt(template, {}, "x")  # the sandbox stays: nothing runs, one line
+
+
+def test_a_template_that_refuses_a_system_role_is_named_when_the_task_is_built(tmp_path):
+    from jaxrl.run.config import ConfigError
+
+    gemma_like = ("{% for m in messages %}{% if m['role'] == 'system' %}{{ raise_exception('System role not supported') }}"
+                  "{% endif %}{{ m['content'] }}{% endfor %}")
+    tokenizer = {"path": _tokenizer_dir(tmp_path, gemma_like), "system_prompt": "Be brief."}
+    with pytest.raises(ConfigError, match=r"^env.tokenizer.chat_template: the chat template failed: TemplateError: "
+                                          r"System role not supported$"):
+        _env_setup(tmp_path, {"prompt_len": 40}, tokenizer=tokenizer)

@@ -331,15 +331,15 @@ def framed(rows: Sequence[Any], column: str, chat_template: bool, system_prompt:
     return [frame(r) for r in rows], system_prompt if chat_template else ""
 
 
-def _check_template(tok, chat_template: bool, source: str) -> None:
-    """A tokenizer without a chat template, or with one that does not render, refused now,
-    naming the option that avoids it."""
+def _check_template(tok, chat_template: bool, source: str, system_prompt: str) -> None:
+    """A tokenizer without a chat template, or with one that does not render a prompt (with
+    ``system_prompt``: some templates refuse a system role), refused now, naming the option."""
     if not chat_template:
         return
     from jaxrl.text import chat
 
     try:
-        chat.render_prompt(chat.chat_template(tok, source), chat.special_strings(tok), "x")
+        chat.render_prompt(chat.chat_template(tok, source), chat.special_strings(tok), "x", system_prompt)
     except ValueError as exc:
         raise ValueError(f"chat_template: {exc}") from None
 
@@ -389,7 +389,7 @@ def text_task(
         tok = _tokenizer(str(tokenizer_path))
     except (OSError, ValueError) as exc:
         raise ValueError(f"tokenizer_path: {exc}") from None
-    _check_template(tok, chat_template, str(tokenizer_path))
+    _check_template(tok, chat_template, str(tokenizer_path), system_prompt)
     pad_id, eos_id = data.special_ids(tok, str(tokenizer_path))
     vocab = data.model_vocab_size(tokenizer_path, tok)
     table = ByteTable.from_tokenizer(tok, vocab, eos_id)
