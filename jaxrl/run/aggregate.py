@@ -29,7 +29,6 @@ import io
 import json
 import math
 import os
-import sys
 import zlib
 from collections.abc import Callable
 
