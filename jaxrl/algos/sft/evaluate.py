@@ -87,7 +87,8 @@ def evaluate(setup: Setup, state: SFTState, key: Array) -> dict:
     GRPO's evaluation of a token task)."""
     ro = eval_completions(setup, model_params(state), key)
     rows = evaluation_rows(setup.env, setup.eval_params, setup.cfg.eval_held_out)
-    out = {**({"held_out_rows": jnp.int32(rows)} if rows else {}), "episode_returns": ro.returns, "return_mean": jnp.mean(ro.returns), "return_ci95": _ci95(ro.returns),
+    out = {**({"held_out_rows": jnp.int32(rows)} if rows else {}),
+           "episode_returns": ro.returns, "return_mean": jnp.mean(ro.returns), "return_ci95": _ci95(ro.returns),
            "length_mean": jnp.mean(ro.length.astype(jnp.float32))}
     for name, value in ro.final_info.items():
         out[name] = jnp.mean(value)
