@@ -24,7 +24,7 @@ from jaxrl.algos.contract import (
     Alert, AlgoEntry, BatchSize, Curve, EnvSetup, LMHooks, ModelParams, Monitor, Plan, Policy, Program, no_carry,
     replicated_axes,
 )
-from jaxrl.algos.grpo import config, evaluate, losses, policy, rollout, update
+from jaxrl.algos.grpo import config, evaluate, losses, offpolicy, policy, rollout, update
 from jaxrl.algos.grpo.config import GRPOConfig, GRPOHyper, hyperparams
 from jaxrl.algos.grpo.policy import MLPPolicy, masked_policy, mlp_policy, transformer_policy
 from jaxrl.algos.grpo.update import GRPOState, Setup
@@ -34,7 +34,7 @@ from jaxrl.models.transformer import TransformerLM
 
 __all__ = [
     "ENTRY", "GRPOConfig", "GRPOHyper", "GRPOState", "Setup", "build", "build_policy", "config", "evaluate",
-    "hyperparams", "losses", "make_setup", "policy", "rollout", "rollout_length", "update",
+    "hyperparams", "losses", "make_setup", "offpolicy", "policy", "rollout", "rollout_length", "update",
 ]
 
 
@@ -232,9 +232,12 @@ def load_params(fresh: update.GRPOState, trained) -> update.GRPOState:
     ``trained`` is a GRPO state or another algorithm's over the same loaded model (an SFT
     run: ``jaxrl train --init-from``), read through the two fields every such state has:
     ``params`` (the trained weights or LoRA adapters) and ``frozen`` (the base under LoRA).
+    With ``off_policy.staleness > 0`` every slot of the parameter ring starts from them too.
     """
     ref = trained.params if fresh.ref_params is not None else None
-    return fresh.replace(params=trained.params, ref_params=ref, frozen=trained.frozen)
+    ring = None if fresh.behaviour is None else jax.tree_util.tree_map(
+        lambda r, p: jnp.broadcast_to(p[None], r.shape).astype(r.dtype), fresh.behaviour, trained.params)
+    return fresh.replace(params=trained.params, ref_params=ref, frozen=trained.frozen, behaviour=ring)
 
 
 ENTRY = AlgoEntry(

@@ -96,6 +96,21 @@ class SamplingConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class OffPolicyConfig:
+    """Asynchronous GRPO (``grpo.off_policy``; ``docs/async_grpo.md``): update ``t`` trains on
+    rollouts sampled with the parameters of update ``t - staleness`` (the initial ones for the
+    first ``staleness`` updates), importance-corrected toward the parameters at the start of
+    update ``t``. ``staleness: 0`` is on-policy GRPO, bit for bit (the other keys do nothing)."""
+
+    staleness: int = 0  # k: updates between the parameters that sample a batch and the update that trains on it (static)
+    # the importance-sampling correction pi_old / pi_behaviour of each sample: tis truncates it at
+    # cap, mis zeroes it above cap (TRL's *_truncate / *_mask), none leaves it out (weight 1)
+    correction: Literal["tis", "mis", "none"] = "tis"
+    level: Literal["token", "sequence"] = "token"  # one weight per token, or per sequence (the product of its tokens')
+    cap: float = 3.0  # C of the correction (TRL's vllm_importance_sampling_cap; static)
+
+
+@dataclasses.dataclass(frozen=True)
 class GRPOOptim(_OptimConfig):
     """GRPO's optimiser (``grpo.optim``): the rate moves once per update."""
 
@@ -135,6 +150,7 @@ class GRPOConfig(AlgoConfig):
     loss: LossConfig = dataclasses.field(default_factory=LossConfig)
     sampling: SamplingConfig = dataclasses.field(default_factory=SamplingConfig)
     optim: GRPOOptim = dataclasses.field(default_factory=GRPOOptim)
+    off_policy: OffPolicyConfig = dataclasses.field(default_factory=OffPolicyConfig)  # asynchronous GRPO: stale rollouts, corrected
     warn: WarnConfig = dataclasses.field(default_factory=WarnConfig)
 
     def validate(self) -> None:
@@ -185,11 +201,21 @@ def validate(cfg: GRPOConfig) -> None:
     check(s.oversample == 1 or s.dynamic_sampling, "sampling.oversample", "> 1 needs sampling.dynamic_sampling: true")
     check(s.overlong_buffer >= 0, "sampling.overlong_buffer", f"must be >= 0, got {s.overlong_buffer}")
     check(0 <= s.overlong_penalty < math.inf, "sampling.overlong_penalty", f"must be a finite number >= 0 (the scale of a punishment), got {s.overlong_penalty}")
+    _validate_off_policy(cfg.off_policy)
     w = cfg.warn
     check(0.0 <= w.zero_std_frac <= 1.0, "warn.zero_std_frac", f"must be in [0, 1], got {w.zero_std_frac}")
     check(w.min_entropy >= 0, "warn.min_entropy", f"must be >= 0, got {w.min_entropy}")
     check(w.patience >= 0, "warn.patience", f"must be >= 0, got {w.patience}")
     o.validate()
+
+
+def _validate_off_policy(op: OffPolicyConfig) -> None:
+    k = op.staleness
+    check(isinstance(k, int) and not isinstance(k, bool) and k >= 0, "off_policy.staleness",
+          f"must be an integer >= 0 (0: on-policy), got {k!r}")
+    check(op.correction in ("tis", "mis", "none"), "off_policy.correction", f"expected tis, mis or none, got {op.correction!r}")
+    check(op.level in ("token", "sequence"), "off_policy.level", f"expected token or sequence, got {op.level!r}")
+    check(1.0 <= op.cap < math.inf, "off_policy.cap", f"must be a finite number >= 1 (weights above it are truncated or masked), got {op.cap}")
 
 
 @struct.dataclass

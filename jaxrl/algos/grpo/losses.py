@@ -178,6 +178,7 @@ def policy_loss(
     hyper: GRPOHyper,
     loss_type: str,
     cispo_clip_low: bool = False,
+    is_weight: Array | None = None,
 ) -> tuple[Array, dict]:
     """The GRPO-family loss of one (mini)batch (formulas in the module docstring).
 
@@ -192,6 +193,10 @@ def policy_loss(
       loss_type: a key of :data:`jaxrl.algos.grpo.variants.VARIANTS` (static).
       cispo_clip_low: ``cispo`` only (static): clip the weight below at ``1 - eps_low`` too;
         False (the default, TRL's and the CISPO paper's) caps it above at ``1 + eps_high`` only.
+      is_weight: float32 ``[N, T]`` or None: the off-policy correction
+        (:func:`jaxrl.algos.grpo.offpolicy.importance_weights`, no gradient) multiplying each
+        token's surrogate before the mean, as TRL does; the KL term is not weighted. ``gspo``
+        weights each sequence's surrogate by its tokens' mean weight.
     Returns:
       ``(loss [], metrics)`` with ``loss/policy``, ``kl`` and the clip ratios.
     """
@@ -201,8 +206,10 @@ def policy_loss(
     kl = k3_kl(logp, jax.lax.stop_gradient(ref_logp)) if ref_logp is not None else jnp.zeros_like(logp)
     reduce = v.reduce
     eps_low, eps_high = hyper.eps_low, hyper.eps_high
+    if is_weight is not None:
+        is_weight = jax.lax.stop_gradient(is_weight)
     if v.surrogate == "sequence":
-        return _gspo_loss(logp, old_logp, kl, advantages, mask, hyper)
+        return _gspo_loss(logp, old_logp, kl, advantages, mask, hyper, is_weight)
     ratio = jnp.exp(logp - old_logp)
     if v.surrogate == "cispo":
         low = 1.0 - eps_low if cispo_clip_low else None
@@ -219,19 +226,23 @@ def policy_loss(
         surrogate = jnp.minimum(ratio * adv, jnp.clip(ratio, 1.0 - eps_low, 1.0 + eps_high) * adv)
         per_token = -surrogate
         clip = _clip_metrics(ratio, jnp.broadcast_to(adv, ratio.shape), eps_low, eps_high, lambda x: _token_mean(x, mask))
+    if is_weight is not None:
+        per_token = per_token * is_weight
     pg = reduce(per_token, mask)
     kl_term = reduce(kl, mask)
     loss = pg + hyper.beta * kl_term
     return loss, {"loss/policy": pg, "kl": _token_mean(kl, mask), **clip}
 
 
-def _gspo_loss(logp, old_logp, kl, advantages, mask, hyper) -> tuple[Array, dict]:
+def _gspo_loss(logp, old_logp, kl, advantages, mask, hyper, is_weight=None) -> tuple[Array, dict]:
     m = mask.astype(jnp.float32)
     count = jnp.sum(m, axis=1)
     has = (count > 0).astype(jnp.float32)
     log_s = jnp.sum((logp - old_logp) * m, axis=1) / jnp.maximum(count, 1.0)
     s = jnp.exp(log_s)
     surrogate = jnp.minimum(s * advantages, jnp.clip(s, 1.0 - hyper.eps_low, 1.0 + hyper.eps_high) * advantages)
+    if is_weight is not None:  # a sequence's surrogate times its tokens' mean weight
+        surrogate = surrogate * jnp.sum(is_weight * m, axis=1) / jnp.maximum(count, 1.0)
     seq_mean = lambda x: jnp.sum(x * has) / jnp.maximum(jnp.sum(has), 1.0)  # noqa: E731
     pg = seq_mean(-surrogate)
     loss = pg + hyper.beta * _seq_mean(kl, mask)

@@ -8,6 +8,11 @@
 4. **Optimisation**: ``num_epochs`` x ``num_minibatches`` steps on the clipped surrogate
    with importance ratios against the behaviour log-probs, and optionally a k3 KL penalty
    to the frozen initial policy.
+
+With ``off_policy.staleness: k > 0`` (:mod:`~jaxrl.algos.grpo.offpolicy`) step 1 samples
+with the parameters of update ``t - k`` from a ring in the state, and the batch carries the
+log-probs of the parameters at the update's start (the ratio's denominator) and the
+importance weights that correct toward them.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from flax import struct
 from jaxrl.algos.common import batching, optim
 from jaxrl.algos.common.optim import Schedule
 from jaxrl.algos.common.train import epochs
+from jaxrl.algos.grpo import offpolicy
 from jaxrl.algos.grpo.config import GRPOConfig, GRPOHyper, hyperparams
 from jaxrl.algos.grpo.losses import (
     _token_mean, advantage_kind, group_advantages, overlong_shaping, policy_loss, select_groups, token_advantages,
@@ -47,6 +53,8 @@ class GRPOState:
     update_step: Array  # int32 [], updates done
     level: Array  # int32 [], curriculum level (the value of the curriculum's param; 0 without one)
     frozen: Any = None  # weights the policy reads but never trains (a loaded model's base under LoRA)
+    # off_policy.staleness k > 0: [k, ...] snapshots of params, the ring that samples (offpolicy); None for k = 0
+    behaviour: Any = None
 
 
 class Setup(NamedTuple):
@@ -77,6 +85,8 @@ class Batch:
     ref_logp: Array  # float32 [n, T] (zeros when beta == 0)
     mask: Array  # bool [n, T]
     advantages: Array  # float32 [n], or [n, T] with token_credit
+    is_weight: Array | None = None  # float32 [n, T], off-policy correction (off_policy.staleness > 0 and a correction)
+    version: Array | None = None  # int32 [n], the policy version (update) that sampled each row (off_policy.staleness > 0)
 
 
 def policy_params(frozen, params):
@@ -93,6 +103,16 @@ def reference_params(state: GRPOState):
 def acting_params(state: GRPOState):
     """The policy's parameters as the rollout and evaluation take them."""
     return policy_params(state.frozen, state.params)
+
+
+def sampling_params(setup: Setup, state: GRPOState):
+    """The parameters that sample update ``state.update_step``'s rollouts: the acting ones, or
+    with ``off_policy.staleness: k > 0`` the ring's slot of update ``t - k``
+    (:func:`~jaxrl.algos.grpo.offpolicy.behaviour_slot`)."""
+    k = setup.cfg.off_policy.staleness
+    if k == 0:
+        return acting_params(state)
+    return policy_params(state.frozen, offpolicy.behaviour_slot(state.behaviour, state.update_step, k))
 
 
 def shared_prefix_group(policy: Policy, cfg: GRPOConfig) -> int:
@@ -123,7 +143,8 @@ def loss_fn(setup: Setup, hyper: GRPOHyper, params, batch: Batch, frozen=None) -
                                 setup.prefix_group)
     ref = batch.ref_logp if setup.cfg.loss.beta > 0 else None
     loss, metrics = policy_loss(
-        logp, batch.old_logp, ref, batch.advantages, batch.mask, hyper, setup.cfg.loss.type, setup.cfg.loss.cispo_clip_low)
+        logp, batch.old_logp, ref, batch.advantages, batch.mask, hyper, setup.cfg.loss.type, setup.cfg.loss.cispo_clip_low,
+        batch.is_weight)
     return loss, {**metrics, "entropy": _token_mean(jax.lax.stop_gradient(entropy), batch.mask)}
 
 
@@ -217,7 +238,7 @@ def collect(setup: Setup, state: GRPOState, key: Array) -> tuple[Rollout, Batch,
     """Group rollout, shaping, selection and advantages: the batch of one update."""
     reset_keys, k_roll = rollout_keys(setup, key)
     env_params = _env_params_at(setup, state.level)
-    ro = group_rollout(setup.policy, setup.env, env_params, acting_params(state), reset_keys, k_roll, setup.num_steps,
+    ro = group_rollout(setup.policy, setup.env, env_params, sampling_params(setup, state), reset_keys, k_roll, setup.num_steps,
                        state.hyper.temperature, group=setup.cfg.group_size)
     return shape_batch(setup, state, ro)
 
@@ -249,7 +270,27 @@ def shape_batch(setup: Setup, state: GRPOState, ro: Rollout) -> tuple[Rollout, B
         ref_logp, _ = _token_logp(setup.policy, reference_params(state), ro.obs, ro.actions, state.hyper.temperature,
                                   cfg.group_size)  # the batch's rows are whole groups in order
     batch = Batch(ro.obs, ro.actions, ro.logp, jax.lax.stop_gradient(ref_logp), mask, adv)
-    return ro, batch, _reward_metrics(ro, grouped.reshape(-1), grouped, mask)
+    metrics = _reward_metrics(ro, grouped.reshape(-1), grouped, mask)
+    if cfg.off_policy.staleness > 0:
+        batch, off = _off_policy_batch(setup, state, batch)
+        metrics.update(off)
+    return ro, batch, metrics
+
+
+def _off_policy_batch(setup: Setup, state: GRPOState, batch: Batch) -> tuple[Batch, dict]:
+    """A stale batch made ready for the loss: ``old_logp`` becomes the log-probs of the
+    parameters at the update's start (behaviour log-probs stay in the rollout), ``is_weight``
+    the correction toward them, ``version`` the update whose parameters sampled each row."""
+    op = setup.cfg.off_policy
+    old_logp, _ = _token_logp(setup.policy, acting_params(state), batch.obs, batch.actions, state.hyper.temperature,
+                              setup.cfg.group_size)  # whole groups in order, as for the reference
+    old_logp = jax.lax.stop_gradient(old_logp)
+    weights, metrics = offpolicy.importance_weights(old_logp, batch.old_logp, batch.mask, op.correction, op.level, op.cap)
+    made_by = offpolicy.version(state.update_step, op.staleness)
+    metrics["off_policy/staleness"] = (state.update_step - made_by).astype(jnp.float32)
+    version = jnp.full(batch.actions.shape[:1], made_by, jnp.int32)
+    weights = None if op.correction == "none" else weights
+    return batch.replace(old_logp=old_logp, is_weight=weights, version=version), metrics
 
 
 def update(setup: Setup, state: GRPOState) -> tuple[GRPOState, dict]:
@@ -269,7 +310,9 @@ def learn(setup: Setup, state: GRPOState, collected: tuple[Rollout, Batch, dict]
     metrics.update(jax.tree_util.tree_map(jnp.mean, losses))
     level = _next_level(setup, state.level, ro)
     metrics["curriculum_level"] = state.level.astype(jnp.float32)
-    new = state.replace(params=params, opt_state=opt_state, key=key, update_step=state.update_step + 1, level=level)
+    behaviour = offpolicy.push(state.behaviour, state.update_step, state.params, setup.cfg.off_policy.staleness)
+    new = state.replace(params=params, opt_state=opt_state, key=key, update_step=state.update_step + 1, level=level,
+                        behaviour=behaviour)
     return new, {k: jnp.asarray(v, jnp.float32) for k, v in metrics.items()}
 
 
@@ -288,7 +331,9 @@ def init(setup: Setup, key: Array, hyper: dict | None = None) -> GRPOState:
     ref = params if cfg.loss.beta > 0 and frozen is None else None  # with frozen weights the reference is the base
     level = setup.curriculum.first_level() if setup.curriculum is not None else jnp.zeros((), jnp.int32)
     optimizer = make_optimizer(cfg, optim_hyper["lr"], optim_hyper["max_grad_norm"])
-    return GRPOState(params, ref, optimizer.init(params), GRPOHyper(**rest), key, jnp.zeros((), jnp.int32), level, frozen)
+    ring = offpolicy.init_ring(params, cfg.off_policy.staleness)
+    return GRPOState(params, ref, optimizer.init(params), GRPOHyper(**rest), key, jnp.zeros((), jnp.int32), level, frozen,
+                     ring)
 
 
 def schedule(cfg: GRPOConfig) -> Schedule:
