@@ -69,7 +69,8 @@ def test_gsm8k_rows_without_the_marker_are_counted_not_kept(tmp_path):
     with open(tmp_path / "train.jsonl", "w", encoding="utf-8") as f:
         f.writelines(json.dumps(r) + "\n" for r in rows)
     overrides = [f"env.tokenizer.path={QWEN2}", f"grpo.model.path={QWEN2}", f"env.text.train={tmp_path / 'train.jsonl'}",
-                 "env.text.held_out=", "env.text.held_out_every=3", "env.text.prompt_len=128"]
+                 "env.text.held_out=", "env.text.held_out_every=3", "env.text.prompt_len=128",
+                 "env.text.completion_len=64"]  # within the fixture's 256 positions
     cfg = config_lib.load_config(os.path.join(ROOT, "configs", "grpo_qwen2.5_0.5b_gsm8k.yaml"), overrides)
     env = trainer.build(cfg).envs.env
     assert "answer has no '####'" in env.summary()
