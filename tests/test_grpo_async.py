@@ -1,0 +1,216 @@
+"""Asynchronous GRPO (``grpo.off_policy``): the parameter-ring schedule, the TIS / MIS
+importance weights against hand computations, the weighted loss and its gradient, staleness 0
+equal to on-policy GRPO bit for bit, a stale run that trains with finite off-policy metrics,
+and ``jaxrl train --resume`` after a kill continuing bit for bit (the ring is in the state)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxrl.algos import grpo
+from jaxrl.algos.contract import EnvSetup
+from jaxrl.algos.grpo import offpolicy
+from jaxrl.algos.grpo.config import GRPOHyper, ModelConfig, OffPolicyConfig
+from jaxrl.run import config as config_lib
+from jaxrl.run.checkpoint import Checkpoints
+from jaxrl_envs.text import Reverse
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+LN = math.log
+
+
+# --- the schedule -------------------------------------------------------------------------------
+
+def test_ring_samples_update_t_with_the_parameters_of_update_t_minus_k():
+    """The parameters at update s's start stand as the number s: update t samples with max(t - k, 0)."""
+    for k in (1, 2, 3):
+        ring = offpolicy.init_ring(jnp.float32(0.0), k)
+        assert ring.shape == (k,)
+        for t in range(8):
+            step = jnp.int32(t)
+            assert float(offpolicy.behaviour_slot(ring, step, k)) == max(t - k, 0), (k, t)
+            assert int(offpolicy.version(step, k)) == max(t - k, 0)
+            ring = offpolicy.push(ring, step, jnp.float32(t), k)  # the parameters at update t's start
+    assert offpolicy.init_ring({"w": jnp.ones(3)}, 0) is None and offpolicy.push(None, jnp.int32(0), 1.0, 0) is None
+
+
+# --- the weights --------------------------------------------------------------------------------
+
+# two sequences: token ratios pi_old / pi_b of 0.5, 2, 4 (a fourth token masked out) and 1, 0.5
+OLD = jnp.asarray([[LN(0.5), LN(2.0), LN(4.0), 5.0], [0.0, LN(0.5), 0.0, 0.0]], jnp.float32)
+BEHAVIOUR = jnp.zeros((2, 4), jnp.float32)
+MASK = jnp.asarray([[1, 1, 1, 0], [1, 1, 0, 0]], jnp.bool_)
+R = np.array([0.5, 2.0, 4.0, 1.0, 0.5])  # the counted tokens' ratios
+KL = float(np.mean(R - 1.0 - np.log(R)))
+
+
+def _weights(correction, level, cap=3.0):
+    w, m = offpolicy.importance_weights(OLD, BEHAVIOUR, MASK, correction, level, cap)
+    return np.asarray(w), {k: float(v) for k, v in m.items()}
+
+
+@pytest.mark.parametrize("correction, want, clipped, masked", [
+    ("tis", [[0.5, 2.0, 3.0, 0.0], [1.0, 0.5, 0.0, 0.0]], 0.2, 0.0),
+    ("mis", [[0.5, 2.0, 0.0, 0.0], [1.0, 0.5, 0.0, 0.0]], 0.0, 0.2),
+    ("none", [[1.0, 1.0, 1.0, 0.0], [1.0, 1.0, 0.0, 0.0]], 0.0, 0.0),
+])
+def test_token_level_weights_by_hand(correction, want, clipped, masked):
+    w, m = _weights(correction, "token")
+    np.testing.assert_allclose(w, want, rtol=1e-6)
+    assert m["off_policy/clipped_frac"] == pytest.approx(clipped) and m["off_policy/masked_frac"] == pytest.approx(masked)
+    assert m["off_policy/ess"] == pytest.approx(R.sum() ** 2 / (5 * (R**2).sum()), rel=1e-6)  # 64 / 107.5
+    assert m["off_policy/kl"] == pytest.approx(KL, rel=1e-5)
+    assert m["off_policy/weight_mean"] == pytest.approx(np.sum(want) / 5, rel=1e-6)
+
+
+@pytest.mark.parametrize("correction, first, clipped, masked", [("tis", 3.0, 0.5, 0.0), ("mis", 0.0, 0.0, 0.5)])
+def test_sequence_level_weights_by_hand(correction, first, clipped, masked):
+    """Sequence weights are the products 0.5 * 2 * 4 = 4 (above the cap 3) and 1 * 0.5."""
+    w, m = _weights(correction, "sequence")
+    np.testing.assert_allclose(w, [[first] * 3 + [0.0], [0.5, 0.5, 0.0, 0.0]], rtol=1e-6)
+    assert m["off_policy/clipped_frac"] == clipped and m["off_policy/masked_frac"] == masked
+    assert m["off_policy/ess"] == pytest.approx(4.5**2 / (2 * 16.25), rel=1e-6)
+    assert m["off_policy/kl"] == pytest.approx(KL, rel=1e-5)  # per token whatever the level
+
+
+@pytest.mark.parametrize("correction", ["tis", "mis"])
+@pytest.mark.parametrize("level", ["token", "sequence"])
+def test_on_policy_weights_are_exactly_one_and_nothing_is_cut(correction, level):
+    logp = jnp.asarray([[-0.3, -2.0, -7.5], [-1e-6, -30.0, -0.1]], jnp.float32)
+    mask = jnp.asarray([[1, 1, 0], [1, 1, 1]], jnp.bool_)
+    w, m = offpolicy.importance_weights(logp, logp, mask, correction, level, 1.0)  # the tightest cap
+    assert np.array_equal(np.asarray(w), np.asarray(mask, np.float32))
+    assert {k: float(v) for k, v in m.items()} == {
+        "off_policy/ess": 1.0, "off_policy/kl": 0.0, "off_policy/clipped_frac": 0.0, "off_policy/masked_frac": 0.0,
+        "off_policy/weight_mean": 1.0}
+
+
+def test_the_weight_multiplies_each_tokens_surrogate_and_its_gradient_not_the_kl():
+    """At ratio 1 the dapo loss is -sum_t w_t A m / sum m; its gradient in logp_t is -w_t A m / sum m."""
+    hyper = GRPOHyper(*(jnp.float32(x) for x in (0.2, 0.28, 0.5, 1.0)))
+    logp = jnp.asarray([[-1.0, -2.0, -0.5], [-0.7, -0.2, -3.0]], jnp.float32)
+    adv = jnp.asarray([1.5, -2.0], jnp.float32)
+    mask = jnp.asarray([[1, 1, 1], [1, 1, 0]], jnp.bool_)
+    w = jnp.asarray([[0.5, 2.0, 3.0], [1.0, 0.0, 0.0]], jnp.float32)
+    ref = logp - 0.1  # a non-zero KL term, not weighted
+
+    def loss(lp, weight):
+        return grpo.losses.policy_loss(lp, logp, ref, adv, mask, hyper, "dapo", is_weight=weight)[0]
+
+    kl = float(np.sum(np.exp(-0.1) + 0.1 - 1.0) / 1.0)  # per counted token, the same on each
+    pg = -(0.5 * 1.5 + 2.0 * 1.5 + 3.0 * 1.5 + 1.0 * -2.0) / 5
+    assert float(loss(logp, w)) == pytest.approx(pg + 0.5 * kl, rel=1e-5)
+    assert float(loss(logp, jnp.ones_like(w))) == float(loss(logp, None))
+    g_w = np.asarray(jax.grad(loss)(logp, w)) - np.asarray(jax.grad(loss)(logp, jnp.zeros_like(w)))  # the KL part cancels
+    want = -np.asarray(w) * np.asarray(adv)[:, None] * np.asarray(mask) / 5
+    np.testing.assert_allclose(g_w, want, rtol=1e-5, atol=1e-7)
+
+
+# --- the update ---------------------------------------------------------------------------------
+
+ENV = Reverse(max_digits=3)
+TINY = dict(num_prompts=2, group_size=2, num_minibatches=1, model=ModelConfig(d_model=16, n_layers=1, n_heads=2))
+
+
+def _states_after(off_policy, updates=2):
+    cfg = grpo.GRPOConfig(**TINY, off_policy=off_policy)
+    setup = grpo.make_setup(EnvSetup(ENV, ENV.default_params, ENV.default_params), cfg)
+    step = jax.jit(lambda s: grpo.update.update(setup, s))
+    state = grpo.update.init(setup, jax.random.PRNGKey(3))
+    for _ in range(updates):
+        state, metrics = step(state)
+    return state, metrics
+
+
+def test_staleness_0_is_on_policy_grpo_bit_for_bit():
+    plain, plain_m = _states_after(OffPolicyConfig())
+    zero, zero_m = _states_after(OffPolicyConfig(staleness=0, correction="mis", level="sequence", cap=1.0))
+    assert zero.behaviour is None
+    assert jax.tree_util.tree_structure(plain) == jax.tree_util.tree_structure(zero)
+    for x, y in zip(jax.tree_util.tree_leaves(plain), jax.tree_util.tree_leaves(zero)):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+    assert {k: float(v) for k, v in plain_m.items()} == {k: float(v) for k, v in zero_m.items()}
+    assert not any(k.startswith("off_policy/") for k in zero_m)
+
+
+# --- through jaxrl train: a stale run trains, is killed, resumes bit for bit ----------------------
+
+class _Kill(BaseException):
+    """A crash nothing in the trainer handles (kill -9)."""
+
+
+OVERRIDES = ["grpo.num_updates=4", "train.updates_per_chunk=1", "train.checkpoint_every=1", "train.progress=false",
+             "grpo.num_prompts=2", "grpo.group_size=2", "grpo.num_minibatches=1", "grpo.model.d_model=16",
+             "grpo.model.n_heads=2", "env.params.num_digits=3", "grpo.off_policy.staleness=2",
+             "grpo.off_policy.correction=tis", "grpo.off_policy.cap=1.02"]
+
+
+@pytest.fixture(scope="module")
+def stale_runs(tmp_path_factory):
+    """The reverse recipe with staleness 2, straight and killed at its second checkpoint then
+    resumed (one compiled chunk, shared through the session's compilation cache)."""
+    from jaxrl.run import trainer
+
+    tmp = tmp_path_factory.mktemp("async")
+    cfg = config_lib.load_config(os.path.join(ROOT, "configs", "grpo_reverse.yaml"), OVERRIDES)
+    straight = trainer.run(cfg, run_dir=str(tmp / "straight"), evaluate=False)
+    real_save, calls = Checkpoints.save, []
+
+    def crashing_save(self, step, state):
+        calls.append(step)
+        if len(calls) == 2:
+            raise _Kill
+        return real_save(self, step, state)
+
+    with pytest.MonkeyPatch.context() as mp, pytest.raises(_Kill):
+        mp.setattr(Checkpoints, "save", crashing_save)
+        trainer.run(cfg, run_dir=str(tmp / "resumed"), evaluate=False)
+    resumed = trainer.run(resume=str(tmp / "resumed"), evaluate=False)
+    read = lambda d: [json.loads(line) for line in open(tmp / d / "metrics.jsonl")]  # noqa: E731
+    return dict(straight=straight, resumed=resumed, log=read("straight"), resumed_log=read("resumed"), calls=calls)
+
+
+def test_a_stale_run_trains_and_logs_finite_off_policy_metrics(stale_runs):
+    log = stale_runs["log"]
+    assert [r["off_policy/staleness"] for r in log] == [0.0, 1.0, 2.0, 2.0]  # min(t, k)
+    for r in log:
+        for key in ("off_policy/ess", "off_policy/kl", "off_policy/clipped_frac", "off_policy/masked_frac", "loss",
+                    "grad_norm"):
+            assert math.isfinite(r[key]), (key, r)
+        assert r["off_policy/masked_frac"] == 0.0 and 0.0 < r["off_policy/ess"] <= 1.0
+    assert log[0]["off_policy/ess"] == 1.0 and log[0]["off_policy/kl"] == 0.0  # update 0 samples with its own start
+    assert log[0]["off_policy/clipped_frac"] == 0.0
+    assert any(r["off_policy/kl"] > 0 for r in log[2:])  # two updates stale: the behaviour differs
+    assert any(r["off_policy/clipped_frac"] > 0 for r in log[2:])  # a cap of 1.02 truncates some
+    state = jax.tree_util.tree_map(lambda x: x[0], stale_runs["straight"].state)  # seed 0
+    ring = jax.tree_util.tree_leaves(state.behaviour)
+    assert ring[0].shape[0] == 2 and len(ring) == len(jax.tree_util.tree_leaves(state.params))
+    assert not np.array_equal(np.asarray(ring[0][0]), np.asarray(ring[0][1]))  # updates 2 and 3's starts
+
+
+def test_jaxrl_train_with_staleness_resumes_bit_for_bit_after_a_kill(stale_runs):
+    straight, resumed = stale_runs["straight"], stale_runs["resumed"]
+    assert stale_runs["calls"] == [1, 2]
+    assert resumed.updates == straight.updates == 4
+    for x, y in zip(jax.tree_util.tree_leaves(straight.state), jax.tree_util.tree_leaves(resumed.state)):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+    drop = lambda log: [{k: v for k, v in r.items() if "time" not in k} for r in log]  # noqa: E731
+    assert drop(stale_runs["resumed_log"]) == drop(stale_runs["log"])
+
+
+def test_off_policy_keys_are_checked_with_one_line_errors():
+    path = os.path.join(ROOT, "configs", "grpo_reverse.yaml")
+    for override, words in [("grpo.off_policy.staleness=-1", "grpo.off_policy.staleness: must be an integer >= 0"),
+                            ("grpo.off_policy.cap=0.5", "grpo.off_policy.cap: must be a finite number >= 1"),
+                            ("grpo.off_policy.correction=is", "grpo.off_policy.correction"),
+                            ("grpo.off_policy.level=tokens", "grpo.off_policy.level")]:
+        with pytest.raises(config_lib.ConfigError) as err:
+            config_lib.load_config(path, [override])
+        assert words in str(err.value) and "\n" not in str(err.value), override
