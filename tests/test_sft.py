@@ -70,7 +70,8 @@ def _run_cfg(rank=4, updates=40):
     return config_lib.config_from_dict(
         {"algo": "sft", "env": {"id": ENV_ID}, "sft": {
             "model": {"path": QWEN2, "lora": {"rank": rank, "alpha": 8.0}, "head_chunk": 4},
-            "batch_size": 16, "num_updates": updates, "optim": {"lr": 0.02}, "eval_episodes": 8},
+            "batch_size": 16, "num_updates": updates, "optim": {"lr": 0.02}, "eval_episodes": 8,
+            "eval_every": 5, "eval_every_episodes": 8},
          "train": {"updates_per_chunk": 10, "checkpoint_every": 1, "progress": False}})
 
 
@@ -83,7 +84,7 @@ def task():
 @pytest.fixture(scope="module")
 def sft_run(tmp_path_factory):
     """``jaxrl train`` of SFT with LoRA rank 4: 40 updates of all 16 demonstrations, a
-    checkpoint every 10."""
+    checkpoint every 10, the held-out evaluation every 5 (mid-chunk and chunk ends)."""
     from jaxrl.run import trainer
 
     out = tmp_path_factory.mktemp("sft")
@@ -186,7 +187,8 @@ def optax_norm(tree):
 def test_evaluation_is_grpos_on_the_same_weights(task, lora, sft_run):
     t, p, _ = task
     setup, trained = lora[0], jax.tree_util.tree_map(lambda x: x[0], sft_run[0].state)
-    ours = jax.jit(functools.partial(sft.evaluate.evaluate, setup))(trained, jax.random.PRNGKey(5))
+    run = jax.jit(functools.partial(sft.evaluate.evaluate, setup))
+    ours = run(trained, jax.random.PRNGKey(5))
     gcfg = grpo.GRPOConfig(num_prompts=2, group_size=2, eval_episodes=8, model=grpo.config.ModelConfig(
         policy="hf", path=QWEN2, lora=grpo.config.LoRASection(rank=4, alpha=8.0), head_chunk=4))
     gsetup = grpo.make_setup(EnvSetup(t, p, t.held_out_params(p)), gcfg)
@@ -194,6 +196,41 @@ def test_evaluation_is_grpos_on_the_same_weights(task, lora, sft_run):
     theirs = jax.jit(functools.partial(grpo.evaluate.evaluate, gsetup))(gstate, jax.random.PRNGKey(5))
     for k in ("episode_returns", "episode_returns_exact_match", "length_mean"):
         np.testing.assert_allclose(np.asarray(ours[k]), np.asarray(theirs[k]), atol=1e-6)
+    # sft.eval_every's figures of the last update are this evaluation's with the state's held-out key
+    from jaxrl.run import logging as log_lib
+
+    last = log_lib.read_metrics(os.path.join(sft_run[0].run_dir, "metrics.jsonl"))[-1]
+    ev = run(trained, sft.evaluate.heldout_key(trained))
+    np.testing.assert_allclose(np.mean(last["heldout_reward"]), ev["return_mean"], rtol=1e-6)
+    np.testing.assert_allclose(np.mean(last["heldout_exact_match"]), ev["exact_match"], rtol=1e-6)
+
+
+def test_eval_every_logs_held_out_figures_on_every_nth_update_only(sft_run):
+    import json
+
+    result, _ = sft_run
+    with open(os.path.join(result.run_dir, "metrics.jsonl"), encoding="utf-8") as f:
+        records = [json.loads(line) for line in f]
+    assert [r["update"] for r in records] == list(range(1, 41))
+    for r in records:
+        measured = r["update"] % 5 == 0  # updates 5, 15, ... mid-chunk; 10, 20, ... a chunk's last
+        for name in ("heldout_reward", "heldout_exact_match"):
+            assert (name in r) == measured, (r["update"], name)
+            assert not measured or np.all(np.isfinite(r[name]))
+
+
+def test_eval_every_is_validated_and_stop_at_needs_whole_chunks():
+    with pytest.raises(ValueError, match="eval_every: must be >= 0"):
+        dataclasses.replace(_cfg(), eval_every=-1).validate()
+    with pytest.raises(ValueError, match="eval_every_episodes: must be >= 1"):
+        dataclasses.replace(_cfg(), eval_every=5, eval_every_episodes=0).validate()
+    raw = {"algo": "sft", "env": {"id": ENV_ID}, "sft": {"model": {"path": QWEN2}, "eval_every": 3},
+           "train": {"updates_per_chunk": 10, "stop_at": {"metric": "heldout_exact_match", "threshold": 0.9}}}
+    with pytest.raises(config_lib.ConfigError, match="must be a multiple of sft.eval_every=3"):
+        config_lib.config_from_dict(raw)
+    raw["sft"]["eval_every"] = 0
+    with pytest.raises(config_lib.ConfigError, match="logged only with sft.eval_every > 0"):
+        config_lib.config_from_dict(raw)
 
 
 # ------------------------------------------------------------------- through jaxrl train

@@ -111,7 +111,7 @@ def build(envs: EnvSetup, cfg: SFTConfig, data: tuple[np.ndarray, np.ndarray] | 
     info = lm_program.info_keys(env, envs.eval_params)
     tokens = cfg.batch_size * (env.prompt_len + env.max_turn_tokens)
     return Program(
-        update=functools.partial(update.update, setup),
+        update=functools.partial(evaluate.update_and_evaluate if cfg.eval_every else update.update, setup),
         evaluate=functools.partial(evaluate.evaluate, setup),
         plan=Plan(cfg.num_updates, tokens, 1, step_unit="tokens"),
         batch_axes=replicated_axes,  # the batch is gathered inside the update

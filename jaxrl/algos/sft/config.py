@@ -6,6 +6,7 @@ A run config reads::
       batch_size: 16           # demonstrations per update
       num_updates: 200
       data: ""                 # "": the task's reference solver (its demonstrations); or a JSONL path
+      eval_every: 0            # N > 0: the greedy held-out evaluation after every N-th update (heldout_*)
       model: {path: ..., dtype: float32, lora: {rank: 8, alpha: 16.0}, head_chunk: 64}
       optim: {lr: 1.0e-4, warmup_updates: 10, lr_end_frac: 0.1}
 
@@ -66,6 +67,8 @@ class SFTConfig(AlgoConfig):
     data: str = ""  # "": the task's demonstrations (its reference solver); else a JSONL with prompt/completion
     eval_episodes: int = 64  # held-out prompts answered greedily and scored by the task's verifier
     eval_held_out: str = "all"  # "all" scores every held-out row once (the first eval_episodes of them when there are more); "sample" draws eval_episodes rows with replacement
+    eval_every: int = 0  # every N updates, the greedy held-out evaluation inside training: heldout_reward, heldout_<info key> (absent from other updates' records; 0 = off); with train.stop_at on one, updates_per_chunk must be a multiple of N
+    eval_every_episodes: int = 64  # held-out prompts of that periodic evaluation (each row once, the first N of them, as eval_held_out says)
     model: ModelConfig = dataclasses.field(default_factory=ModelConfig)
     optim: SFTOptim = dataclasses.field(default_factory=SFTOptim)
 
@@ -75,8 +78,9 @@ class SFTConfig(AlgoConfig):
 
 def validate(cfg: SFTConfig) -> None:
     """Reject impossible configs with ``ValueError("<key>: <message>")``."""
-    for name in ("batch_size", "num_updates", "micro_batches", "eval_episodes"):
+    for name in ("batch_size", "num_updates", "micro_batches", "eval_episodes", "eval_every_episodes"):
         check(getattr(cfg, name) >= 1, name, f"must be >= 1, got {getattr(cfg, name)}")
+    check(cfg.eval_every >= 0, "eval_every", f"must be >= 0 (0 = no evaluation during training), got {cfg.eval_every}")
     check(cfg.eval_held_out in ("all", "sample"), "eval_held_out", f"expected all or sample, got {cfg.eval_held_out!r}")
     check(cfg.batch_size % cfg.micro_batches == 0, "micro_batches",
           f"{cfg.micro_batches} does not divide batch_size = {cfg.batch_size}")

@@ -6,6 +6,7 @@ pad id written after the end-of-turn, the turn answered by ``task.respond``; the
 splits, so a greedy SFT score and GRPO's evaluation of the same weights are the same numbers
 (tests/test_sft.py checks it). ``samples`` prints greedy transcripts, ``sampled_rollouts``
 serves ``jaxrl eval -n N -r R`` (``r`` draws at temperature 1 per prompt and the greedy one).
+``sft.eval_every`` runs the same greedy evaluation inside training (:func:`update_and_evaluate`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from flax import struct
 
 from jaxrl.algos.common import lm as common_lm
 from jaxrl.algos.common.train import COMPILER_OPTIONS
+from jaxrl.algos.sft import update as update_lib
 from jaxrl.algos.sft.update import Setup, SFTState, model_params
 from jaxrl.core.prng import first_argmax, gumbel_max
 from jaxrl.text.task import evaluation_rows, evaluation_starts
@@ -98,6 +100,51 @@ def evaluate(setup: Setup, state: SFTState, key: Array) -> dict:
     for name, _ in setup.env.eval_scores:
         out[f"episode_returns_{name}"] = ro.final_info[name]
     return out
+
+
+#: ``fold_in`` salt of the in-training evaluation's key (GRPO's): a stream of the data key no
+#: batch order draws from, so evaluating changes no training bit and resume stays bit for bit.
+HELDOUT_SALT = 0x6576616C  # "eval"
+
+
+def heldout_key(state: SFTState) -> Array:
+    """The key of the in-training evaluation of ``state`` (the state after an update; the data
+    key folded with the salt and ``update_step``): ``evaluate`` with ``eval_episodes =
+    eval_every_episodes`` and this key gives its figures."""
+    return jax.random.fold_in(jax.random.fold_in(state.key, HELDOUT_SALT), state.update_step)
+
+
+def heldout_metrics(setup: Setup, params, key: Array) -> dict:
+    """The figures of :func:`evaluate` on ``eval_every_episodes`` greedy held-out completions
+    (a text task's held-out rows, each once, the same rows at every evaluation) as update
+    metrics, float32 ``[]``: ``heldout_reward`` (its ``return_mean``) and ``heldout_<key>``
+    for every info key of the task (``exact_match``, ``correct``, ...)."""
+    k_reset, k_roll = jax.random.split(key)
+    starts = evaluation_starts(setup.env, setup.eval_params, setup.cfg.eval_every_episodes, k_reset, setup.cfg.eval_held_out)
+    ro = complete(setup, params, starts, k_roll, greedy=True)
+    out = {"heldout_reward": jnp.mean(ro.returns)}
+    for name, value in ro.final_info.items():
+        out[f"heldout_{name}"] = jnp.mean(value)
+    return {k: jnp.asarray(v, jnp.float32) for k, v in out.items()}
+
+
+def update_and_evaluate(setup: Setup, state: SFTState) -> tuple[SFTState, dict]:
+    """:func:`~jaxrl.algos.sft.update.update`, then, after every ``eval_every``-th update
+    (``update_step`` a multiple of it), :func:`heldout_metrics` of the new parameters with
+    :func:`heldout_key`; the other updates log NaN for them (not measured: absent from the
+    records, never a ``train.stop_at``). A ``lax.cond`` inside the compiled chunk, as GRPO's
+    ``grpo.eval_every``; with several seeds (``vmap``) both branches run and the NaNs are selected."""
+    new, metrics = update_lib.update(setup, state)
+    key = heldout_key(new)
+    figures = functools.partial(heldout_metrics, setup)
+    params = model_params(new)
+    shapes = jax.eval_shape(figures, params, key)
+
+    def skipped(params, key):
+        return {k: jnp.full(s.shape, jnp.nan, s.dtype) for k, s in shapes.items()}
+
+    due = new.update_step % setup.cfg.eval_every == 0
+    return new, {**metrics, **jax.lax.cond(due, figures, skipped, params, key)}
 
 
 def samples(setup: Setup, state: SFTState, key: Array, num: int = 5) -> list[str]:
