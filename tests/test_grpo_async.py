@@ -123,7 +123,7 @@ def _states_after(off_policy, updates=2):
     cfg = grpo.GRPOConfig(**TINY, off_policy=off_policy)
     setup = grpo.make_setup(EnvSetup(ENV, ENV.default_params, ENV.default_params), cfg)
     step = jax.jit(lambda s: grpo.update.update(setup, s))
-    state = grpo.update.init(setup, jax.random.PRNGKey(3))
+    state = jax.jit(lambda k: grpo.update.init(setup, k))(jax.random.PRNGKey(3))
     for _ in range(updates):
         state, metrics = step(state)
     return state, metrics
