@@ -23,8 +23,8 @@ PROCEDURAL_DEFAULTS = {"num_train": 4096, "num_held_out": 512, "held_out_every":
 class TextConfig:
     """A text task's rows, lengths and reward (:mod:`jaxrl.text.task`, docs/text_tasks.md); 0, "", null: the task's."""
 
-    train: str = ""  # a JSONL or Parquet file of rows (text/File-v0)
-    held_out: str = ""  # a second file of held-out rows ("": the hash rule of held_out_every)
+    train: str = ""  # a JSONL or Parquet file of rows, or a dataset saved on disk (a Dataset.save_to_disk directory, Arrow/Parquet shards) (text/File-v0)
+    held_out: str = ""  # a second file (or saved dataset) of held-out rows ("": the hash rule of held_out_every)
     held_out_every: int = 0  # k of the hash rule: a prompt is held out iff blake2b(prompt) % k == 0 (task default 10)
     prompt_column: str = "prompt"  # the row field holding the prompt text
     answer_column: str = "answer"  # the row field holding the reference answer (compared by the rubric)

@@ -1,7 +1,9 @@
 """Text rows in, fixed-shape token arrays out: prompts, answers and reference completions.
 
-* :func:`read_rows`: the records of a JSONL file (one JSON object a line) or a Parquet file
-  (needs ``pyarrow``: ``pip install 'jaxrl[parquet]'``). Every column is kept.
+* :func:`read_rows`: the records of a JSONL file (one JSON object a line), a Parquet file
+  (needs ``pyarrow``: ``pip install 'jaxrl[parquet]'``), or a dataset saved on disk: a
+  Hugging Face ``Dataset.save_to_disk`` directory, an Arrow file, or a directory of Arrow /
+  Parquet shards (:func:`read_saved`; ``pip install 'jaxrl[datasets]'``). Every column is kept.
 * :func:`encode_rows`: rows -> :class:`Encoded` numpy arrays, tokenized once on the host:
   prompts rendered with the chat template (an optional system message first), int32
   ``[N, prompt_len]`` LEFT-padded with the pad id; answers as UTF-8 bytes int32
@@ -51,22 +53,24 @@ class BadLine:
 
 
 def read_rows(path: str) -> list[Any]:
-    """The records of ``path`` (``.jsonl``/``.json`` lines, or ``.parquet``), in file order.
+    """The records of ``path`` (``.jsonl``/``.json`` lines, ``.parquet``, ``.arrow``, or a
+    directory: :func:`read_saved`), in file order.
 
     A JSONL line that is not valid JSON becomes a :class:`BadLine` (counted by
-    :func:`encode_rows`); blank lines are skipped. Missing file: ``FileNotFoundError``.
+    :func:`encode_rows`); blank lines are skipped. Missing file: ``FileNotFoundError``; a
+    missing optional reader: ``ImportError`` naming the extra to install.
     """
     path = os.fspath(path)
     if not os.path.exists(path):
         raise FileNotFoundError(f"{path}: file not found")
+    if os.path.isdir(path):
+        return read_saved(path)
     if not os.path.isfile(path):  # a FIFO or a device would block or never end
         raise FileNotFoundError(f"{path}: not a regular file")
     if path.endswith(".parquet"):
-        try:
-            import pyarrow.parquet as pq
-        except ImportError:
-            raise ImportError(f"{path}: reading Parquet needs pyarrow: pip install 'jaxrl[parquet]'") from None
-        return pq.read_table(path).to_pylist()
+        return _parquet(path, "pip install 'jaxrl[parquet]'")
+    if path.endswith(".arrow"):
+        return _arrow(path)
     rows: list[Any] = []
     with open(path, encoding="utf-8") as f:
         for line in f:
@@ -78,6 +82,90 @@ def read_rows(path: str) -> list[Any]:
                 rows.append(BadLine("invalid JSON"))
             except RecursionError:
                 rows.append(BadLine("JSON nested too deeply"))
+    return rows
+
+
+#: What to install for a dataset saved on disk (``datasets`` brings ``pyarrow``).
+DATASETS_HINT = "pip install 'jaxrl[datasets]'"
+
+
+def _pyarrow(path: str, hint: str):
+    try:
+        import pyarrow
+        import pyarrow.ipc  # noqa: F401
+        import pyarrow.parquet  # noqa: F401
+    except ImportError:
+        raise ImportError(f"{path}: reading it needs pyarrow: {hint}") from None
+    return pyarrow
+
+
+def _parquet(path: str, hint: str) -> list[dict]:
+    pa = _pyarrow(path, hint)
+    return pa.parquet.read_table(path).to_pylist()
+
+
+def _arrow(path: str) -> list[dict]:
+    """An Arrow IPC file's records: the streaming format ``save_to_disk`` writes, or the
+    random-access file format."""
+    pa = _pyarrow(path, DATASETS_HINT)
+    try:
+        with pa.memory_map(path) as f:
+            return pa.ipc.open_stream(f).read_all().to_pylist()
+    except pa.ArrowInvalid:
+        try:
+            with pa.memory_map(path) as f:
+                return pa.ipc.open_file(f).read_all().to_pylist()
+        except pa.ArrowInvalid as exc:
+            raise ValueError(f"{path}: not an Arrow file ({exc})") from None
+
+
+def read_saved(path: str) -> list[dict]:
+    """The records of a dataset saved on disk, in order: a ``Dataset.save_to_disk`` directory
+    (``state.json`` and its Arrow shards; read with ``datasets.load_from_disk`` when
+    ``datasets`` is installed, else the shards ``state.json`` lists with ``pyarrow``, the same
+    rows), or a directory of ``*.arrow`` or ``*.parquet`` shards (read in name order). A
+    ``DatasetDict`` directory is a ``ValueError`` naming its splits (give one split's
+    directory); nothing is downloaded."""
+    names = sorted(os.listdir(path))
+    if "dataset_dict.json" in names:
+        splits = [n for n in names if os.path.isfile(os.path.join(path, n, "state.json"))]
+        raise ValueError(f"{path}: a DatasetDict (splits: {', '.join(splits) or 'none'}); give one split's directory, "
+                         f"e.g. {os.path.join(path, splits[0] if splits else 'train')}")
+    if "state.json" in names:
+        try:
+            import datasets
+        except ImportError:
+            return _saved_with_pyarrow(path)
+        loaded = datasets.load_from_disk(path)
+        return loaded.to_list()
+    arrow = [n for n in names if n.endswith(".arrow")]
+    parquet = [n for n in names if n.endswith(".parquet")]
+    if arrow and parquet:
+        raise ValueError(f"{path}: holds both .arrow and .parquet shards; keep one format")
+    if not (arrow or parquet):
+        raise ValueError(f"{path}: a directory with no state.json (Dataset.save_to_disk), .arrow or .parquet shards")
+    rows: list = []
+    for name in arrow or parquet:
+        full = os.path.join(path, name)
+        rows += _arrow(full) if arrow else _parquet(full, DATASETS_HINT)
+    return rows
+
+
+def _saved_with_pyarrow(path: str) -> list[dict]:
+    """A ``save_to_disk`` directory read with pyarrow alone: the Arrow shards ``state.json``
+    lists under ``_data_files``, in that order."""
+    _pyarrow(path, DATASETS_HINT)
+    with open(os.path.join(path, "state.json"), encoding="utf-8") as f:
+        try:
+            files = [entry["filename"] for entry in json.load(f)["_data_files"]]
+        except (json.JSONDecodeError, KeyError, TypeError):
+            raise ValueError(f"{path}: state.json lists no _data_files (not a Dataset.save_to_disk directory)") from None
+    rows: list = []
+    for name in files:
+        full = os.path.join(path, os.path.basename(str(name)))  # no path outside the directory
+        if not os.path.isfile(full):
+            raise FileNotFoundError(f"{full}: listed in {path}/state.json, not found")
+        rows += _arrow(full)
     return rows
 
 
@@ -315,6 +403,6 @@ def model_vocab_size(path: str, tokenizer: Any) -> int:
 
 
 __all__ = [
-    "BadLine", "Columns", "Encoded", "RowReport", "distinct_rows", "encode_rows", "is_held_out", "model_vocab_size", "read_rows",
-    "special_ids", "split_rows",
+    "DATASETS_HINT", "BadLine", "Columns", "Encoded", "RowReport", "distinct_rows", "encode_rows", "is_held_out",
+    "model_vocab_size", "read_rows", "read_saved", "special_ids", "split_rows",
 ]

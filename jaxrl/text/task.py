@@ -480,7 +480,7 @@ def file_task(name: str, options: dict) -> TextTask:
     _check_options(name, options, FILE_OPTIONS)
     o = {"held_out": "", "held_out_every": 10, **options}
     if not o.get("train"):
-        raise ValueError("train: the path of a JSONL or Parquet file is required")
+        raise ValueError("train: the path of a JSONL or Parquet file (or a dataset saved on disk) is required")
     columns = data.Columns(o.get("prompt_column", "prompt"), o.get("answer_column", "answer"),
                            o.get("completion_column", "completion"), o.get("answer_after", ""))
     rows = _read(o["train"], "train")
@@ -501,7 +501,7 @@ def file_task(name: str, options: dict) -> TextTask:
 def _read(path: str, option: str) -> list:
     try:
         return data.read_rows(path)
-    except (OSError, ImportError) as exc:
+    except (OSError, ImportError, ValueError) as exc:
         raise ValueError(f"{option}: {exc}") from None
 
 
