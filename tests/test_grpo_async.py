@@ -214,3 +214,71 @@ def test_off_policy_keys_are_checked_with_one_line_errors():
         with pytest.raises(config_lib.ConfigError) as err:
             config_lib.load_config(path, [override])
         assert words in str(err.value) and "\n" not in str(err.value), override
+
+
+# --- against TRL ----------------------------------------------------------------------------------
+
+def trl_is_ratio(old, sampling, mask, mode, cap):
+    """TRL's vLLM importance-sampling ratio (``_generate_and_score_completions``), transcribed."""
+    diff = (old - sampling) * mask
+    if mode.startswith("sequence"):
+        diff = diff.sum(-1, keepdims=True)
+    ratio = np.exp(diff)
+    return np.minimum(ratio, cap) if mode.endswith("truncate") else np.where(ratio > cap, 0.0, ratio)
+
+
+def trl_loss_is(logp, old, ref, adv, mask, loss_type, eps_low, eps_high, beta, is_ratio, level="token", max_len=None,
+                detached=None):
+    """TRL's ``_compute_loss`` with ``vllm_importance_sampling_correction`` (float64): the ratio
+    multiplies the per-token loss after the surrogate, before the KL term is added. ``detached``:
+    the log-probs cispo's clamped weight is taken at (TRL's ``.detach()``), default ``logp``."""
+    m = mask.astype(np.float64)
+    log_ratio = logp - old
+    log_w = log_ratio if level == "token" else ((log_ratio * m).sum(-1) / np.maximum(m.sum(-1), 1.0))[:, None]
+    coef_1 = np.exp(log_w)
+    if loss_type == "cispo":
+        detached_coef = coef_1 if detached is None else np.exp(detached - old)
+        per_token_loss = -np.minimum(detached_coef, eps_high) * adv[:, None] * logp
+    else:
+        coef_2 = np.clip(coef_1, 1 - eps_low, 1 + eps_high)
+        per_token_loss = -np.minimum(coef_1 * adv[:, None], coef_2 * adv[:, None])
+    per_token_loss = per_token_loss * is_ratio
+    if beta != 0.0:
+        per_token_loss = per_token_loss + beta * (np.exp(ref - logp) - (ref - logp) - 1)
+    if loss_type == "grpo":
+        return ((per_token_loss * m).sum(-1) / np.maximum(m.sum(-1), 1.0)).mean()
+    if loss_type == "dr_grpo":
+        return (per_token_loss * m).sum() / (per_token_loss.shape[0] * max_len)
+    return (per_token_loss * m).sum() / m.sum()
+
+
+@pytest.mark.parametrize("ours, theirs, level", [("grpo", "grpo", "token"), ("dapo", "dapo", "token"),
+                                                  ("dr_grpo", "dr_grpo", "token"), ("cispo", "cispo", "token"),
+                                                  ("gspo", "grpo", "sequence")])
+@pytest.mark.parametrize("mode", ["token_truncate", "token_mask", "sequence_truncate", "sequence_mask"])
+def test_tis_and_mis_loss_and_gradient_equal_trls_in_float64(ours, theirs, level, mode):
+    from test_grpo_trl import ADV, LOGP, MASK, OLD, REF, T, numeric_grad
+
+    rng = np.random.default_rng(7)
+    sampling = OLD + rng.uniform(-0.6, 0.4, OLD.shape)  # token weights in [0.67, 1.8], some sequences above the cap
+    cap, beta = 1.5, 0.04
+    eps_low, eps_high = (3e-2, 4e-2) if ours == "gspo" else (0.2, 0.28)
+    correction, w_level = ("tis" if mode.endswith("truncate") else "mis"), mode.split("_")[0]
+    with jax.enable_x64(True):
+        hyper = GRPOHyper(*(jnp.float64(v) for v in (eps_low, eps_high, beta, 1.0)))
+        w, _ = offpolicy.importance_weights(jnp.asarray(OLD), jnp.asarray(sampling), jnp.asarray(MASK), correction, w_level, cap)
+
+        def mine(lp):
+            return grpo.losses.policy_loss(lp, jnp.asarray(OLD), jnp.asarray(REF), jnp.asarray(ADV), jnp.asarray(MASK), hyper,
+                                           ours, is_weight=w)[0]
+
+        value, grad = jax.value_and_grad(mine)(jnp.asarray(LOGP))
+        value, grad = float(value), np.asarray(grad)
+    ratio = trl_is_ratio(OLD, sampling, MASK, mode, cap)
+    raw = trl_is_ratio(OLD, sampling, MASK, mode, np.inf)
+    assert np.any(raw > cap) and np.any((raw < cap) & (raw != 1.0))  # the cap bites somewhere, not everywhere
+    trl_eps_high = 1 + eps_high if ours == "cispo" else eps_high  # TRL's cispo caps at epsilon_high itself
+    theirs_fn = lambda lp: trl_loss_is(lp, OLD, REF, ADV, MASK, theirs, eps_low, trl_eps_high, beta, ratio, level, T,  # noqa: E731
+                                       LOGP)
+    assert value == pytest.approx(theirs_fn(LOGP), rel=1e-6)
+    np.testing.assert_allclose(grad, numeric_grad(theirs_fn, LOGP), rtol=1e-6, atol=1e-9)

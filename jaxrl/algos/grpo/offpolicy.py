@@ -71,7 +71,7 @@ def importance_weights(old_logp: Array, behaviour_logp: Array, mask: Array, corr
         over the sequence's tokens, the same on each of them) (static).
       cap: the threshold ``C`` (static).
     Returns:
-      ``(weights float32 [N, T], metrics)``: ``weights`` is 0 on masked tokens; ``metrics``:
+      ``(weights [N, T] in old_logp's dtype, metrics)``: ``weights`` is 0 on masked tokens; ``metrics``:
       ``off_policy/ess`` (normalised effective sample size ``(sum w)^2 / (n sum w^2)`` of the raw
       weights over the tokens, or the sequences, that count; 1 when on-policy),
       ``off_policy/kl`` (k3 estimate of KL(behaviour || pi_old), per token), ``off_policy/clipped_frac``
@@ -104,5 +104,5 @@ def importance_weights(old_logp: Array, behaviour_logp: Array, mask: Array, corr
         "off_policy/masked_frac": frac(over) if correction == "mis" else jnp.zeros(()),
         "off_policy/weight_mean": jnp.sum(applied * units) / n,
     }
-    weights = (jnp.broadcast_to(applied, mask.shape) * m).astype(jnp.float32)
+    weights = (jnp.broadcast_to(applied, mask.shape) * m).astype(old_logp.dtype)
     return weights, metrics
