@@ -310,6 +310,10 @@ def failure(exc: BaseException) -> tuple[int, str] | None:
         return EXIT_BAD_INPUT, f"jaxrl: a number is too large: {exc}"
     if isinstance(exc, NonFiniteError):
         return EXIT_FAILED, f"jaxrl: {exc}"
+    from jaxrl.text.python_reward import failure_line
+
+    if (reward_line := failure_line(exc)) is not None:  # a Python reward's error, raised in its host callback
+        return EXIT_FAILED, f"jaxrl: {reward_line}"
     if isinstance(exc, CheckpointError):
         return EXIT_FAILED, f"jaxrl: checkpoint error: {exc}"
     if isinstance(exc, OSError):

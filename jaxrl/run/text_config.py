@@ -34,7 +34,7 @@ class TextConfig:
     completion_len: int = 0  # the most completion tokens (the episode's cap; a reference completion + eos must fit)
     answer_bytes: int = 0  # the longest answer, in UTF-8 bytes
     completion_bytes: int = 0  # completion bytes the rubric reads (0: completion_len x the longest token)
-    reward: dict = dataclasses.field(default_factory=dict)  # the rubric: {answer, extract, tag, format_weight, ...}
+    reward: dict = dataclasses.field(default_factory=dict)  # the on-device rubric: {answer, extract, tag, format_weight, ...}; or {python: "module:function"}, a TRL-style reward_funcs called on the host
     system_prompt: str | None = None  # a system message (null: env.tokenizer.system_prompt)
     prompt_prefix: str = ""  # text before each prompt (a base checkpoint's format, e.g. "Question: "; inside the user turn with a chat template)
     prompt_suffix: str = ""  # text after each prompt (e.g. "\nAnswer:")

@@ -247,6 +247,7 @@ class Encoded:
     texts: tuple[str, ...]  # the prompts' user text (before the chat template)
     extras: dict  # column -> list of values of the other columns (None where a row lacks it)
     report: RowReport
+    fields: tuple[dict, ...] = ()  # per row, every field but the prompt and completion columns (a Python reward's columns)
 
     def __len__(self) -> int:
         return int(self.prompts.shape[0])
@@ -341,6 +342,7 @@ def encode_rows(
         tuple(texts),
         {k: [row.get(k) for row in kept] for k in extra_names},
         report,
+        tuple({k: v for k, v in row.items() if k not in (columns.prompt, columns.completion)} for row in kept),
     )
 
 

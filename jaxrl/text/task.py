@@ -96,9 +96,14 @@ class TextTask(TokenTask):
     system_prompt: str = ""  # ... after this system message (without a template: on the line before the prompt)
     prompt_prefix: str = ""  # text before each row's prompt (inside the user message with a template)
     prompt_suffix: str = ""  # text after it
+    fields: tuple = dataclasses.field(default=((), ()), compare=False, hash=False, repr=False)  # per split, each row's other fields (Python rewards)
 
     invalid_action_rule = "token ids are clipped into [0, vocab_size)"
-    eval_scores = (("correct", "correct answers"),)
+
+    @property
+    def eval_scores(self) -> tuple[tuple[str, str], ...]:
+        """The rubric's ``correct``; none for a Python reward (its figure is the reward)."""
+        return () if self.python_reward else (("correct", "correct answers"),)
 
     # -- the token-task shape ---------------------------------------------------------------
 
@@ -133,12 +138,40 @@ class TextTask(TokenTask):
     def held_out_params(self, params):
         return params.replace(held_out=True)
 
+    @property
+    def python_reward(self) -> str | None:
+        """``"module:function"`` when ``reward_spec`` names a Python reward, else None."""
+        from jaxrl.text import python_reward
+
+        return python_reward.reference(json.loads(self.reward_spec))
+
     @functools.cached_property
     def verifier(self) -> Verifier:
-        """The rubric of ``reward_spec`` over this task's byte table."""
+        """The rubric of ``reward_spec`` over this task's byte table, or the Python reward it
+        names called through a host callback (:mod:`jaxrl.text.python_reward`)."""
+        ref = self.python_reward
+        if ref is not None:
+            return self._python_verifier(ref)
         from jaxrl.text.verifiers import rubric
 
         return rubric(json.loads(self.reward_spec), self.byte_table, self.max_bytes or None)
+
+    def _python_verifier(self, ref: str) -> Verifier:
+        from jaxrl.text import python_reward
+
+        rows, names = {}, set()
+        splits = [("train", self.texts[0], self.fields[0])]
+        if self.held is not self.train:  # else the training rows serve both
+            splits.insert(0, ("held_out", self.texts[1], self.fields[1]))
+        for split, texts, fields in splits:
+            a = self.arrays(split)
+            for i, (text, cols) in enumerate(zip(texts, fields)):
+                rows.setdefault(python_reward.row_key(a["prompts"][i], a["answers"][i], int(a["answer_lens"][i])), (text, cols))
+                names.update(cols)
+        tok = _tokenizer(self.tokenizer_path)
+        host = python_reward.HostReward(ref, python_reward.load_function(ref), rows, sorted(names),
+                                        functools.partial(tok.decode, skip_special_tokens=True), self.end_of_turn, tok.vocab_size)
+        return python_reward.verifier(host)
 
     # -- the tables -------------------------------------------------------------------------
 
@@ -396,9 +429,15 @@ def text_task(
     if not isinstance(reward, dict):
         raise ValueError(f"reward: expected a mapping (the rubric), got {reward!r}")
     try:  # traced once here, so a bad rubric is an error now, naming the key, not inside the algorithm
+        from jaxrl.text import python_reward
         from jaxrl.text.verifiers import rubric
 
-        verifier = rubric(dict(reward), table, completion_bytes or None)
+        ref = python_reward.reference(dict(reward))
+        if ref is not None:  # the function is imported now: a bad name is an error before anything compiles
+            python_reward.load_function(ref)
+            verifier = python_reward.verifier(None)
+        else:
+            verifier = rubric(dict(reward), table, completion_bytes or None)
         shapes = Task(*(jax.ShapeDtypeStruct(s, jnp.int32) for s in ((prompt_len,), (answer_bytes,), ())))
         jax.eval_shape(lambda t, c: verifier(t, c), shapes, jax.ShapeDtypeStruct((completion_len,), jnp.int32))
     except (TypeError, ValueError, KeyError) as exc:
@@ -419,7 +458,7 @@ def text_task(
         name, int(vocab), int(prompt_len), int(completion_len), int(answer_bytes), pad_id, table,
         train_split, held_split, json.dumps(reward, sort_keys=True), int(completion_bytes), str(tokenizer_path),
         (train.report, held.report), (train.texts, held.texts), functools.partial(tok.decode, skip_special_tokens=False),
-        bool(chat_template), str(system_prompt), str(prompt_prefix), str(prompt_suffix),
+        bool(chat_template), str(system_prompt), str(prompt_prefix), str(prompt_suffix), (train.fields, held.fields),
     )
 
 
