@@ -14,13 +14,15 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import jaxrl
 from jaxrl.algos import grpo
 from jaxrl.algos.contract import EnvSetup
 from jaxrl.algos.grpo import offpolicy
-from jaxrl.algos.grpo.config import GRPOHyper, ModelConfig, OffPolicyConfig
+from jaxrl.algos.grpo.config import GRPOHyper, ModelConfig, OffPolicyConfig, SamplingConfig
 from jaxrl.run import config as config_lib
 from jaxrl.run.checkpoint import Checkpoints
-from jaxrl_envs.text import Reverse
+
+import fast_compile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LN = math.log
@@ -115,15 +117,15 @@ def test_the_weight_multiplies_each_tokens_surrogate_and_its_gradient_not_the_kl
 
 # --- the update ---------------------------------------------------------------------------------
 
-ENV = Reverse(max_digits=3)
-TINY = dict(num_prompts=2, group_size=2, num_minibatches=1, model=ModelConfig(d_model=16, n_layers=1, n_heads=2))
-
-
 def _states_after(off_policy, updates=2):
-    cfg = grpo.GRPOConfig(**TINY, off_policy=off_policy)
-    setup = grpo.make_setup(EnvSetup(ENV, ENV.default_params, ENV.default_params), cfg)
-    step = jax.jit(lambda s: grpo.update.update(setup, s))
-    state = jax.jit(lambda k: grpo.update.init(setup, k))(jax.random.PRNGKey(3))
+    """GRPO on CartPole (the smallest program: an MLP, 16 steps), both sides compiled alike, at
+    -O0 (tests/fast_compile.py): the comparison keeps its meaning."""
+    env, params = jaxrl.make("CartPole-v1")
+    cfg = grpo.GRPOConfig(num_prompts=2, group_size=2, sampling=SamplingConfig(max_steps=16),
+                          model=ModelConfig(hidden=(8,)), off_policy=off_policy)
+    setup = grpo.make_setup(EnvSetup(env, params, params), cfg)
+    step = jax.jit(lambda s: grpo.update.update(setup, s), compiler_options=fast_compile.OPTIONS)
+    state = jax.jit(lambda k: grpo.update.init(setup, k), compiler_options=fast_compile.OPTIONS)(jax.random.PRNGKey(3))
     for _ in range(updates):
         state, metrics = step(state)
     return state, metrics
@@ -147,19 +149,31 @@ class _Kill(BaseException):
 
 
 OVERRIDES = ["grpo.num_updates=4", "train.updates_per_chunk=1", "train.checkpoint_every=1", "train.progress=false",
-             "grpo.num_prompts=2", "grpo.group_size=2", "grpo.num_minibatches=1", "grpo.model.d_model=16",
-             "grpo.model.n_heads=2", "env.params.num_digits=3", "grpo.off_policy.staleness=2",
-             "grpo.off_policy.correction=tis", "grpo.off_policy.cap=1.02"]
+             "grpo.num_prompts=2", "grpo.group_size=2", "grpo.num_minibatches=1", "grpo.model.d_model=8",
+             "grpo.model.n_heads=2", "env.params.num_digits=2", "grpo.off_policy.staleness=2",
+             "grpo.off_policy.correction=tis", "grpo.off_policy.cap=1.02", "train.stop_at=null"]
 
 
 @pytest.fixture(scope="module")
 def stale_runs(tmp_path_factory):
     """The reverse recipe with staleness 2, straight and killed at its second checkpoint then
-    resumed (one compiled chunk, shared through the session's compilation cache)."""
+    resumed (one compiled chunk, shared through the session's compilation cache; every run
+    compiled alike, at -O0: tests/fast_compile.py)."""
+    from jaxrl.algos.common import train
     from jaxrl.run import trainer
 
     tmp = tmp_path_factory.mktemp("async")
     cfg = config_lib.load_config(os.path.join(ROOT, "configs", "grpo_reverse.yaml"), OVERRIDES)
+    saved = dict(train.COMPILER_OPTIONS)
+    train.COMPILER_OPTIONS.update(fast_compile.OPTIONS)  # in place: the modules that read it hold the dict
+    try:
+        return _stale_runs(trainer, cfg, tmp)
+    finally:
+        train.COMPILER_OPTIONS.clear()
+        train.COMPILER_OPTIONS.update(saved)
+
+
+def _stale_runs(trainer, cfg, tmp):
     straight = trainer.run(cfg, run_dir=str(tmp / "straight"), evaluate=False)
     real_save, calls = Checkpoints.save, []
 
@@ -252,10 +266,14 @@ def trl_loss_is(logp, old, ref, adv, mask, loss_type, eps_low, eps_high, beta, i
     return (per_token_loss * m).sum() / m.sum()
 
 
-@pytest.mark.parametrize("ours, theirs, level", [("grpo", "grpo", "token"), ("dapo", "dapo", "token"),
-                                                  ("dr_grpo", "dr_grpo", "token"), ("cispo", "cispo", "token"),
-                                                  ("gspo", "grpo", "sequence")])
-@pytest.mark.parametrize("mode", ["token_truncate", "token_mask", "sequence_truncate", "sequence_mask"])
+# (our loss type, TRL's loss_type, TRL's importance_sampling_level, TRL's vllm_importance_sampling_mode):
+# every mode with dapo, every other variant with one mode
+TRL_CASES = [("dapo", "dapo", "token", m) for m in ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask")] + [
+    ("grpo", "grpo", "token", "token_mask"), ("dr_grpo", "dr_grpo", "token", "sequence_truncate"),
+    ("cispo", "cispo", "token", "token_truncate"), ("gspo", "grpo", "sequence", "sequence_mask")]
+
+
+@pytest.mark.parametrize("ours, theirs, level, mode", TRL_CASES)
 def test_tis_and_mis_loss_and_gradient_equal_trls_in_float64(ours, theirs, level, mode):
     from test_grpo_trl import ADV, LOGP, MASK, OLD, REF, T, numeric_grad
 
