@@ -43,6 +43,19 @@ def test_ring_samples_update_t_with_the_parameters_of_update_t_minus_k():
     assert offpolicy.init_ring({"w": jnp.ones(3)}, 0) is None and offpolicy.push(None, jnp.int32(0), 1.0, 0) is None
 
 
+def test_init_from_fills_every_ring_slot_with_the_loaded_parameters():
+    """``jaxrl train --init-from`` (the program's ``load_params``): the ring restarts from the
+    loaded parameters, not from the fresh random ones."""
+    fresh_params = {"w": jnp.zeros((3,), jnp.float32), "b": jnp.zeros((), jnp.float32)}
+    fresh = grpo.GRPOState(fresh_params, None, None, None, jax.random.PRNGKey(0), jnp.int32(0), jnp.int32(0), None,
+                           offpolicy.init_ring(fresh_params, 3))
+    trained = fresh.replace(params={"w": jnp.arange(3.0), "b": jnp.float32(5.0)}, behaviour=None)
+    loaded = grpo.load_params(fresh, trained)
+    np.testing.assert_array_equal(np.asarray(loaded.behaviour["w"]), np.tile(np.arange(3.0), (3, 1)))
+    np.testing.assert_array_equal(np.asarray(loaded.behaviour["b"]), [5.0, 5.0, 5.0])
+    assert grpo.load_params(fresh.replace(behaviour=None), trained).behaviour is None
+
+
 # --- the weights --------------------------------------------------------------------------------
 
 # two sequences: token ratios pi_old / pi_b of 0.5, 2, 4 (a fourth token masked out) and 1, 0.5
