@@ -317,7 +317,8 @@ def learn(setup: Setup, state: GRPOState, collected: tuple[Rollout, Batch, dict]
 
 
 def init(setup: Setup, key: Array, hyper: dict | None = None) -> GRPOState:
-    """A fresh state: random policy, reference = a copy of it, optimiser state, counters at 0.
+    """A fresh state: random policy, reference = a copy of it, optimiser state, counters at 0,
+    and with ``off_policy.staleness: k > 0`` a ring of ``k`` copies of the parameters.
 
     ``hyper``: traced hyperparameters from :func:`~jaxrl.algos.grpo.config.hyperparams`
     (default: the config's values).
