@@ -66,12 +66,12 @@ def _hf_policy(env: Environment, cfg: GRPOConfig) -> tuple[policy.Policy, str]:
     if not isinstance(env, TokenTask):
         raise ValueError(f"model.policy: 'hf' needs a token task, {env.name} is not one")
     model, weights = common_lm.load_model(m, env.vocab_size, env.name)
-    plan = loss_pass_plan(model.config, cfg, env.dialogue_len)
+    plan = loss_pass_plan(model.config, cfg, env.dialogue_len, env.prompt_len)
     spec = LMSpec(model, _lora_config(cfg), env.pad_id, env.prompt_len, env.dialogue_len, plan.head_chunk, plan.remat)
     return lm_policy(spec, weights), plan.reason
 
 
-def loss_pass_plan(lm_config, cfg: GRPOConfig, seq_len: int):
+def loss_pass_plan(lm_config, cfg: GRPOConfig, seq_len: int, prompt_len: int = 0):
     """Rematerialisation and head chunking of a loaded model's loss pass
     (:func:`jaxrl.models.lm.memory.plan_loss_pass`): off when the memory estimate of one
     update fits this machine's device, unless ``model.remat`` / ``model.head_chunk`` say."""
@@ -80,37 +80,48 @@ def loss_pass_plan(lm_config, cfg: GRPOConfig, seq_len: int):
     m = cfg.model
     have, where = available_bytes()
     return plan_loss_pass(
-        lambda remat, chunk: _memory(lm_config, cfg, seq_len, 1, 1, "tp", remat=remat, head_chunk=chunk), have,
+        lambda remat, chunk: _memory(lm_config, cfg, seq_len, 1, 1, "tp", remat=remat, head_chunk=chunk,
+                                     prompt_len=prompt_len), have,
         remat=None if m.remat == "auto" else bool(m.remat),
         head_chunk=None if m.head_chunk == "auto" else int(m.head_chunk), where=where)
 
 
-def model_params(cfg: GRPOConfig, seq_len: int = 0) -> ModelParams | None:
+def model_params(cfg: GRPOConfig, seq_len: int = 0, prompt_len: int = 0) -> ModelParams | None:
     """The leaves a ``model`` mesh axis splits: a loaded model's weights (trained, frozen and
     reference) and the optimiser moments that mirror them; ``None`` for the small networks."""
     if cfg.model.policy != "hf":
         return None
-    return lm_program.model_params(cfg, "grpo", ("params", "ref_params", "frozen", "opt_state"), _memory, seq_len)
+    return lm_program.model_params(cfg, "grpo", ("params", "ref_params", "frozen", "opt_state"),
+                                   functools.partial(_memory, prompt_len=prompt_len), seq_len)
 
 
 def _memory(lm_config, cfg: GRPOConfig, seq_len: int, data: int, model: int, strategy: str, remat=None,
-            head_chunk=None):
+            head_chunk=None, prompt_len: int = 0):
     """Per-device memory of one update of a loaded model (:func:`jaxrl.models.lm.memory.estimate_memory`)
-    with the loss pass :func:`loss_pass_plan` chooses (or ``remat`` / ``head_chunk`` given)."""
+    with the loss pass :func:`loss_pass_plan` chooses (or ``remat`` / ``head_chunk`` given);
+    ``prompt_len``: the part of ``seq_len`` the LM head does not score (0: unknown, all scored)."""
     from jaxrl.models.lm.memory import estimate_memory
 
     m = cfg.model
     if remat is None or head_chunk is None:
-        plan = loss_pass_plan(lm_config, cfg, seq_len)
+        plan = loss_pass_plan(lm_config, cfg, seq_len, prompt_len)
         remat, head_chunk = plan.remat, plan.head_chunk
     rows = cfg.num_prompts * cfg.group_size // (cfg.num_minibatches * cfg.micro_batches)
+    completion = seq_len - prompt_len
     return estimate_memory(
         lm_config, batch=cfg.sampling.oversample * cfg.num_prompts * cfg.group_size, seq_len=seq_len,
         param_dtype_bytes=2 if m.dtype == "bfloat16" else 4, full_finetune=m.lora.rank == 0, lora_rank=m.lora.rank,
         lora_targets=tuple(m.lora.targets), data=data, model=model, strategy=strategy,
         grad_accum=cfg.num_minibatches * cfg.micro_batches,
-        vocab_chunk=rows * (head_chunk or seq_len), remat=remat,
+        vocab_chunk=rows * min(head_chunk or completion, completion), remat=remat, completion_len=completion,
+        group=cfg.group_size if cfg.num_prompts % (cfg.num_minibatches * cfg.micro_batches) == 0 else 1,
+        reference=m.lora.rank == 0 and cfg.loss.beta > 0, platform=_platform(),
     )
+
+
+def _platform() -> str:
+    """The first local device's kind (``cpu``, ``gpu``, ``tpu``)."""
+    return jax.local_devices()[0].platform
 
 
 def build_policy(env: Environment, env_params, cfg: GRPOConfig) -> policy.Policy:
@@ -207,7 +218,7 @@ def build(envs: EnvSetup, cfg: GRPOConfig) -> Program:
     lm = LMHooks(
         samples=functools.partial(evaluate.samples, setup),
         rollouts=functools.partial(evaluate.sampled_rollouts, setup),
-        model_params=model_params(cfg, envs.env.dialogue_len),
+        model_params=model_params(cfg, envs.env.dialogue_len, envs.env.prompt_len),
         notes=setup.notes,
     ) if token else LMHooks(model_params=model_params(cfg))
     return Program(

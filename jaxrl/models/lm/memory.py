@@ -117,26 +117,40 @@ class MemoryEstimate:
 
     @property
     def total(self) -> int:
-        return self.weights + self.grads + self.optimizer + self.kv_cache + self.activations
+        """The state, the gradients and the larger of generation (KV cache) and the loss
+        pass (activations): the two phases do not hold their buffers at once."""
+        return self.weights + self.grads + self.optimizer + max(self.kv_cache, self.activations)
 
     def parts(self) -> str:
-        """One line: ``weights 1.0 GiB + grads ... = total``."""
-        items = [("weights", self.weights), ("grads", self.grads), ("Adam", self.optimizer),
-                 ("KV cache", self.kv_cache), ("activations", self.activations)]
-        return " + ".join(f"{k} {_gib(v)}" for k, v in items) + f" = {_gib(self.total)}"
+        """One line: ``weights 1.0 GiB + grads ... + max(KV cache ..., activations ...) = total``."""
+        items = [("weights", self.weights), ("grads", self.grads), ("Adam", self.optimizer)]
+        return (" + ".join(f"{k} {_gib(v)}" for k, v in items)
+                + f" + max(KV cache {_gib(self.kv_cache)}, activations {_gib(self.activations)}) = {_gib(self.total)}")
 
     def table(self) -> str:
         """A small text table of the figures, per device."""
         rows = [("weights", self.weights), ("gradients (f32)", self.grads), ("Adam mu, nu (f32)", self.optimizer),
-                ("KV cache", self.kv_cache), ("activations", self.activations), ("total", self.total)]
+                ("KV cache", self.kv_cache), ("activations", self.activations), ("total (KV or act.)", self.total)]
         head = f"per device, {self.setup}; {self.params:,} parameters, {self.trainable:,} trained"
         return "\n".join([head] + [f"  {k:<18} {v:>16,} B  {_gib(v):>11}" for k, v in rows])
+
+
+#: Bytes the loss pass keeps per token and layer for its backward pass, as a multiple of
+#: ``(4 D + (2 Hq + 2 Hkv) hd + 3 F) x dtype bytes``: fitted to XLA's buffer assignment of
+#: the GRPO update (CPU, float32, layers 2 and 4: 16 MiB and 4.45 MiB a layer at 624 and 156
+#: loss tokens of hidden 256 / MLP 704; ``bench/results/lm_memory_grid.md``). XLA keeps more
+#: than the named tensors (rotated q/k, norm statistics, transposed copies for the backward dots).
+KEEP_FACTOR = 1.7
+#: Float32 ``[positions, V]`` arrays alive at once in the LM head's backward pass (the logits,
+#: the softmax and its gradient).
+HEAD_COPIES = 3
 
 
 def estimate_memory(
     cfg: "LMConfig", *, batch: int, seq_len: int, param_dtype_bytes: int, full_finetune: bool, lora_rank: int = 0,
     lora_targets=LORA_TARGETS, data: int = 1, model: int = 1, strategy: str = "tp", grad_accum: int = 1,
-    vocab_chunk: int = 1024, remat: bool = True,
+    vocab_chunk: int = 1024, remat: bool = True, completion_len: int = 0, group: int = 1, reference: bool = False,
+    platform: str = "gpu",
 ) -> MemoryEstimate:
     """The per-device :class:`MemoryEstimate` of training ``cfg`` on ``batch`` sequences.
 
@@ -144,13 +158,26 @@ def estimate_memory(
       cfg: the decoder (:class:`jaxrl.models.lm.LMConfig`).
       batch: sequences per update (all devices), each ``seq_len`` tokens (prompt + completion).
       param_dtype_bytes: bytes per base weight (2: bf16, 4: float32); also activations and KV.
-      full_finetune: train every weight; else only the LoRA adapters (``lora_rank > 0``).
+      full_finetune: train every weight (float32 master copies); else only the LoRA adapters
+        (``lora_rank > 0``) beside the base in its dtype.
       data, model, strategy: the mesh (``strategy``: ``"tp"`` or ``"fsdp"``).
       grad_accum: micro-batches per update (activations are those of one micro-batch).
       vocab_chunk: token positions whose full-vocabulary float32 logits one LM-head chunk holds
-        (the whole micro-batch's tokens when the head is not chunked).
+        (the micro-batch's scored positions when the head is not chunked).
       remat: the loss pass recomputes each layer's inside in its backward pass (the
         activations of one layer at a time); ``False``: every layer's are kept.
+      completion_len: the positions the LM head scores per sequence (0: ``seq_len``).
+      group: sequences sharing a prompt that the loss pass computes once (1: none).
+      reference: a frozen float32 copy of the trained weights is kept for the KL term (full
+        fine-tuning with ``beta > 0``).
+      platform: the device kind (``jax.Device.platform``). On ``"cpu"`` XLA computes bfloat16
+        in float32: a bf16 model's activations take 4 bytes and its weights get a float32 copy
+        among the temporaries (measured: ``bench/results/lm_memory_grid.md``).
+
+    The loss pass's peak is the larger of two moments (buffers are reused between them): the
+    LM head's backward (the kept layer activations plus :data:`HEAD_COPIES` logits-sized
+    arrays) and, with ``remat``, one layer's recomputed inside. Generation's KV cache is dead
+    by then: the larger of the two phases counts (``MemoryEstimate.total``).
 
     Raises ``ValueError`` for a split tensor parallelism cannot make (heads, widths).
     """
@@ -167,27 +194,36 @@ def estimate_memory(
     local_lora = sum(_local(k, s, model, strategy) for k, s in adapters.items())
     trained = local_base if full_finetune else local_lora
     tp = model if strategy == "tp" else 1
-    act = param_dtype_bytes
+    upcast = platform == "cpu" and param_dtype_bytes < F32
+    act = F32 if upcast else param_dtype_bytes
     L, D, hd = cfg.num_layers, cfg.hidden_size, cfg.head_dim
     hq, hkv, F = cfg.num_heads // tp, cfg.num_kv_heads // tp, cfg.intermediate_size // tp
     seqs = -(-batch // data)  # sequences on one device
-    kv = 2 * L * seqs * seq_len * hkv * hd * act
+    kv = 2 * L * seqs * seq_len * hkv * hd * param_dtype_bytes
     micro = -(-seqs // grad_accum)
-    tokens = micro * seq_len
-    # The loss pass rematerialises each layer (jax.checkpoint in the layer scan): backward keeps
-    # every layer's input, and the inside of one layer at a time: 4 hidden-width tensors
-    # (residual in, two norm outputs, attention output), q/k/v and the attention context, 3
-    # MLP-width ones (gate, up, act), and the float32 attention probabilities [micro, heads, seq, seq]
-    per_layer = tokens * (4 * D + (2 * hq + 2 * hkv) * hd + 3 * F) * act + micro * hq * seq_len * seq_len * F32
-    kept_layers = 1 if remat else L  # without remat every layer's inside lives until its backward step
+    scored = min(completion_len or seq_len, seq_len)
+    prompt = seq_len - scored
+    tokens = (-(-micro // group) * prompt + micro * scored) if group > 1 else micro * seq_len
+    per_layer = (KEEP_FACTOR * tokens * (4 * D + (2 * hq + 2 * hkv) * hd + 3 * F) * act
+                 + micro * hq * scored * seq_len * F32)  # + the float32 attention probabilities
+    inputs = L * tokens * D * act  # each layer's input (what remat keeps)
     vocab = cfg.vocab_size // tp if cfg.vocab_size % tp == 0 else cfg.vocab_size
-    logits = 2 * min(vocab_chunk, tokens) * vocab * F32  # a chunk of logits and its gradient
+    logits = HEAD_COPIES * min(vocab_chunk, micro * scored) * vocab * F32
+    if remat:
+        activations = max(inputs + logits, inputs + per_layer)
+    else:
+        activations = L * per_layer + logits
+    weights = (local_base * F32 * (2 if reference else 1)) if full_finetune else local_base * param_dtype_bytes + local_lora * F32
+    if upcast and not full_finetune:
+        activations += local_base * F32  # the float32 copy XLA:CPU makes of the bf16 base
+    if full_finetune and param_dtype_bytes < F32:  # the master weights cast to the compute dtype, and their gradient
+        activations += 2 * local_base * param_dtype_bytes + (2 * local_base * F32 if upcast else 0)
     return MemoryEstimate(
-        weights=local_base * param_dtype_bytes + local_lora * F32,
+        weights=int(weights),
         grads=trained * F32,
         optimizer=2 * trained * F32,
         kv_cache=kv,
-        activations=L * tokens * D * act + kept_layers * per_layer + tokens * D * F32 + logits,
+        activations=int(activations),
         params=count(base),
         trainable=count(base) if full_finetune else count(adapters),
         setup=(f"mesh data={data} x model={model} ({strategy}), batch {batch} x {seq_len} tokens, "
