@@ -101,12 +101,13 @@ def test_respond_the_rollouts_path_calls_once_and_passes_columns_and_prompts(tmp
     ("not_finite", r"^env\.text\.reward\.python: trl_rewards:not_finite returned nan for completion 0 \(8 non-finite of 8\)$"),
     ("raises", r"^env\.text\.reward\.python: trl_rewards:raises raised ZeroDivisionError: float division by zero \(.*trl_rewards\.py:\d+\)$"),
 ])
-def test_a_bad_result_is_one_line_naming_the_function(tmp_path, name, match):
+def test_a_bad_result_is_one_line_naming_the_function(tmp_path, caplog, name, match):
     """Raised inside the callback; JAX re-raises it with the host traceback around it, the
-    line itself being the error's last."""
+    line itself being the error's last; JAX's own traceback log of it is silenced."""
     task = _task(tmp_path, {"python": f"{REWARDS}:{name}"})
     with pytest.raises(Exception) as info:
         jax.block_until_ready(_score(task, _completions(task, COMPLETIONS)))
+    assert not [r for r in caplog.records if r.name == "jax._src.callback"], caplog.text[:300]
     line = failure_line(info.value)  # what `jaxrl` prints (jaxrl.cli.failure)
     assert line is not None and re.search(match, line), str(info.value)[-400:]
     from jaxrl.cli import failure
@@ -115,7 +116,8 @@ def test_a_bad_result_is_one_line_naming_the_function(tmp_path, name, match):
 
 
 @pytest.mark.parametrize("reward, match", [
-    ({"python": "no_such_module_xyz:f"}, r"^reward: python: no_such_module_xyz:f: cannot import module 'no_such_module_xyz' \(ModuleNotFoundError"),
+    ({"python": "no_such_module_xyz:f"}, r"^reward: python: no_such_module_xyz:f: cannot import module 'no_such_module_xyz' "
+                                         r"\(ModuleNotFoundError: .*\); put the directory that holds it on PYTHONPATH$"),
     ({"python": f"{REWARDS}:nope"}, r"^reward: python: trl_rewards:nope: module 'trl_rewards' has no 'nope'$"),
     ({"python": f"{REWARDS}:NOT_CALLABLE"}, r"^reward: python: trl_rewards:NOT_CALLABLE: 'NOT_CALLABLE' is not callable \(a int\)$"),
     ({"python": "no_colon"}, r"^reward: python: expected 'module:function', got 'no_colon'$"),

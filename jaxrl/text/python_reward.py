@@ -23,6 +23,7 @@ prints as one line through :func:`failure_line`). Guide and cost: docs/text_task
 from __future__ import annotations
 
 import importlib
+import logging
 import math
 import traceback
 from typing import Any, Callable, Sequence
@@ -62,8 +63,9 @@ def load_function(ref: str) -> Callable:
     try:
         obj: Any = importlib.import_module(module_name)
     except Exception as exc:  # a broken module raises anything at import
+        hint = "; put the directory that holds it on PYTHONPATH" if isinstance(exc, ModuleNotFoundError) else ""
         raise ValueError(f"python: {ref}: cannot import module {module_name!r} "
-                         f"({type(exc).__name__}: {' '.join(str(exc).split())})") from None
+                         f"({type(exc).__name__}: {' '.join(str(exc).split())}){hint}") from None
     for part in attr.split("."):
         if not hasattr(obj, part):
             raise ValueError(f"python: {ref}: module {module_name!r} has no {attr!r}")
@@ -143,9 +145,25 @@ def row_key(prompt: np.ndarray, answer: np.ndarray, answer_len: int) -> bytes:
     return np.asarray(prompt, np.int32).tobytes() + b"|" + np.asarray(answer[:answer_len], np.int32).tobytes()
 
 
+class _QuietRewardErrors(logging.Filter):
+    """Drops JAX's "pure_callback failed" traceback log for a :class:`PythonRewardError` (the
+    error itself is re-raised and printed as one line); every other callback failure is logged."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.exc_info and isinstance(record.exc_info[1], PythonRewardError))
+
+
+def _quiet_jax_callback_log() -> None:
+    log = logging.getLogger("jax._src.callback")
+    if not any(isinstance(f, _QuietRewardErrors) for f in log.filters):
+        log.addFilter(_QuietRewardErrors())
+
+
 def verifier(host: HostReward) -> Verifier:
     """A :class:`~jaxrl.verifiers.Verifier` whose reward is ``host``'s, through one
     ``pure_callback`` per (vmapped) batch; metrics: ``python_reward`` (the same value)."""
+
+    _quiet_jax_callback_log()
 
     def score(task: Task, completion: jax.Array):
         shape = jax.ShapeDtypeStruct(completion.shape[:-1], jnp.float32)
