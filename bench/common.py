@@ -249,6 +249,26 @@ def write_results(
     return {"json": json_path, "csv": csv_path}
 
 
+def git_rev(root: Path | str = Path(__file__).resolve().parent.parent) -> str:
+    """The checkout's short commit, with ``+dirty`` when ``jaxrl/`` differs from it."""
+    import subprocess
+
+    try:
+        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True).stdout.strip()
+        dirty = subprocess.run(["git", "diff", "--quiet", "HEAD", "--", "jaxrl"], cwd=root).returncode != 0
+    except OSError:
+        return "unknown"
+    return rev + ("+dirty" if dirty else "")
+
+
+def write_record(stem: str, record: dict[str, Any], markdown: Callable[[dict, str], None]) -> None:
+    """``<stem>.json`` (the record) and ``<stem>.md`` (``markdown(record, path)``)."""
+    with open(stem + ".json", "w") as f:
+        f.write(dumps(record))
+    markdown(record, stem + ".md")
+    print(f"wrote {stem}.json and .md")
+
+
 def _nested_list(v: Any) -> bool:
     return isinstance(v, list) and any(isinstance(x, (dict, list)) for x in v)
 

@@ -22,7 +22,6 @@ import argparse
 import functools
 import itertools
 import os
-import subprocess
 import sys
 import time
 
@@ -134,9 +133,7 @@ NOTES = [
 
 def main(args) -> None:
     load_before = os.getloadavg()[0]
-    git = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    if subprocess.run(["git", "diff", "--quiet", "HEAD", "--", "jaxrl"], cwd=ROOT).returncode != 0:
-        git += "+dirty"
+    git = common.git_rev()
     grid = [dict(shape=s, rank=r, dtype=d, micro=mb) for s, r, d, mb in
             itertools.product(args.shapes, (16, 0), ("float32", "bfloat16"), (1, 4))]
     grid += [dict(shape=args.shapes[0], rank=16, dtype="float32", micro=1, remat=True, head_chunk=0),
@@ -155,10 +152,7 @@ def main(args) -> None:
     meta = common.metadata({"load_before": load_before, "load_after": os.getloadavg()[0], "git": git},
                            libraries=("jax", "jaxlib", "numpy", "flax", "optax"))
     record = {"meta": meta, "points": points, "notes": NOTES}
-    with open(RESULTS + ".json", "w") as f:
-        f.write(common.dumps(record))
-    write_markdown(record, RESULTS + ".md")
-    print(f"wrote {RESULTS}.json and .md")
+    common.write_record(RESULTS, record, write_markdown)
 
 
 def parse_args(argv=None):

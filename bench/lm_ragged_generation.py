@@ -23,7 +23,6 @@ import argparse
 import functools
 import os
 import statistics
-import subprocess
 import sys
 import time
 
@@ -146,9 +145,7 @@ def main(args) -> None:
     load_before = os.getloadavg()[0]
     if not os.path.exists(os.path.join(vs.CKPT, "model.safetensors")):
         vs.make_checkpoint()
-    git = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    if subprocess.run(["git", "diff", "--quiet", "HEAD", "--", "jaxrl"], cwd=ROOT).returncode != 0:
-        git += "+dirty"
+    git = common.git_rev()
     rows = []
     for cap in args.caps:
         row = measure(cap, args.eos_bias, args.repeats)
@@ -158,10 +155,7 @@ def main(args) -> None:
     meta = common.metadata({"load_before": load_before, "load_after": os.getloadavg()[0], "git": git},
                            libraries=("jax", "jaxlib", "numpy", "flax"))
     record = {"meta": meta, "rows": rows, "notes": NOTES}
-    with open(RESULTS + ".json", "w") as f:
-        f.write(common.dumps(record))
-    write_markdown(record, RESULTS + ".md")
-    print(f"wrote {RESULTS}.json and .md")
+    common.write_record(RESULTS, record, write_markdown)
 
 
 def parse_args(argv=None):
