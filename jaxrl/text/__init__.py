@@ -9,10 +9,13 @@ verifiable rewards, all of it inside the compiled program:
 * :mod:`jaxrl.text.verifiers`: total, bounded verifiers over bytes (exact and numeric
   answers, answer tags, ``\\boxed{}``, format, length, ``difflib``'s ratio) that compose with
   :mod:`jaxrl.verifiers`' combinators; :mod:`jaxrl.text.reference` is each in plain Python.
-* :mod:`jaxrl.text.data`: prompts from JSONL/Parquet files or procedural generators,
-  rendered with the chat template and tokenized once on the host into fixed-shape arrays.
+* :mod:`jaxrl.text.data`: prompts from JSONL/Parquet files, datasets saved on disk or
+  procedural generators, rendered with the chat template and tokenized once on the host
+  into fixed-shape arrays.
 * :mod:`jaxrl.text.task`: :class:`~jaxrl.text.task.TextTask`, the token env those arrays
   make (one completion, a byte verifier's reward), and its demonstrations for SFT.
+* :mod:`jaxrl.text.python_reward`: the one exception to "inside the program": a TRL-style
+  Python reward function called on the decoded completions through one host callback.
 
 Guide: ``docs/text_tasks.md``.
 """
