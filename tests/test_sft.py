@@ -187,22 +187,21 @@ def optax_norm(tree):
 def test_evaluation_is_grpos_on_the_same_weights(task, lora, sft_run):
     t, p, _ = task
     setup, trained = lora[0], jax.tree_util.tree_map(lambda x: x[0], sft_run[0].state)
-    run = jax.jit(functools.partial(sft.evaluate.evaluate, setup))
-    ours = run(trained, jax.random.PRNGKey(5))
+    key = sft.evaluate.heldout_key(trained)  # the in-training evaluation's key (any key would do here)
+    ours = jax.jit(functools.partial(sft.evaluate.evaluate, setup))(trained, key)
     gcfg = grpo.GRPOConfig(num_prompts=2, group_size=2, eval_episodes=8, model=grpo.config.ModelConfig(
         policy="hf", path=QWEN2, lora=grpo.config.LoRASection(rank=4, alpha=8.0), head_chunk=4))
     gsetup = grpo.make_setup(EnvSetup(t, p, t.held_out_params(p)), gcfg)
     gstate = grpo.load_params(grpo.update.init(gsetup, jax.random.PRNGKey(0)), trained)
-    theirs = jax.jit(functools.partial(grpo.evaluate.evaluate, gsetup))(gstate, jax.random.PRNGKey(5))
+    theirs = jax.jit(functools.partial(grpo.evaluate.evaluate, gsetup))(gstate, key)
     for k in ("episode_returns", "episode_returns_exact_match", "length_mean"):
         np.testing.assert_allclose(np.asarray(ours[k]), np.asarray(theirs[k]), atol=1e-6)
     # sft.eval_every's figures of the last update are this evaluation's with the state's held-out key
     from jaxrl.run import logging as log_lib
 
     last = log_lib.read_metrics(os.path.join(sft_run[0].run_dir, "metrics.jsonl"))[-1]
-    ev = run(trained, sft.evaluate.heldout_key(trained))
-    np.testing.assert_allclose(np.mean(last["heldout_reward"]), ev["return_mean"], rtol=1e-6)
-    np.testing.assert_allclose(np.mean(last["heldout_exact_match"]), ev["exact_match"], rtol=1e-6)
+    np.testing.assert_allclose(np.mean(last["heldout_reward"]), ours["return_mean"], rtol=1e-6)
+    np.testing.assert_allclose(np.mean(last["heldout_exact_match"]), ours["exact_match"], rtol=1e-6)
 
 
 def test_eval_every_logs_held_out_figures_on_every_nth_update_only(sft_run):
