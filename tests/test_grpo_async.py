@@ -203,7 +203,8 @@ def _stale_runs(trainer, cfg, tmp):
         trainer.run(cfg, run_dir=str(tmp / "resumed"), evaluate=False)
     resumed = trainer.run(resume=str(tmp / "resumed"), evaluate=False)
     read = lambda d: [json.loads(line) for line in open(tmp / d / "metrics.jsonl")]  # noqa: E731
-    return dict(straight=straight, resumed=resumed, log=read("straight"), resumed_log=read("resumed"), calls=calls)
+    return dict(straight=straight, resumed=resumed, log=read("straight"), resumed_log=read("resumed"), calls=calls,
+                checkpoints=str(tmp / "straight" / "checkpoints"))
 
 
 def test_a_stale_run_trains_and_logs_finite_off_policy_metrics(stale_runs):
@@ -218,10 +219,17 @@ def test_a_stale_run_trains_and_logs_finite_off_policy_metrics(stale_runs):
     assert log[0]["off_policy/clipped_frac"] == 0.0
     assert all(r["off_policy/kl"] > 0 for r in log[1:])  # update 0 moved the parameters: every later batch is stale
     assert any(r["off_policy/clipped_frac"] > 0 for r in log[2:])  # a cap of 1.02 truncates some
-    state = jax.tree_util.tree_map(lambda x: x[0], stale_runs["straight"].state)  # seed 0
-    ring = jax.tree_util.tree_leaves(state.behaviour)
-    assert ring[0].shape[0] == 2 and len(ring) == len(jax.tree_util.tree_leaves(state.params))
-    assert not np.array_equal(np.asarray(ring[0][0]), np.asarray(ring[0][1]))  # updates 2 and 3's starts
+    final = stale_runs["straight"].state  # [seeds, ...]
+    # after 4 updates the ring holds the parameters at the start of update 2 (slot 0) and 3 (slot 1):
+    # the states checkpointed after 2 and 3 updates
+    with Checkpoints(stale_runs["checkpoints"], read_only=True) as ckpts:
+        for slot, step in ((0, 2), (1, 3)):
+            saved = ckpts.restore(final, step)
+            ring = jax.tree_util.tree_map(lambda r: r[:, slot], final.behaviour)
+            for x, y in zip(jax.tree_util.tree_leaves(ring), jax.tree_util.tree_leaves(saved.params)):
+                np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+    leaf = np.asarray(jax.tree_util.tree_leaves(final.behaviour)[0])
+    assert not np.array_equal(leaf[:, 0], leaf[:, 1])
 
 
 def test_jaxrl_train_with_staleness_resumes_bit_for_bit_after_a_kill(stale_runs):
