@@ -3,14 +3,8 @@
 A run config file looks like::
 
     algo: ppo                 # a registered algorithm (jaxrl.algos.registry)
-    env:
-      id: CartPole-v1         # a registered env id
-      params: {}              # overrides of the env's default params
-      eval_params: {}         # further overrides when evaluating
-      curriculum: null        # or {param: num_digits, start: 1, stop: 3, threshold: 0.9}
-      randomize: {}           # per-episode draws, e.g. {length: "uniform(0.4, 0.8)"}
-    ppo:                      # the algorithm's own section, named after `algo`,
-      lr: 2.5e-3              # loaded into that algorithm's config class
+    env: {id: CartPole-v1, params: {}, eval_params: {}, curriculum: null, randomize: {}}
+    ppo: {lr: 2.5e-3}         # the algorithm's own section, named after `algo`
     train: {seed: 0}          # the trainer's section (TrainConfig)
     devices: 1                # "all" or a device count
     shard: auto               # what the devices split: auto | envs | seeds
@@ -19,15 +13,12 @@ A run config file looks like::
 :func:`load_config` reads it with :mod:`jaxrl.run.yamlio` (safe YAML: no code, no aliases,
 no duplicate keys, bounded sizes), applies ``--set a.b=value`` overrides to a copy, and
 converts it by walking dataclass fields and their type hints. Every problem raises
-:class:`ConfigError` with a one-line message naming the key ("did you mean" for unknown
-keys). Nothing is built here (:func:`jaxrl.run.build.build` does). Derived values come from
-:func:`derive`; configs are frozen, the user's mapping is never mutated, and
-:func:`save_config` writes YAML that :func:`load_config` reads back to an equal object.
+:class:`ConfigError` with a one-line message naming the key. Nothing is built here
+(:func:`jaxrl.run.build.build` does); configs are frozen, and :func:`save_config` writes YAML
+that :func:`load_config` reads back to an equal object.
 
-The pieces live by concept, and every name is re-exported here: the sections
-(:mod:`jaxrl.run.sections`), the generic conversion (:mod:`jaxrl.run.convert`), the checks
-(:mod:`jaxrl.run.checks`) and the derived counts (:mod:`jaxrl.run.derived`); this module
-reads, overrides, loads and writes whole run configs.
+The pieces live by concept, each name re-exported here: :mod:`jaxrl.run.sections`,
+:mod:`jaxrl.run.convert`, :mod:`jaxrl.run.checks` and :mod:`jaxrl.run.derived`.
 """
 
 from __future__ import annotations
