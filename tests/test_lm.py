@@ -349,3 +349,15 @@ def test_sample_token_processors():
     np.testing.assert_array_equal(sample_token(logits, keys[0], temperature=0.0), [1, 0])
     draws = np.asarray(jax.jit(jax.vmap(lambda k: sample_token(logits, k, 1.0, 3, 0.75)))(keys))
     assert set(np.unique(draws[:, 0])) == {1, 2} and set(np.unique(draws[:, 1])) == {0, 3}
+
+
+def test_the_projections_written_out_backward_equals_autodiffs():
+    """model._matmul's backward (two dots over the flattened tokens) gives autodiff's gradients."""
+    from jaxrl.models.lm.model import _matmul
+
+    k = jax.random.split(jax.random.PRNGKey(1), 3)
+    x, w, ct = jax.random.normal(k[0], (2, 5, 16)), jax.random.normal(k[1], (16, 8)), jax.random.normal(k[2], (2, 5, 8))
+    ours = jax.jit(jax.grad(lambda x, w: jnp.sum(_matmul(x, w) * ct), (0, 1)))(x, w)
+    want = jax.jit(jax.grad(lambda x, w: jnp.sum(jnp.matmul(x, w, precision="highest") * ct), (0, 1)))(x, w)
+    for a, b in zip(ours, want):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=2e-5, atol=2e-5)
