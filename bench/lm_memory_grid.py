@@ -102,11 +102,13 @@ def write_markdown(record: dict, path: str) -> None:
         "",
         f"Command: `{m['command']}`",
         "",
-        "| shape | LoRA rank | dtype | micro-batches | remat | head chunk | XLA (MiB) | estimate (MiB) | estimate / XLA |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| shape | LoRA rank | dtype | batch | prompt + new tokens | micro-batches | remat | head chunk | XLA (MiB) | "
+        "estimate (MiB) | estimate / XLA |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in record["points"]:
-        lines.append(f"| {r['shape']} | {r['lora_rank'] or 'full'} | {r['dtype']} | {r['micro_batches']} | {r['remat']} | "
+        lines.append(f"| {r['shape']} | {r['lora_rank'] or 'full'} | {r['dtype']} | {r['batch']} | "
+                     f"{r['prompt_len']} + {r['new_tokens']} | {r['micro_batches']} | {r['remat']} | "
                      f"{r['head_chunk'] or 'whole'} | {r['xla']['peak_estimate'] / 2**20:,.1f} | "
                      f"{r['estimate_total'] / 2**20:,.1f} | **{r['ratio']:.2f}** |")
     ratios = [r["ratio"] for r in record["points"]]
@@ -139,26 +141,34 @@ def main(args) -> None:
     grid += [dict(shape=args.shapes[0], rank=16, dtype="float32", micro=1, remat=True, head_chunk=0),
              dict(shape=args.shapes[0], rank=16, dtype="float32", micro=1, remat=True, head_chunk=16),
              dict(shape=args.shapes[0], rank=16, dtype="float32", micro=1, new_tokens=64)]
-    if args.qwen05:
+    if args.qwen05_only:
+        grid = []
+    if args.qwen05 or args.qwen05_only:
         grid += [dict(shape="qwen2.5-0.5b", rank=16, dtype="bfloat16", micro=1, prompts=2, samples=2, new_tokens=16),
                  dict(shape="qwen2.5-0.5b", rank=16, dtype="float32", micro=1, prompts=2, samples=2, new_tokens=16)]
     points = []
+    if args.append and os.path.exists(RESULTS + ".json"):
+        import json
+
+        with open(RESULTS + ".json") as f:
+            points = json.load(f)["points"]
     for g in grid:
         r = point(**g)
         print(f"{r['shape']} r{r['lora_rank']} {r['dtype']} mb{r['micro_batches']} remat={r['remat']} "
               f"chunk={r['head_chunk']}: XLA {r['xla']['peak_estimate'] / 2**20:,.1f} MiB, estimate "
               f"{r['estimate_total'] / 2**20:,.1f} MiB, ratio {r['ratio']:.2f}", flush=True)
         points.append(r)
-    meta = common.metadata({"load_before": load_before, "load_after": os.getloadavg()[0], "git": git},
-                           libraries=("jax", "jaxlib", "numpy", "flax", "optax"))
-    record = {"meta": meta, "points": points, "notes": NOTES}
-    common.write_record(RESULTS, record, write_markdown)
+        meta = common.metadata({"load_before": load_before, "load_after": os.getloadavg()[0], "git": git},
+                               libraries=("jax", "jaxlib", "numpy", "flax", "optax"))
+        common.write_record(RESULTS, {"meta": meta, "points": points, "notes": NOTES}, write_markdown)  # after each point
 
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--shapes", nargs="+", default=["small", "medium"], choices=sorted(SHAPES))
     p.add_argument("--qwen05", action="store_true", help="add two points at Qwen2.5-0.5B's shapes (slow)")
+    p.add_argument("--qwen05-only", action="store_true", help="only those two points")
+    p.add_argument("--append", action="store_true", help="keep the record's points and add these")
     return p.parse_args(argv)
 
 
