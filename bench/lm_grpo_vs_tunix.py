@@ -463,7 +463,10 @@ NOTES = [
     "step, which ends at `train` returning and so lacks a generation, is left out and recorded apart).",
     "Equal work: 16-token prompts, 32 sampled tokens, temperature 1, no top-k/top-p, EOS (999) stops a row on both "
     "sides; with random weights it is sampled ~1e-3 per token (about one row in 32 ends early per step, 30.6 "
-    "tokens per completion on average), and neither side shortens its fixed-shape decode loop for it.",
+    "tokens per completion on average), so neither side's decode loop ends early here (jaxrl's ends once every "
+    "row has stopped, Tunix's likewise).",
+    "jaxrl 0.6.0's step: each group's prompt computed once in the loss and reference passes, no rematerialisation "
+    "and the LM head whole (the memory plan: the pass fits), the projections' and adapters' backward written out.",
     "Tunix's LoRA: qwix.LoraProvider on q/k/v/o/gate/up/down (the same targets as jaxrl's LoRAConfig), rank 8, "
     "alpha 16; the base model is the reference (shared backbone). Full fine-tune with beta > 0: a second copy as "
     "reference (jaxrl keeps a float32 master copy as the trained params and the loaded weights as the reference).",
@@ -477,17 +480,13 @@ NOTES = [
     "after step): RolloutConfig.seed is left at its default, as its examples do. The work per step is unchanged.",
     "jaxrl's generation figure: `group_rollout` jitted alone (prefill, 32 cached decode steps, the verifier); "
     "Tunix's: `rl_cluster.generate` on the 8 prompts x 4 (tokenisation, sampler, detokenisation).",
-    "Four runs of this script the same afternoon (Tunix / jaxrl, median step): load 5-8, 0.70-2.61 wall; load "
-    "5-7.5, 0.93-1.60 wall and 1.2-1.7 CPU seconds; load 3-3.6 (before the grouped prefill, 7cb1f87), "
-    "1.25-2.28 wall and 1.26-1.57 CPU; the run recorded here (load 3.0-3.8), 1.11-2.24 wall and 1.11-2.22 CPU. "
-    "The issue's 5x target is not met on this machine.",
-    "KL beta 0.04 costs jaxrl 65-110 ms more per step than beta 0 here (Tunix: 0-80 ms); the reference "
-    "forward alone over the 32 x 47 tokens measured 10-25 ms in isolation, so the rest of that cost wants a "
-    "profile.",
-    "Where jaxrl's step goes (separate jitted pieces, load ~3): the group rollout 70-110 ms of a 120-230 ms step. "
-    "In it, `jax.random.categorical` on [32, 1000] logits costs about 2.1 ms per token step on XLA:CPU (the "
-    "Gumbel noise fused into argmax's variadic reduce), against about 0.5 ms for the same draw written as max "
-    "then first index of the max; 31 greedy decode steps of the model itself take 18 ms in all.",
+    "Earlier records (git history of this file): 0.5.x, loaded machine (load 3-8), Tunix / jaxrl 1.1-2.6 wall "
+    "and 1.1-2.2 CPU; an independent quiet-machine harness measured 1.7-1.8x by CPU time for 0.5.3. The issue's "
+    "5x target is not met on this machine.",
+    "KL beta 0.04 costs jaxrl about 20-30 ms of CPU per step more than beta 0 here; a profile of the learn step "
+    "puts most of it in the zero-filling copies of the layer scan's residual buffers (the same ops take 0.04 ms "
+    "at beta 0 and up to 1.5 ms at 0.04: first-touch page faults of larger fresh buffers, not arithmetic). Left "
+    "as found.",
 ]
 
 
