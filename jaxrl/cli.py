@@ -291,7 +291,7 @@ def _os_error_line(exc: OSError) -> str:
 
 def failure(exc: BaseException) -> tuple[int, str] | None:
     """``(exit code, one line)`` for an expected failure, or None for a bug (re-raised)."""
-    from jaxrl.run.checkpoint import CheckpointError
+    from jaxrl.run.checkpoint import CheckpointError, CheckpointSaveError
     from jaxrl.run.config import ConfigError
     from jaxrl.run.guards import ResourceError
     from jaxrl.run.rundir import RunDirError
@@ -316,6 +316,8 @@ def failure(exc: BaseException) -> tuple[int, str] | None:
         return EXIT_FAILED, f"jaxrl: {reward_line}"
     if isinstance(exc, CheckpointError):
         return EXIT_FAILED, f"jaxrl: checkpoint error: {exc}"
+    if isinstance(exc, CheckpointSaveError):  # its message names the run and the resume command
+        return EXIT_IO, f"jaxrl: {exc}"
     if isinstance(exc, OSError):
         return EXIT_IO, _os_error_line(exc)
     if isinstance(exc, ResourceError):

@@ -3,8 +3,13 @@ keep-the-last-few, and atomicity (an interrupted save never replaces the last go
 
 from __future__ import annotations
 
+import errno
 import functools
+import logging
 import os
+import shutil
+import sys
+import types
 
 import jax
 import jax.numpy as jnp
@@ -38,11 +43,13 @@ def test_storable_roundtrip_keeps_typed_keys(states):
 
 def test_save_restore_exact_and_keep_last(states, tmp_path):
     s1, s2 = states
+    hook = sys.unraisablehook  # a good save leaves the interpreter's hooks as they were (asserted below)
     with Checkpoints(tmp_path / "ck", keep=2) as ckpts:
         for step, s in ((1, s1), (2, s2), (3, s1)):
             ckpts.save(step, s)
         assert ckpts.steps() == [2, 3]
         restored = ckpts.restore(jax.eval_shape(lambda: s1), 2)
+    assert sys.unraisablehook is hook
     assert leaves_equal(restored, s2)
     assert isinstance(restored, type(s2))
     # The restored key still drives jax.random exactly as the original.
@@ -86,11 +93,16 @@ def test_interrupted_save_keeps_last_good(states, tmp_path, monkeypatch):
 
     monkeypatch.setattr(async_path, "rename", crash)
     ckpts = Checkpoints(directory)
+    real_rmtree, removed = shutil.rmtree, []
+    monkeypatch.setattr(shutil, "rmtree", lambda path, *a, **k: (removed.append(os.path.basename(path)), real_rmtree(path, *a, **k)))
     with pytest.raises(Exception, match="simulated crash"):
         ckpts.save(2, s2)
     monkeypatch.undo()
-    leftovers = [p for p in os.listdir(directory) if p not in ("1",)]
-    assert leftovers and all("tmp" in p for p in leftovers), os.listdir(directory)  # step 2 stayed a tmp dir
+    assert removed and all(p.startswith("2.orbax-checkpoint-tmp") for p in removed), removed  # step 2 was a tmp dir ...
+    assert os.listdir(directory) == ["1"]  # ... which the failed save removed
+    # A process killed at that point cleans up nothing: the next writer does.
+    os.makedirs(directory / "2.orbax-checkpoint-tmp-1234567" / "default")
+    (directory / "2.orbax-checkpoint-tmp-1234567" / "default" / "partial").write_bytes(b"half")
 
     # A fresh process sees only the good checkpoint, restores it exactly, and can save again.
     with Checkpoints(directory) as again:
@@ -128,6 +140,70 @@ def test_a_full_disk_mid_save_keeps_the_previous_checkpoint(states, tmp_path, mo
             with pytest.raises(CheckpointError):
                 ckpts.save(2, s2)
         monkeypatch.undo()
+    assert os.listdir(directory) == ["1"]  # nothing half-written: the failed step's directory was removed
     with Checkpoints(directory, read_only=True) as again:
         assert again.verified_step() == 1
         assert leaves_equal(again.restore(s1, 1), s1)
+
+
+@pytest.mark.parametrize("message, kind", [
+    ("DATA_LOSS: Error writing local file: No space left on device [tensorstore]", "full"),
+    ("INTERNAL: something else broke [tensorstore]", "other"),
+])
+def test_orbax_errors_mid_save_leave_nothing_and_log_nothing(states, tmp_path, monkeypatch, caplog, message, kind):
+    """Orbax fails after writing part of a step (its temporary directory holds a file) and
+    logs the failure with a traceback before raising: the save removes the partial step,
+    prints nothing, and raises ENOSPC as an OSError (any other failure: CheckpointError)."""
+    import orbax.checkpoint as ocp
+
+    s1, s2 = states
+    directory = tmp_path / "ck"
+    with Checkpoints(directory, keep=1) as ckpts:
+        ckpts.save(1, s1)
+
+        def half_written(self, step, *args, **kwargs):
+            partial = os.path.join(str(self.directory), f"{step}.orbax-checkpoint-tmp-99", "default")
+            os.makedirs(partial)
+            with open(os.path.join(partial, "d"), "wb") as f:
+                f.write(b"half")
+            try:
+                raise ValueError(message)
+            except ValueError:
+                logging.getLogger("absl").exception("[thread 1] write failed")  # what orbax does
+                raise
+
+        monkeypatch.setattr(ocp.CheckpointManager, "save", half_written)
+        printed = []
+        with pytest.MonkeyPatch.context() as hooks:
+            hooks.setattr(sys, "unraisablehook", printed.append)
+            with pytest.raises(OSError if kind == "full" else CheckpointError) as info:
+                ckpts.save(2, s2)
+            # orbax's abandoned writes end later in tensorstore's threads, into a closed event loop:
+            for message in ("Event loop is closed", "something else"):
+                sys.unraisablehook(types.SimpleNamespace(exc_type=RuntimeError, exc_value=RuntimeError(message),
+                                                         exc_traceback=None, err_msg=None, object=None))
+            assert [str(u.exc_value) for u in printed] == ["something else"]  # only the noise is dropped
+        monkeypatch.undo()
+    if kind == "full":
+        assert info.value.errno == errno.ENOSPC and "No space left on device" in str(info.value)
+    else:
+        assert "saving checkpoint 2" in str(info.value) and "something else broke" in str(info.value)
+    assert not [r for r in caplog.records if r.name == "absl"]  # orbax's logged traceback stayed quiet ...
+    logging.getLogger("absl").error("control")
+    assert [r.getMessage() for r in caplog.records if r.name == "absl"] == ["control"]  # ... which it is not outside a save
+    assert os.listdir(directory) == ["1"]
+    with Checkpoints(directory, read_only=True) as again:
+        assert again.verified_step() == 1 and leaves_equal(again.restore(s1), s1)
+
+
+def test_a_linked_checkpoint_directory_is_refused(states, tmp_path):
+    from jaxrl.run.rundir import RunDirError
+
+    s1, _ = states
+    target = tmp_path / "elsewhere"
+    target.mkdir()
+    os.symlink(target, tmp_path / "ck")
+    with Checkpoints(tmp_path / "ck") as ckpts:
+        with pytest.raises(RunDirError, match="ck' is a symbolic link; refusing to write through it"):
+            ckpts.save(1, s1)
+    assert os.listdir(target) == []

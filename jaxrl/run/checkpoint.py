@@ -6,7 +6,8 @@ state, env states, RNG keys, counters), so restoring it continues a run bit for 
 * **Atomic**: orbax writes each step into a temporary directory and renames it into place
   only when every file is written (``commit_success``), so an interrupted save never
   replaces or corrupts the last good checkpoint; a leftover temporary directory is
-  ignored by :meth:`Checkpoints.steps` and cleaned up by the next *writer*.
+  ignored by :meth:`Checkpoints.steps` and cleaned up by the next *writer*. A save that
+  fails in-process (a full disk: ``OSError``) removes what it wrote of its step itself.
 * **Verified**: after orbax commits a step, :data:`RECORD_FILE` is written into it
   (atomically): the sha256 of the saved arrays (:func:`content_digest`), the size and
   sha256 of every file orbax wrote, and the caller's ``meta`` (the trainer stores the
@@ -27,6 +28,7 @@ Steps are numbered by *updates done*, so the step restored is where a resumed ru
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -60,6 +62,34 @@ class CheckpointCorrupt(CheckpointError):
     def __init__(self, step: int, directory: str, reason: str):
         super().__init__(f"checkpoint {step} in {directory} is damaged: {reason}")
         self.step, self.reason = step, reason
+
+
+class CheckpointSaveError(OSError):
+    """A checkpoint of a run could not be written (a full disk, another I/O error); nothing of
+    it was kept. ``str()`` is the whole one-line message (:func:`save_failed`)."""
+
+    line = ""
+
+    def __str__(self) -> str:
+        return self.line or super().__str__()
+
+
+def save_failed(exc: OSError, ckpts: "Checkpoints", step: int) -> CheckpointSaveError:
+    """The :class:`CheckpointSaveError` of a run whose save of ``step`` failed with ``exc``:
+    what failed, the run directory, the newest checkpoint that verifies (the one a resume
+    starts from) and what to do."""
+    run_dir = os.path.dirname(ckpts.directory)
+    reason = exc.strerror or _first_line(exc)
+    try:
+        kept = ckpts.verified_step()
+    except Exception:  # noqa: BLE001 -- the message still names the run and the command
+        kept = None
+    err = CheckpointSaveError(exc.errno, reason, run_dir)
+    held = f"the newest good checkpoint is update {kept}" if kept is not None else "no checkpoint had been saved yet"
+    todo = "free some space" if exc.errno == errno.ENOSPC else "fix that"
+    err.line = (f"I/O error: {reason} while saving checkpoint {step} of run {run_dir} (nothing of it was kept; {held}); "
+                f"{todo}, then continue with: jaxrl train --resume {run_dir}")
+    return err
 
 
 #: Written into each step directory after orbax commits it: digest, leaf count, meta.
@@ -152,6 +182,9 @@ class Checkpoints:
         if self.read_only:
             raise CheckpointError(f"{self.directory} is opened read-only; cannot {what}")
         if self._manager is None:
+            from jaxrl.run import rundir
+
+            rundir.refuse_link(self.directory)  # orbax would write through it
             self._manager = self._writer(self._keep)
         return self._manager
 
@@ -179,24 +212,49 @@ class Checkpoints:
 
     def save(self, step: int, state: Any) -> str:
         """Write ``state`` as checkpoint ``step`` (updates done), then its verified record;
-        returns its directory. An existing step of that number is replaced."""
-        manager = self._writing("save")
+        returns its directory. An existing step of that number is replaced.
+
+        A save that fails (a full disk, any I/O error, a read-back mismatch, an interrupt)
+        leaves nothing of ``step`` behind: its step directory (or orbax's temporary one) is
+        removed, so the previous checkpoint stays the newest. I/O failures come back as an
+        ``OSError`` whose ``errno`` is the cause's (``ENOSPC`` also when orbax or tensorstore
+        wrapped it in their own types); orbax's own logging stays silent (one line, not its
+        logged tracebacks)."""
+        if self.read_only:
+            raise CheckpointError(f"{self.directory} is opened read-only; cannot save")
         step = int(step)
-        ocp = _orbax()
         stored = jax.device_get(to_storable(state))
+        with _quiet_orbax():
+            self._writing("save")  # (a linked directory is refused here, before anything is written)
+        good = False  # the step's record is written: from then on the step is kept
+        orphans = _OrphanedWrites()
+        try:
+            with _quiet_orbax(), orphans:  # held until orbax is done, its worker threads included
+                self._write_step(step, stored)
+                good = True
+                self._prune(step)
+        except BaseException as exc:
+            orphans.keep_quiet()  # the failed save's writes still in flight end later, into a closed loop
+            if not good:
+                self._discard_unfinished(step)
+            io = _os_error(exc)
+            if io is not None and io is not exc:
+                raise OSError(io.errno, io.strerror or _first_line(io), self._step_dir(step)) from None
+            raise
+        return self._step_dir(step)
+
+    def _write_step(self, step: int, stored: Any) -> None:
+        """Orbax's save of ``stored``, read back, then the record that makes it good."""
+        manager = self._writing("save")
         if os.path.isdir(self._step_dir(step)):
             manager.reload()
             manager.delete(step)
         try:
-            with _quiet_orbax():  # a failed save is one line (below), not orbax's logged tracebacks
-                manager.save(step, args=ocp.args.StandardSave(stored), force=True)
-                manager.wait_until_finished()
-        except OSError:
-            raise
+            manager.save(step, args=_orbax().args.StandardSave(stored), force=True)
+            manager.wait_until_finished()
         except Exception as exc:  # orbax / tensorstore wrap I/O failures in their own types
-            text = str(exc)
-            if "No space left" in text:
-                raise OSError(28, "No space left on device", self.directory) from exc
+            if _os_error(exc) is not None:
+                raise
             raise CheckpointError(f"saving checkpoint {step} in {self.directory} failed: {_first_line(exc)}") from exc
         digest, leaves = content_digest(stored)
         self._read_back(step, digest)
@@ -204,12 +262,33 @@ class Checkpoints:
         record = {"format": 1, "step": step, "sha256": digest, "leaves": leaves, "files": files, "meta": self.meta}
         if self.run_id is not None:
             record["run_id"] = self.run_id
-        path = os.path.join(self._step_dir(step), RECORD_FILE)
         from jaxrl.run import rundir
 
-        rundir.write_text(path, json.dumps(record, indent=1) + "\n")
-        self._prune(step)
-        return self._step_dir(step)
+        rundir.write_text(os.path.join(self._step_dir(step), RECORD_FILE), json.dumps(record, indent=1) + "\n")
+
+    def _discard_unfinished(self, step: int) -> None:
+        """Remove what a failed save of ``step`` left (the step directory without its record,
+        orbax's temporary directory); best effort, never raising: the save's own error is
+        the one to report."""
+        import shutil
+
+        if os.path.islink(self.directory):
+            return  # never delete through a link (refused before any write anyway)
+        try:
+            names = os.listdir(self.directory)
+        except OSError:
+            return
+        prefix = f"{step}.orbax-checkpoint-tmp"
+        for name in names:
+            path = os.path.join(self.directory, name)
+            if (name == str(step) or name.startswith(prefix)) and not os.path.islink(path) and os.path.isdir(path):
+                shutil.rmtree(path, ignore_errors=True)
+        if self._manager is not None:
+            try:
+                with _quiet_orbax():
+                    self._manager.reload()
+            except Exception:  # noqa: BLE001 -- the next writer lists the directory afresh
+                pass
 
     def _prune(self, newest: int) -> None:
         """Delete all but the ``keep`` newest steps, once ``newest`` is good: orbax's own
@@ -219,10 +298,14 @@ class Checkpoints:
         if self._keep <= 0:
             return
         old = [s for s in self.steps() if s <= newest][: -self._keep]
-        if old:
-            self._manager.reload()
-            for s in old:
-                self._manager.delete(s)
+        try:
+            if old:
+                self._manager.reload()
+                for s in old:
+                    self._manager.delete(s)
+        except Exception as exc:  # noqa: BLE001 -- the new checkpoint is good; the run goes on
+            self._warn(f"checkpoint {newest} saved, but older ones in {self.directory} could not be deleted: "
+                       f"{_first_line(exc)}")
 
     def _read_back(self, step: int, digest: str) -> None:
         """Read the step just written and compare its digest: only a checkpoint that reads
@@ -420,7 +503,9 @@ class Checkpoints:
 
     def close(self) -> None:
         if self._manager is not None:
-            self._manager.close()
+            manager, self._manager = self._manager, None
+            with _quiet_orbax():  # a failed save's leftovers are not logged with tracebacks here either
+                manager.close()
 
     def __enter__(self):
         return self
@@ -501,6 +586,42 @@ class _quiet_orbax:
             logging.getLogger(name).setLevel(level)
 
 
+def _closed_loop_noise(unraisable) -> bool:
+    """An orphaned tensorstore write completing after orbax closed its event loop: tensorstore
+    calls ``loop.call_soon_threadsafe`` from its own thread, which raises ``RuntimeError('Event
+    loop is closed')`` into ``sys.unraisablehook`` (no object; a traceback on stderr per write)."""
+    exc = unraisable.exc_value
+    return isinstance(exc, RuntimeError) and str(exc) == "Event loop is closed" and unraisable.object is None
+
+
+class _OrphanedWrites:
+    """Context manager: inside it (and, after :meth:`keep_quiet`, to the end of the process)
+    ``sys.unraisablehook`` drops :func:`_closed_loop_noise`; everything else goes to the hook
+    that was there. When a save fails (a full disk), orbax abandons its other pending writes;
+    each one that completes later printed a traceback of its own (dozens to hundreds of lines
+    around the run's one line, depending on timing)."""
+
+    def __init__(self):
+        self._previous, self._hook, self._kept = None, None, False
+
+    def __enter__(self):
+        previous = self._previous = sys.unraisablehook
+
+        def hook(unraisable):
+            if not _closed_loop_noise(unraisable):
+                previous(unraisable)
+
+        self._hook = sys.unraisablehook = hook
+        return self
+
+    def keep_quiet(self) -> None:
+        self._kept = True
+
+    def __exit__(self, *exc):
+        if exc[0] is None and not self._kept and sys.unraisablehook is self._hook:
+            sys.unraisablehook = self._previous
+
+
 def _read_small(path: str, limit: int = 1 << 24) -> bytes:
     """At most ``limit`` bytes of the regular file ``path``: never through a symbolic link,
     never blocking on a FIFO (``OSError`` for either)."""
@@ -529,6 +650,22 @@ def _file_table(step_dir: str) -> dict:
             if rel != RECORD_FILE:
                 table[rel] = [os.path.getsize(path), _file_sha256(path)]
     return table
+
+
+def _os_error(exc: BaseException) -> OSError | None:
+    """The I/O failure behind ``exc``: ``exc`` itself or an ``OSError`` in its chain of causes,
+    else an ``ENOSPC`` ``OSError`` when its text says the disk is full (tensorstore's
+    ``DATA_LOSS: ... No space left on device``, safetensors' ``StorageFull``); None otherwise."""
+    seen, link = set(), exc
+    while link is not None and id(link) not in seen:
+        if isinstance(link, OSError):
+            return link
+        seen.add(id(link))
+        link = link.__cause__ if link.__cause__ is not None or link.__suppress_context__ else link.__context__
+    text = str(exc)
+    if "No space left" in text or "StorageFull" in text or "ENOSPC" in text:
+        return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    return None
 
 
 def _first_line(exc: BaseException) -> str:

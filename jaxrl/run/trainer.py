@@ -68,11 +68,18 @@ def save_checkpoint(ckpts: Checkpoints, step: int, state) -> None:
     """Every process gathers ``state`` to the host; only the primary process writes it.
 
     The checkpoint holds plain host arrays, not the devices' shards, so it restores on any
-    layout (another device count, another number of processes, ``jaxrl eval``).
+    layout (another device count, another number of processes, ``jaxrl eval``). A save that
+    fails on I/O (a full disk) raises :class:`~jaxrl.run.checkpoint.CheckpointSaveError`: one
+    line naming the run directory, the checkpoint kept and the resume command.
     """
     host = sharding.fetch(state)
     if distributed.is_primary():
-        ckpts.save(step, host)
+        try:
+            ckpts.save(step, host)
+        except OSError as exc:  # a full disk, any I/O error: nothing of the step was kept (Checkpoints.save)
+            if isinstance(exc, checkpoint_lib.CheckpointSaveError):
+                raise
+            raise checkpoint_lib.save_failed(exc, ckpts, step) from None
     distributed.barrier(f"checkpoint-{step}")
 
 
@@ -226,6 +233,7 @@ def run(
     """
     out = sys.stdout if out is None else out  # looked up per call (redirected streams)
     if resume is not None:
+        rundir.refuse_links(resume, RUN_FILES)  # a linked entry is refused before anything is read, compiled or written
         cfg = resolve_resume(cfg, resume)
         run_dir = resume
     if cfg is None:
