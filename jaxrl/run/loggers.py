@@ -11,6 +11,9 @@ pure and every sink sees the same numbers:
   per-seed lists as ``<name>/seed<i>``.
 * ``wandb`` — ``wandb.log(record, step=update)`` into a run under ``RUN_DIR/wandb`` with
   the resolved config; mode from ``WANDB_MODE`` (``offline`` keeps everything local).
+
+A sink's directory that is a symbolic link is refused (:func:`jaxrl.run.rundir.refuse_link`),
+never written through.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import math
 import os
 from typing import Iterable, Sequence
 
+from jaxrl.run import rundir
 from jaxrl.run.files import TENSORBOARD_DIR, WANDB_DIR
 
 #: name -> (module that must import, pip package)
@@ -60,7 +64,9 @@ class TensorBoardSink:
     def __init__(self, run_dir: str, config: dict):
         from tensorboardX import SummaryWriter
 
-        self.writer = SummaryWriter(logdir=os.path.join(run_dir, TENSORBOARD_DIR))
+        logdir = os.path.join(run_dir, TENSORBOARD_DIR)
+        rundir.refuse_link(logdir)  # its event files would be written wherever the link points
+        self.writer = SummaryWriter(logdir=logdir)
 
     def write(self, records: Iterable[dict]) -> None:
         for record in records:
@@ -78,6 +84,7 @@ class WandbSink:
     def __init__(self, run_dir: str, config: dict):
         import wandb
 
+        rundir.refuse_link(os.path.join(run_dir, WANDB_DIR))  # (makedirs and wandb would write through it)
         os.makedirs(os.path.join(run_dir, WANDB_DIR), exist_ok=True)
         self.run = wandb.init(dir=os.path.join(run_dir, WANDB_DIR), config=config, name=os.path.basename(os.path.normpath(run_dir)), reinit=True)
 

@@ -10,6 +10,9 @@
   file and a crash never leaves one; a target that is a symbolic link is refused instead of
   written through (a rename would replace the link itself, but a link in a run directory
   is someone's mistake or an attack, so it is named); so is a file with other hard links.
+  The directories a run writes into (``checkpoints/``, ``tensorboard/``, ``wandb/``) are
+  refused the same way when they are links, and :func:`refuse_links` checks every entry
+  of a run up front (``jaxrl train``, fresh or ``--resume``), before anything compiles.
 * **Permissions follow the umask** (0666 & ~umask, as ``open`` gives any new file): a run
   is shared by whoever may read the directory; tighten the umask or the directory for more.
 * **One identity**: the run's id lives in ``.lock`` and in the comment opening
@@ -173,6 +176,18 @@ def refuse_link(path: str) -> None:
         raise RunDirError(f"{display_path(path)} is a symbolic link; refusing to write through it (remove it first)")
 
 
+def refuse_links(run_dir: str, names) -> None:
+    """Raise :class:`RunDirError` naming the first of ``names`` (entries of ``run_dir``: files
+    such as ``metrics.jsonl`` and directories such as ``tensorboard``) that is a symbolic link.
+    A run checks its entries before it compiles or writes anything, so a linked entry is
+    one line up front, not a file or directory elsewhere written through (or a refusal at
+    the end of the run); each writer checks its own path again when it opens it."""
+    if not os.path.isdir(run_dir):
+        return
+    for name in names:
+        refuse_link(os.path.join(run_dir, name))
+
+
 def write_bytes(path: str, data: bytes) -> None:
     """Replace ``path`` by ``data`` atomically (sibling temp file + rename, fsynced);
     a symbolic link at ``path`` is refused."""
@@ -244,6 +259,7 @@ def check_fresh(run_dir: str, run_files) -> None:
         raise RunDirError(f"--out {display_path(run_dir)} is a file, not a directory")
     if not os.path.isdir(run_dir):
         return
+    refuse_links(run_dir, run_files)
     taken = []
     for name in run_files:
         path = os.path.join(run_dir, name)
