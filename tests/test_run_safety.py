@@ -446,7 +446,100 @@ def test_a_full_disk_is_one_line(fake_table, tmp_path, capsys, monkeypatch):
 
     monkeypatch.setattr(ocp.CheckpointManager, "save", tensorstore_full)
     assert cli.main(["train", config, "--out", str(tmp_path / "b")]) == 3
-    assert _one_line(capsys.readouterr().err).startswith("jaxrl: I/O error: No space left on device: ")
+    assert _one_line(capsys.readouterr().err).startswith(
+        f"jaxrl: I/O error: No space left on device while saving checkpoint 3 of run {tmp_path / 'b'} ")
+
+
+@pytest.mark.parametrize("where", ["orbax", "record"])
+def test_a_full_disk_mid_checkpoint_is_one_line_and_resumes_from_the_last_one(straight, tmp_path, capsys, monkeypatch, where):
+    """The disk fills during the second save (checkpoint 6): inside orbax's writes (a
+    half-written temporary step) or writing the record after orbax committed. One line naming
+    the run, the checkpoint kept and the command; no trace of step 6; the resume from
+    checkpoint 3 ends bit for bit where the uninterrupted run did."""
+    import orbax.checkpoint as ocp
+
+    _, straight_result = straight
+    config = write_yaml(tmp_path / "c.yaml", fake_raw())
+    run_dir = str(tmp_path / "run")
+    if where == "orbax":
+        real_save = ocp.CheckpointManager.save
+
+        def full(self, step, *args, **kwargs):
+            if step != 6:
+                return real_save(self, step, *args, **kwargs)
+            partial = os.path.join(str(self.directory), "6.orbax-checkpoint-tmp-99", "default")
+            os.makedirs(partial)
+            with open(os.path.join(partial, "d"), "wb") as f:
+                f.write(b"half")
+            raise ValueError('DATA_LOSS: Error writing local file "d": No space left on device [tensorstore]')
+
+        monkeypatch.setattr(ocp.CheckpointManager, "save", full)
+    else:
+        real_write = rundir.write_text
+
+        def full(path, text):
+            if path.endswith(os.path.join("6", ckpt_lib.RECORD_FILE)):
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), path)
+            return real_write(path, text)
+
+        monkeypatch.setattr(rundir, "write_text", full)
+    assert cli.main(["train", config, "--out", run_dir]) == 3
+    assert _one_line(capsys.readouterr().err) == (
+        f"jaxrl: I/O error: No space left on device while saving checkpoint 6 of run {run_dir} (nothing of it was kept; "
+        f"the newest good checkpoint is update 3); free some space, then continue with: jaxrl train --resume {run_dir}")
+    assert os.listdir(os.path.join(run_dir, "checkpoints")) == ["3"]  # nothing half-written
+    monkeypatch.undo()
+    resumed = trainer.run(None, resume=run_dir, evaluate=False)
+    assert resumed.updates == 7 and leaves_equal(resumed.state, straight_result.state)
+
+
+def _tree(root) -> list:
+    """Every path under ``root`` with its bytes (files) or None (directories)."""
+    out = []
+    for here, dirs, files in sorted(os.walk(root)):
+        out += [(os.path.relpath(os.path.join(here, d), root), None) for d in sorted(dirs)]
+        out += [(os.path.relpath(os.path.join(here, f), root), open(os.path.join(here, f), "rb").read()) for f in sorted(files)]
+    return out
+
+
+def test_a_symlinked_run_entry_is_refused_before_anything_is_written(straight, tmp_path, capsys):
+    """A resume (and a fresh --out) whose run directory holds a symbolic link where the run
+    writes (a directory or a file) is one line naming it, exit 2, before anything compiles;
+    what the link points to is left as it was. The writers refuse it on their own too."""
+    from jaxrl.run import loggers
+
+    straight_dir, straight_result = straight
+    for i, name in enumerate(["tensorboard", "checkpoints", "learning_curve.png", "alerts.jsonl"]):
+        run_dir = copy_run(straight_dir, tmp_path / str(i))
+        outside = tmp_path / f"outside{i}"
+        outside.mkdir()
+        path = os.path.join(run_dir, name)
+        if os.path.exists(path):
+            shutil.move(path, outside / name)  # (the real checkpoints / curve, now behind the link)
+        elif "." in name:
+            (outside / name).write_text("precious\n")
+        else:
+            (outside / name).mkdir()
+        os.symlink(outside / name, path)
+        before = _tree(outside)
+        assert cli.main(["train", "--resume", run_dir]) == 2, name
+        line = _one_line(capsys.readouterr().err)
+        assert f"{name}' is a symbolic link; refusing to write through it" in line, line
+        assert _tree(outside) == before, name
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    os.symlink(tmp_path / "outside0" / "tensorboard", fresh / "tensorboard")
+    assert cli.main(["train", write_yaml(tmp_path / "c.yaml", fake_raw()), "--out", str(fresh)]) == 2
+    assert "tensorboard' is a symbolic link; refusing to write through it" in _one_line(capsys.readouterr().err)
+    assert os.listdir(fresh) == ["tensorboard"]
+    # The writers themselves: the TensorBoard sink and the checkpoint writer.
+    with pytest.raises(rundir.RunDirError, match="tensorboard' is a symbolic link"):
+        loggers.TensorBoardSink(str(fresh), {})
+    os.symlink(tmp_path / "outside1" / "checkpoints", fresh / "checkpoints")
+    with Checkpoints(str(fresh / "checkpoints")) as ckpts, pytest.raises(rundir.RunDirError, match="checkpoints' is a symbolic link"):
+        ckpts.save(8, straight_result.state)
+    assert _tree(tmp_path / "outside0") == [("tensorboard", None)]
+    assert "8" not in os.listdir(tmp_path / "outside1" / "checkpoints")
 
 
 # ------------------------------------------------------------------------------------------
