@@ -315,3 +315,55 @@ def test_a_text_tasks_reference_completions_are_the_demonstrations(tmp_path):
         assert list(c[m]) == want and set(c[~m]) == {t.pad_id}
     with pytest.raises(ValueError, match="data: .* is not a file"):
         sft.demonstrations(t, dataclasses.replace(_cfg(), data=str(tmp_path / "missing.jsonl")))
+
+
+def test_sft_data_holding_held_out_prompts_is_refused_unless_allowed(tmp_path, capsys):
+    """Demonstrations whose prompts are held-out prompts of the task (exactly, or after strip +
+    casefold + NFKC) are one line naming the count and the first row; the explicit key trains
+    on them and says how many; demonstrations without them pass."""
+    import json
+
+    from jaxrl.text.task import text_task
+
+    rows = [{"prompt": f"Reverse {a}{b}", "answer": f"{b}{a}", "completion": f"<answer>{b}{a}</answer>"}
+            for a in range(3) for b in range(3)]
+    held = [{"prompt": "Reverse 77", "answer": "77", "completion": "<answer>77</answer>"},
+            {"prompt": "Reverse 98", "answer": "89", "completion": "<answer>89</answer>"}]
+    t = text_task("t", rows, held, tokenizer_path=QWEN2, prompt_len=32, completion_len=16, answer_bytes=4,
+                  reward={"answer": "exact", "extract": "answer_tag"})
+    demos = [{"prompt": r["prompt"], "completion": r["completion"]} for r in rows[:3]]
+    overlap = demos + [{"prompt": "reverse 98 ", "completion": "<answer>89</answer>"},
+                       {"prompt": "Reverse 77", "completion": "<answer>77</answer>"}]
+    for name, lines in (("clean.jsonl", demos), ("overlap.jsonl", overlap)):
+        (tmp_path / name).write_text("".join(json.dumps(r) + "\n" for r in lines))
+    cfg = dataclasses.replace(_cfg(), data=str(tmp_path / "overlap.jsonl"))
+    assert t.held.count == 2 and t.held is not t.train
+    with pytest.raises(ValueError) as info:
+        sft.demonstrations(t, cfg)
+    line = str(info.value)
+    assert line.startswith(f"data: {tmp_path / 'overlap.jsonl'}: 2 of 5 rows have a prompt of the held-out split") and "\n" not in line
+    assert "the first: row 4, 'reverse 98 '" in line and "set sft.allow_held_out_overlap: true" in line
+    prompts, _ = sft.demonstrations(t, dataclasses.replace(cfg, allow_held_out_overlap=True))
+    assert prompts.shape[0] == 5 and "2 of 5 demonstrations have a held-out prompt (trained on: allowed)" in capsys.readouterr().out
+    prompts, _ = sft.demonstrations(t, dataclasses.replace(cfg, data=str(tmp_path / "clean.jsonl")))  # the control
+    assert prompts.shape[0] == 3
+    raw = {"algo": "sft", "env": {"id": ENV_ID}, "sft": {"model": {"path": QWEN2}, "allow_held_out_overlap": "yes"}}
+    with pytest.raises(config_lib.ConfigError, match="sft.allow_held_out_overlap: expected bool"):
+        config_lib.config_from_dict(raw)
+    # Through `jaxrl train`: a file task with a held-out file, one line before anything compiles.
+    import yaml
+
+    from jaxrl import cli
+
+    for name, lines in (("train.jsonl", rows), ("held.jsonl", held)):
+        (tmp_path / name).write_text("".join(json.dumps(r) + "\n" for r in lines))
+    text = {"train": str(tmp_path / "train.jsonl"), "held_out": str(tmp_path / "held.jsonl"), "prompt_len": 32,
+            "completion_len": 16, "answer_bytes": 4, "reward": {"answer": "exact", "extract": "answer_tag"}}
+    run = {"algo": "sft", "env": {"id": "text/File-v0", "tokenizer": {"path": QWEN2}, "text": text},
+           "sft": {"model": {"path": QWEN2}, "data": str(tmp_path / "overlap.jsonl"), "batch_size": 2}}
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(run))
+    capsys.readouterr()
+    assert cli.main(["train", str(tmp_path / "c.yaml"), "--out", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and err.startswith("jaxrl: config error: sft.data: ") and "2 of 5 rows" in err, err
+    assert not os.path.exists(tmp_path / "run")

@@ -287,6 +287,43 @@ def test_env_text_builds_a_file_task_and_errors_name_the_key(tmp_path, capsys):
         _env_setup(tmp_path, {"prompt_len": 8}, env_id="text/Reverse-v0")
 
 
+def test_near_duplicate_prompts_across_the_split_are_dropped_from_training(tmp_path, capsys):
+    """Trailing space, case and Unicode normal form: a training prompt equal to a held-out one
+    after strip + casefold + NFKC is dropped and counted, with a held-out file and with the
+    hash rule (where such a pair can hash apart); the held-out rows stay."""
+    key = data.prompt_key
+    assert key("What is 3 + 1? ") == key("what is 3 + 1?") == key("\uff37hat is 3 + 1?") == key("WHAT IS 3 + 1?")
+    assert key("Cafe\u0301?") == key("Caf\u00e9?") and key("What is 3 + 2?") != key("What is 3 + 1?")
+    held = write_jsonl(tmp_path / "h.jsonl", [{"q": "What is 3 + 1?", "a": "4"}, {"q": "Caf\u00e9 count?", "a": "1"}])
+    near = [{"q": "what is 3 + 1? ", "a": "4"}, {"q": "\uff37HAT IS 3 + 1?", "a": "4"}, {"q": "Cafe\u0301 count?", "a": "1"}]
+    train = write_jsonl(tmp_path / "t.jsonl", [{"q": f"What is {i} + 1?", "a": str(i + 1)} for i in range(5, 25)] + near
+                        + [{"q": "What is 3 + 1?", "a": "4"}])
+    text = {"train": train, "held_out": held, "prompt_column": "q", "answer_column": "a", "prompt_len": 40,
+            "reward": {"answer": "numeric", "extract": "last_number"}}
+    env = _env_setup(tmp_path, text, tokenizer={"path": TOKENIZER}).env
+    out = capsys.readouterr().out
+    assert (f"24 rows, 20 kept, 4 bad ({data.HELD_OUT_NEAR_DUPLICATE}: 3, first row 21; "
+            "prompt also in the held-out file: 1, first row 24)") in out, out
+    assert (env.train.count, env.held.count) == (20, 2)
+    assert not {key(t) for t in env.prompt_texts("train")} & {key(t) for t in env.prompt_texts("held_out")}
+    # The hash rule: a prompt that is held out and a variant of it that hashes to training.
+    pairs = []
+    for i in range(200):
+        p = f"Add {i} and 1."
+        v = f"add {i} and 1. "
+        if data.is_held_out(p, 3) and not data.is_held_out(v, 3):
+            pairs.append((p, v))
+    assert len(pairs) >= 2
+    rows = [{"q": f"Sum {i} and 2?", "a": str(i + 2)} for i in range(40)]
+    rows += [{"q": t, "a": "1"} for pair in pairs[:2] for t in pair]
+    one = write_jsonl(tmp_path / "one.jsonl", rows)
+    env = _env_setup(tmp_path, {**text, "train": one, "held_out": "", "held_out_every": 3}, tokenizer={"path": TOKENIZER}).env
+    assert f"{data.HELD_OUT_NEAR_DUPLICATE}: 2, first row" in capsys.readouterr().out
+    held_texts, train_texts = set(env.prompt_texts("held_out")), set(env.prompt_texts("train"))
+    assert {p for p, _ in pairs[:2]} <= held_texts and not {v for _, v in pairs[:2]} & train_texts
+    assert len(train_texts) + len(held_texts) == len(rows) - 2  # only the two variants were dropped
+
+
 def test_parquet_rows_read_like_jsonl(tmp_path, tok):
     """A Parquet file gives the same rows (extra columns kept) and the same arrays as the
     JSONL of those rows (runs where pyarrow is installed: the [parquet] extra)."""

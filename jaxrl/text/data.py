@@ -19,7 +19,9 @@
   longest answer in the rows is a ``ValueError`` naming that longest answer.
 * Held-out split: a second file, or the hash rule :func:`is_held_out` (a prompt is held out
   iff the BLAKE2b hash of its UTF-8 text is ``0 mod k``), a function of the prompt text
-  alone, so one prompt is never in both splits.
+  alone, so one prompt is never in both splits. Near-duplicates (prompts equal after
+  :func:`prompt_key`: white space at the ends, case, Unicode normal form) can hash apart, so
+  :func:`drop_held_out` drops a training row whose prompt matches a held-out one either way.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import json
 import math
 import os
 import random
+import unicodedata
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -174,6 +177,58 @@ def is_held_out(prompt: str, every: int) -> bool:
     8-byte BLAKE2b digest, as a little-endian integer, is ``0 mod every``."""
     digest = hashlib.blake2b(prompt.encode("utf-8"), digest_size=8).digest()
     return int.from_bytes(digest, "little") % every == 0
+
+
+def prompt_key(prompt: str) -> str:
+    """The form in which two prompts count as the same one across the training / held-out
+    split: NFKC-normalised, case-folded (then NFKC again, as Unicode advises for caseless
+    matching) and stripped of leading and trailing white space. ``"What is 2+2? "``,
+    ``"what is 2+2?"`` and ``"Ｗhat is 2+2?"`` (a full-width W) have one key."""
+    return unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", prompt).casefold()).strip()
+
+
+#: The reason a training row whose prompt is a held-out prompt is dropped (:func:`drop_held_out`).
+HELD_OUT_DUPLICATE = "prompt also held out"
+HELD_OUT_NEAR_DUPLICATE = "prompt a near-duplicate of a held-out one (case, spaces or Unicode form)"
+
+
+def drop_held_out(train: Sequence[Any], held: Sequence[Any], prompt_column: str = "prompt",
+                  exact: str = HELD_OUT_DUPLICATE) -> list:
+    """``train`` with every row whose prompt is also a prompt of ``held`` replaced by a
+    :class:`BadLine` (counted by :func:`encode_rows`, never trained on, so the held-out score
+    is not inflated by rows the model saw): ``exact`` names the reason of an identical
+    prompt, :data:`HELD_OUT_NEAR_DUPLICATE` that of one equal under :func:`prompt_key`."""
+    texts = [r.get(prompt_column) if isinstance(r, dict) else None for r in held]
+    same = {t for t in texts if isinstance(t, str)}
+    near = {prompt_key(t) for t in same}
+    out = []
+    for row in train:
+        text = row.get(prompt_column) if isinstance(row, dict) else None
+        if isinstance(text, str) and text in same:
+            row = BadLine(exact)
+        elif isinstance(text, str) and prompt_key(text) in near:
+            row = BadLine(HELD_OUT_NEAR_DUPLICATE)
+        out.append(row)
+    return out
+
+
+def held_out_matches(texts: Sequence[Any], held_texts: Sequence[str]) -> list[int]:
+    """Indices of the strings of ``texts`` equal to one of ``held_texts`` under :func:`prompt_key`."""
+    keys = {prompt_key(t) for t in held_texts}
+    return [i for i, t in enumerate(texts) if isinstance(t, str) and prompt_key(t) in keys]
+
+
+class HeldOutOverlap(ValueError):
+    """Rows meant for training hold prompts of the held-out split (:func:`held_out_matches`):
+    ``count`` of ``total`` rows, the first of them row ``first_row`` (1-based) with prompt
+    ``first``. The message is one line."""
+
+    def __init__(self, source: str, count: int, total: int, first_row: int, first: str):
+        self.count, self.total, self.first_row, self.first = count, total, first_row, first
+        example = first if len(first) <= 60 else first[:57] + "..."
+        super().__init__(f"{source}: {count} of {total} rows have a prompt of the held-out split (equal after stripping, "
+                         f"case-folding and NFKC; the first: row {first_row}, {example!r}); training on them inflates "
+                         "the held-out score")
 
 
 def split_rows(rows: Sequence[Any], every: int, prompt_column: str = "prompt") -> tuple[list, list]:
@@ -405,6 +460,7 @@ def model_vocab_size(path: str, tokenizer: Any) -> int:
 
 
 __all__ = [
-    "DATASETS_HINT", "BadLine", "Columns", "Encoded", "RowReport", "distinct_rows", "encode_rows", "is_held_out",
-    "model_vocab_size", "read_rows", "read_saved", "special_ids", "split_rows",
+    "DATASETS_HINT", "HELD_OUT_DUPLICATE", "HELD_OUT_NEAR_DUPLICATE", "BadLine", "HeldOutOverlap", "Columns", "Encoded", "RowReport",
+    "distinct_rows", "drop_held_out", "encode_rows", "held_out_matches", "is_held_out", "model_vocab_size", "prompt_key",
+    "read_rows", "read_saved", "special_ids", "split_rows",
 ]

@@ -198,13 +198,25 @@ class TextTask(TokenTask):
         completions = np.frombuffer(s.completions, np.int32).reshape(s.count, self.completion_length)
         return self.arrays(split)["prompts"].copy(), completions.copy()
 
-    def encode_demonstrations(self, path: str, columns: data.Columns = data.Columns()) -> tuple[np.ndarray, np.ndarray]:
+    def encode_demonstrations(self, path: str, columns: data.Columns = data.Columns(), *,
+                              allow_held_out: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """A JSONL/Parquet file of demonstrations (``prompt`` and ``completion`` columns) as
         :meth:`demonstrations` gives them: the same tokenizer, chat template, system prompt and
         lengths as this task's prompts. Bad rows are counted and printed, never truncated;
-        ``ValueError`` when none is usable."""
-        rows = [dict(r, **{columns.answer: ""}) if isinstance(r, dict) else r for r in data.read_rows(path)]
+        ``ValueError`` when none is usable. Rows whose prompt is one of the task's held-out
+        prompts (or equal to one after stripping, case-folding and NFKC,
+        :func:`jaxrl.text.data.prompt_key`) raise :class:`jaxrl.text.data.HeldOutOverlap`
+        unless ``allow_held_out`` (then their count is printed)."""
+        raw = data.read_rows(path)
+        rows = [dict(r, **{columns.answer: ""}) if isinstance(r, dict) else r for r in raw]
         rows, system = framed(rows, columns.prompt, self.chat_template, self.system_prompt, self.prompt_prefix, self.prompt_suffix)
+        if self.held is not self.train:  # (without held-out rows evaluation reads the training rows)
+            hits = data.held_out_matches([r.get(columns.prompt) if isinstance(r, dict) else None for r in rows], self.texts[1])
+            if hits and not allow_held_out:
+                raise data.HeldOutOverlap(path, len(hits), len(rows), hits[0] + 1, raw[hits[0]][columns.prompt])
+            if hits:
+                print(f"{self.name}: {path}: {len(hits)} of {len(rows)} demonstrations have a held-out prompt "
+                      "(trained on: allowed)")
         enc = data.encode_rows(
             rows, _tokenizer(self.tokenizer_path), prompt_len=self.prompt_length, answer_bytes=self.answer_width,
             completion_len=self.completion_length, chat_template=self.chat_template, system_prompt=system,
@@ -515,7 +527,8 @@ def file_task(name: str, options: dict) -> TextTask:
     ``train`` (the file), ``held_out`` (a second file; else the hash rule with
     ``held_out_every`` (10)), the column names, and the text options. Completions are encoded
     when any row has the completion column (a row without it is then a bad row). A training
-    row whose prompt is also in the held-out file is dropped (counted)."""
+    row whose prompt is also a held-out prompt, or equal to one after stripping, case-folding
+    and NFKC (:func:`jaxrl.text.data.drop_held_out`), is dropped and counted in the report."""
     _check_options(name, options, FILE_OPTIONS)
     o = {"held_out": "", "held_out_every": 10, **options}
     if not o.get("train"):
@@ -525,13 +538,12 @@ def file_task(name: str, options: dict) -> TextTask:
     rows = _read(o["train"], "train")
     if o["held_out"]:
         held = _read(o["held_out"], "held_out")
-        held_texts = {r.get(columns.prompt) for r in held if isinstance(r, dict)}
-        dup = data.BadLine("prompt also in the held-out file")
-        train = [dup if isinstance(r, dict) and r.get(columns.prompt) in held_texts else r for r in rows]
+        train = data.drop_held_out(rows, held, columns.prompt, exact="prompt also in the held-out file")
         sources = (o["train"], o["held_out"])
     else:
         _positive(o, "held_out_every")
         train, held = data.split_rows(rows, o["held_out_every"], columns.prompt)
+        train = data.drop_held_out(train, held, columns.prompt)  # near-duplicates hash apart
         sources = (o["train"], f"{o['train']} (held out: hash % {o['held_out_every']} == 0)")
     has_completion = any(isinstance(r, dict) and columns.completion in r for r in rows)
     return text_task(name, train, held, **_common(o), columns=columns, completions=has_completion, sources=sources)

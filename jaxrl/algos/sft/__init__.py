@@ -27,6 +27,7 @@ from jaxrl.algos.sft import config, evaluate, losses, update
 from jaxrl.algos.sft.config import SFTConfig, hyperparams
 from jaxrl.algos.sft.update import Setup, SFTState
 from jaxrl.core.tokens import TokenTask
+from jaxrl.text.data import HeldOutOverlap
 
 __all__ = ["ENTRY", "SFTConfig", "SFTState", "Setup", "build", "config", "demonstrations", "evaluate", "hyperparams",
            "load_params", "losses", "make_setup", "update"]
@@ -35,14 +36,20 @@ __all__ = ["ENTRY", "SFTConfig", "SFTState", "Setup", "build", "config", "demons
 def demonstrations(env, cfg: SFTConfig) -> tuple[np.ndarray, np.ndarray]:
     """``(prompts int32 [N, Lp], completions int32 [N, Lc])``: ``sft.data``'s JSONL encoded by
     the task (``env.encode_demonstrations(path)``), or the task's own
-    (``env.demonstrations("train")``, its reference solver)."""
+    (``env.demonstrations("train")``, its reference solver). Rows of ``sft.data`` whose prompt
+    is one of the task's held-out prompts (also after stripping, case-folding and NFKC) are
+    refused in one line (count, first row) unless ``sft.allow_held_out_overlap``."""
     if cfg.data:
         if not os.path.isfile(cfg.data):
             raise ValueError(f"data: {cfg.data!r} is not a file (a JSONL with prompt and completion columns)")
         encode = getattr(env, "encode_demonstrations", None)
         if encode is None:
             raise ValueError(f"data: {env.name} cannot encode a JSONL of demonstrations (a text task, env.text, can)")
-        prompts, completions = encode(cfg.data)
+        try:
+            prompts, completions = encode(cfg.data, allow_held_out=cfg.allow_held_out_overlap)
+        except HeldOutOverlap as exc:
+            raise ValueError(f"data: {exc}: remove those rows, or set sft.allow_held_out_overlap: true to train on "
+                             "them anyway") from None
     else:
         own = getattr(env, "demonstrations", None)
         if own is None:

@@ -6,6 +6,7 @@ A run config reads::
       batch_size: 16           # demonstrations per update
       num_updates: 200
       data: ""                 # "": the task's reference solver (its demonstrations); or a JSONL path
+      allow_held_out_overlap: false  # true: train on rows of data whose prompt is held out
       eval_every: 0            # N > 0: the greedy held-out evaluation after every N-th update (heldout_*)
       model: {path: ..., dtype: float32, lora: {rank: 8, alpha: 16.0}, head_chunk: 64}
       optim: {lr: 1.0e-4, warmup_updates: 10, lr_end_frac: 0.1}
@@ -65,6 +66,7 @@ class SFTConfig(AlgoConfig):
     num_updates: int = 100  # updates in the run
     micro_batches: int = 1  # gradient accumulation: slices of a batch run one at a time; must divide it
     data: str = ""  # "": the task's demonstrations (its reference solver); else a JSONL with prompt/completion
+    allow_held_out_overlap: bool = False  # train on rows of data whose prompt is a held-out prompt (refused by default: it inflates the held-out score)
     eval_episodes: int = 64  # held-out prompts answered greedily and scored by the task's verifier
     eval_held_out: str = "all"  # "all" scores every held-out row once (the first eval_episodes of them when there are more); "sample" draws eval_episodes rows with replacement
     eval_every: int = 0  # every N updates, the greedy held-out evaluation inside training: heldout_reward, heldout_<info key> (absent from other updates' records; 0 = off); with train.stop_at on one, updates_per_chunk must be a multiple of N
