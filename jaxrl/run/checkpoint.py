@@ -1,7 +1,6 @@
 """Orbax checkpoints of the whole train state: atomic, verified, keep-the-last-few.
 
-A checkpoint is the complete pytree the program's ``init`` builds (params, optimiser
-state, env states, RNG keys, counters), so restoring it continues a run bit for bit.
+A checkpoint is the complete pytree ``init`` builds, so restoring it continues a run bit for bit.
 
 * **Atomic**: orbax writes each step into a temporary directory and renames it into place
   only when every file is written (``commit_success``), so an interrupted save never
