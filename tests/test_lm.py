@@ -288,8 +288,8 @@ def test_lora_zero_b_is_base_merged_equals_unmerged_and_gradients_reach_b(qwen3)
 
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
 def test_lora_delta_gradients_equal_autodiffs(dtype):
-    """lora_delta's written-out backward (four dots over the flattened tokens) gives autodiff's
-    gradients of ``scale * (x @ a) @ b``, for x, a and b, in x's dtype."""
+    """lora_delta's backward (its two dots' written out) gives autodiff's gradients of
+    ``scale * (x @ a) @ b``, for x, a and b, in x's dtype."""
     from jaxrl.models.lm.lora import lora_delta
 
     k = jax.random.split(jax.random.PRNGKey(0), 4)
@@ -352,8 +352,8 @@ def test_sample_token_processors():
 
 
 def test_the_projections_written_out_backward_equals_autodiffs():
-    """model._matmul's backward (two dots over the flattened tokens) gives autodiff's gradients."""
-    from jaxrl.models.lm.model import _matmul
+    """ops.matmul's backward (two dots over the flattened tokens) gives autodiff's gradients."""
+    from jaxrl.models.lm.ops import matmul as _matmul
 
     k = jax.random.split(jax.random.PRNGKey(1), 3)
     x, w, ct = jax.random.normal(k[0], (2, 5, 16)), jax.random.normal(k[1], (16, 8)), jax.random.normal(k[2], (2, 5, 8))

@@ -114,7 +114,7 @@ def _memory(lm_config, cfg: GRPOConfig, seq_len: int, data: int, model: int, str
         lora_targets=tuple(m.lora.targets), data=data, model=model, strategy=strategy,
         grad_accum=cfg.num_minibatches * cfg.micro_batches,
         vocab_chunk=rows * min(head_chunk or completion, completion), remat=remat, completion_len=completion,
-        group=cfg.group_size if cfg.num_prompts % (cfg.num_minibatches * cfg.micro_batches) == 0 else 1,
+        group=update.whole_groups(cfg),
         reference=m.lora.rank == 0 and cfg.loss.beta > 0, platform=_platform(),
     )
 

@@ -188,7 +188,7 @@ def _decode_turn(policy: Policy, task: TokenTask, params, temperature, greedy: b
 
     def cond(carry):
         j, (_, _, writing, _), _ = carry
-        return (j < tt) & (jnp.any(writing) | (not ragged))
+        return (j < tt) & jnp.any(writing) if ragged else j < tt
 
     def body(carry):
         j, inner, outs = carry

@@ -115,13 +115,16 @@ def sampling_params(setup: Setup, state: GRPOState):
     return policy_params(state.frozen, offpolicy.behaviour_slot(state.behaviour, state.update_step, k))
 
 
+def whole_groups(cfg: GRPOConfig) -> int:
+    """``cfg.group_size`` when every micro-batch holds whole groups (``num_prompts`` divisible
+    by ``num_minibatches * micro_batches``), else 1."""
+    return 1 if cfg.num_prompts % (cfg.num_minibatches * cfg.micro_batches) else cfg.group_size
+
+
 def shared_prefix_group(policy: Policy, cfg: GRPOConfig) -> int:
     """The group size whose prompt the loss pass computes once (:attr:`Setup.prefix_group`):
-    ``cfg.group_size`` when the policy can share a prompt and every micro-batch holds whole
-    groups (``num_prompts`` divisible by ``num_minibatches * micro_batches``), else 1."""
-    if policy.token_logp_shared is None or cfg.num_prompts % (cfg.num_minibatches * cfg.micro_batches):
-        return 1
-    return cfg.group_size
+    :func:`whole_groups` when the policy can share a prompt, else 1."""
+    return 1 if policy.token_logp_shared is None else whole_groups(cfg)
 
 
 def _token_logp(policy: Policy, params, obs, actions, temperature, group: int = 1) -> tuple[Array, Array]:

@@ -35,7 +35,7 @@ def chunked_head(params: dict, hidden: Array, targets: Array, chunk_size: int, s
     weight = params["embed_tokens"] if tied else params["lm_head"]["kernel"]
     if chunk_size <= 0 or chunk_size >= length:
         return tuple(stats(_logits(weight, hidden, tied), targets.astype(jnp.int32), *args))
-    chunk = max(1, chunk_size)
+    chunk = chunk_size
     n = -(-length // chunk)
     pad = n * chunk - length
     h = jnp.pad(hidden, ((0, 0), (0, pad), (0, 0))).reshape(b, n, chunk, d).swapaxes(0, 1)

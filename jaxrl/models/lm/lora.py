@@ -17,6 +17,8 @@ import functools
 import jax
 import jax.numpy as jnp
 
+from jaxrl.models.lm.ops import matmul
+
 Array = jax.Array
 ALL_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
@@ -97,41 +99,11 @@ def init_lora(key: Array, model, lcfg: LoRAConfig, dtype=jnp.float32) -> LoRAPar
     return LoRAParams(weights, lcfg.scale)
 
 
-def _precision(dtype):
-    return jax.lax.Precision.HIGHEST if dtype == jnp.float32 else None   # no TF32 for float32
-
-
-def _delta_forward(x: Array, ab: dict, scale: float):
-    xa = x.astype(ab["a"].dtype)
-    h = jnp.matmul(xa, ab["a"], precision=_precision(ab["a"].dtype))
-    y = (scale * jnp.matmul(h, ab["b"], precision=_precision(ab["a"].dtype))).astype(x.dtype)
-    return y, (xa, h, ab, jnp.zeros((), x.dtype))
-
-
-def _delta_backward(scale: float, res, g: Array):
-    """The gradients of :func:`lora_delta` as four plain dots over the flattened tokens. Left to
-    autodiff, XLA:CPU fuses the MLP's elementwise backward into a copy that writes the output
-    gradient transposed for ``b``'s dot, about a sixth of a LoRA update on the bench model
-    (bench/results/lm_grpo_vs_tunix.md); written out, the dots read it in place."""
-    xa, h, ab, like = res
-    prec = _precision(ab["a"].dtype)
-    g2 = g.reshape(-1, g.shape[-1]).astype(ab["b"].dtype) * scale
-    h2, x2 = h.reshape(-1, h.shape[-1]), xa.reshape(-1, xa.shape[-1])
-    gh = jnp.matmul(g2, ab["b"].T, precision=prec)
-    grads = {"a": jnp.matmul(x2.T, gh, precision=prec).astype(ab["a"].dtype),
-             "b": jnp.matmul(h2.T, g2, precision=prec).astype(ab["b"].dtype)}
-    dx = jnp.matmul(gh, ab["a"].T, precision=prec).reshape(xa.shape).astype(like.dtype)
-    return dx, grads
-
-
-@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
 def lora_delta(x: Array, ab: dict, scale: float) -> Array:
     """``scale * (x @ a) @ b`` for one layer's ``a [in, r]``, ``b [r, out]``, in the adapter's
-    dtype, returned in ``x``'s dtype (its gradients: :func:`_delta_backward`, equal to autodiff's)."""
-    return _delta_forward(x, ab, scale)[0]
-
-
-lora_delta.defvjp(_delta_forward, _delta_backward)
+    dtype, returned in ``x``'s dtype (both dots :func:`jaxrl.models.lm.ops.matmul`)."""
+    h = matmul(x.astype(ab["a"].dtype), ab["a"])
+    return (scale * matmul(h, ab["b"])).astype(x.dtype)
 
 
 def _check(lora: LoRAParams, lcfg: LoRAConfig) -> None:

@@ -255,8 +255,9 @@ def plan_loss_pass(estimate_for, available: int, remat=None, head_chunk=None, wh
     """The cheapest loss pass that fits: no rematerialisation and the LM head whole when the
     estimate of that (``estimate_for(remat, head_chunk)`` -> :class:`MemoryEstimate`) is at
     most :data:`PLAN_SHARE` of ``available`` bytes, else the head in chunks of
-    :data:`PLAN_HEAD_CHUNK`, else rematerialisation too. ``remat`` / ``head_chunk`` given
-    (not ``None``) are kept as they are: the config's overrides."""
+    :data:`PLAN_HEAD_CHUNK`, else rematerialisation with the head whole, then in chunks (the
+    last when nothing fits). ``remat`` / ``head_chunk`` given (not ``None``) are kept as they
+    are: the config's overrides."""
     budget = int(PLAN_SHARE * available)
     remats = (remat,) if remat is not None else (False, True)
     chunks = (head_chunk,) if head_chunk is not None else (0, PLAN_HEAD_CHUNK)
@@ -267,7 +268,7 @@ def plan_loss_pass(estimate_for, available: int, remat=None, head_chunk=None, wh
             break
     forced = [name for name, v in (("remat", remat), ("head_chunk", head_chunk)) if v is not None]
     what = f"remat {'on' if r else 'off'}, LM head {'whole' if c == 0 else f'in chunks of {c} positions'}"
-    if forced and len(forced) == 2:
+    if len(forced) == 2:
         why = "as configured"
     else:
         fits = est.total <= budget

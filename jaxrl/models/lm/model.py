@@ -33,6 +33,7 @@ from flax import struct
 
 from jaxrl.models.lm.config import LMConfig
 from jaxrl.models.lm.lora import LoRAParams, lora_delta
+from jaxrl.models.lm.ops import matmul, precision
 from jaxrl.models.lm.rope import apply_rope, rope_tables
 
 Array = jax.Array
@@ -57,37 +58,8 @@ def rms_norm(x: Array, weight: Array, eps: float) -> Array:
     return weight * y.astype(x.dtype)
 
 
-def precision(dtype) -> jax.lax.Precision | None:
-    """Matmul precision for a compute dtype: float32 means float32 (GPUs would otherwise use
-    TF32 and miss parity by ~1e-3); lower dtypes use the native products."""
-    return jax.lax.Precision.HIGHEST if jnp.dtype(dtype) == jnp.float32 else None
-
-
-@jax.custom_vjp
-def _matmul(x: Array, w: Array) -> Array:
-    """``x @ w`` (``x [..., in]``, ``w [in, out]``); its backward is written out as two dots
-    over the flattened tokens (autodiff's gradients): left to autodiff, XLA:CPU fuses the MLP's
-    elementwise backward into a copy that writes the output gradient transposed for the weight
-    gradient's dot, about a seventh of a full fine-tuning update of the bench model."""
-    return jnp.matmul(x, w, precision=precision(x.dtype))
-
-
-def _matmul_forward(x: Array, w: Array):
-    return _matmul(x, w), (x, w)
-
-
-def _matmul_backward(res, g: Array):
-    x, w = res
-    prec = precision(x.dtype)
-    dw = jnp.matmul(x.reshape(-1, x.shape[-1]).T, g.reshape(-1, g.shape[-1]), precision=prec)
-    return jnp.matmul(g, w.T, precision=prec).astype(x.dtype), dw.astype(w.dtype)
-
-
-_matmul.defvjp(_matmul_forward, _matmul_backward)
-
-
 def _linear(x: Array, p: dict, lora_p: dict | None, scale: float) -> Array:
-    y = _matmul(x, p["kernel"])
+    y = matmul(x, p["kernel"])
     if "bias" in p:
         y = y + p["bias"]
     if lora_p is not None:
