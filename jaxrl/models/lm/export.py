@@ -11,12 +11,14 @@ import contextlib
 import json
 import os
 import shutil
+import sys
 import tempfile
 
 import jax.numpy as jnp
 import ml_dtypes  # noqa: F401  (bfloat16 for safetensors' numpy writer)
 import numpy as np
 
+from jaxrl.models.lm import tokenizer_check
 from jaxrl.models.lm.load import hf_names
 from jaxrl.models.lm.lora import LoRAConfig, LoRAParams, merge_lora
 
@@ -75,7 +77,10 @@ def save_hf(out_dir: str, model, params: dict, *, lora: LoRAParams | None = None
     """Write a transformers checkpoint of ``model``/``params`` (with ``lora`` merged) to
     ``out_dir``: ``config.json`` (``source``'s, when given, else :meth:`LMConfig.to_hf`; its
     ``torch_dtype``/``dtype`` set to the saved dtype), ``model.safetensors``, and
-    ``generation_config.json`` plus tokenizer files copied from ``source``. Returns ``out_dir``."""
+    ``generation_config.json`` plus tokenizer files copied from ``source``; where transformers'
+    ``AutoTokenizer`` would rebuild that tokenizer differently, ``tokenizer_config.json`` declares
+    the class that reads ``tokenizer.json`` as it is (:func:`tokenizer_check.export_fix`).
+    Returns ``out_dir``."""
     from safetensors.numpy import save_file
 
     if lora is not None:
@@ -101,6 +106,9 @@ def save_hf(out_dir: str, model, params: dict, *, lora: LoRAParams | None = None
             _write_json(os.path.join(tmp, "generation_config.json"),
                         {"eos_token_id": list(model.eos_ids), "pad_token_id": model.pad_id,
                          "bos_token_id": model.config.bos_token_id})
+        problem = tokenizer_check.export_fix(tmp, shown=out_dir)  # AutoTokenizer: the ids of tokenizer.json
+    if problem:
+        print(f"jaxrl: warning: {problem}", file=sys.stderr, flush=True)
     return out_dir
 
 

@@ -26,6 +26,7 @@ import jax.numpy as jnp
 import ml_dtypes  # noqa: F401  (registers bfloat16 with numpy, which safetensors' numpy reader needs)
 import numpy as np
 
+from jaxrl.models.lm import tokenizer_check
 from jaxrl.models.lm.config import LMConfig
 from jaxrl.models.lm.model import LM
 
@@ -393,6 +394,7 @@ def load_tokenizer(path: str) -> Tokenizer:
         tokenizer = tokenizers.Tokenizer.from_str(_utf8(data, tok_file))
     except Exception as exc:  # tokenizers raises a bare Exception for a file it cannot parse
         raise ValueError(f"{tok_file}: not a tokenizers file ({' '.join(str(exc).split())[:200]})") from None
+    tokenizer_check.warn_once(path, tokenizer)  # transformers' AutoTokenizer may rebuild it differently
     return Tokenizer(tokenizer, template, special)
 
 
