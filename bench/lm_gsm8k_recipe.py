@@ -68,6 +68,58 @@ def make_rows(out_dir: str) -> None:
                 f.write(json.dumps({"question": r["prompt"], "answer": f"Reasoning.\n#### {r['answer']}"}) + "\n")
 
 
+# `jaxrl train ARGV` in a child process, then its device's memory statistics (peak_bytes_in_use
+# on a GPU) printed on a line of their own, also when the command exits.
+TRAIN_AND_PEAK = """
+import json, sys
+import jax
+from jaxrl.cli import main
+code = 1
+try:
+    code = main(json.loads(sys.argv[1])[1:])
+finally:
+    print("PEAK " + json.dumps(jax.devices()[0].memory_stats() or {}), flush=True)
+sys.exit(code)
+"""
+
+
+def generation(model_dir: str, small: bool, rows: int = 128, prompt: int = 256, new: int = 320,
+               rank: int = 32) -> dict:
+    """Sampled tokens/s of :func:`jaxrl.models.lm.generate` at the recipe's batch (128 rows, 256
+    prompt tokens, 320 new, LoRA rank 32 on every projection): compile, then the median of 3
+    timed calls, every token fetched. A random model never ends a row, so every token counts."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from jaxrl.models.lm import LoRAConfig, generate, init_lora, load_lm
+
+    if small:
+        rows, prompt, new = 16, 32, 32
+    model, params = load_lm(model_dir, dtype=jnp.bfloat16)
+    lora = init_lora(jax.random.PRNGKey(1), model, LoRAConfig(rank=rank, alpha=2.0 * rank), jnp.bfloat16)
+    ids = jax.random.randint(jax.random.PRNGKey(2), (rows, prompt), 0, model.config.vocab_size - 1)
+
+    def call(seed):
+        out = generate(model, params, ids, max_new_tokens=new, key=jax.random.PRNGKey(seed), lora=lora,
+                       eos_ids=())
+        return np.asarray(out)
+
+    t0 = time.perf_counter()
+    call(0)
+    first = time.perf_counter() - t0
+    times = []
+    for seed in (1, 2, 3):
+        t0 = time.perf_counter()
+        call(seed)
+        times.append(time.perf_counter() - t0)
+    steady = sorted(times)[1]
+    return {"rows": rows, "prompt_tokens": prompt, "new_tokens": new, "lora_rank": rank,
+            "first_call_s": round(first, 2), "steady_s": round(steady, 4),
+            "tokens_per_s": round(rows * new / steady, 1),
+            "memory_stats": jax.devices()[0].memory_stats() or {}}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--updates", type=int, default=6)
@@ -83,13 +135,15 @@ def main() -> None:
     sets = [f"env.tokenizer.path={model}", f"grpo.model.path={model}", f"env.text.train={work}/train.jsonl",
             f"env.text.held_out={work}/test.jsonl", f"grpo.num_updates={args.updates}", "train.updates_per_chunk=2",
             "train.checkpoint_every=0", "train.progress=false", "grpo.eval_episodes=16", *args.set]
-    cmd = [sys.executable, "-m", "jaxrl.cli", "train", os.path.join(ROOT, "configs", "grpo_qwen2.5_0.5b_gsm8k.yaml"), "--out", run]
+    argv = ["jaxrl", "train", os.path.join(ROOT, "configs", "grpo_qwen2.5_0.5b_gsm8k.yaml"), "--out", run]
     for s in sets:
-        cmd += ["--set", s]
+        argv += ["--set", s]
+    cmd = [sys.executable, "-c", TRAIN_AND_PEAK, json.dumps(argv)]
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
     whole = time.perf_counter() - t0
     print(proc.stdout[-3000:], proc.stderr[-3000:])
+    peaks = [json.loads(ln[len("PEAK "):]) for ln in proc.stdout.splitlines() if ln.startswith("PEAK ")]
     if proc.returncode != 0:
         sys.exit(f"jaxrl train failed (exit {proc.returncode}); nothing recorded")
     records = [json.loads(line) for line in open(os.path.join(run, "metrics.jsonl"))]
@@ -104,6 +158,8 @@ def main() -> None:
         "config": "configs/grpo_qwen2.5_0.5b_gsm8k.yaml (paths, num_updates, eval_episodes 16 overridden)",
         "sequences_per_update": 128, "completion_tokens": 320, "updates": len(records),
         "first_chunk_s_compile_and_2_updates": walls[0], "steady_s_per_update": steady,
+        "device_memory_stats_after_training": peaks[-1] if peaks else None,
+        "generation": generation(model, args.small),
         "overrides": args.set, "xla_flags": os.environ.get("XLA_FLAGS", ""), "whole_process_s": round(whole, 1), "model_and_rows_made_s": round(made, 1), "returncode": proc.returncode,
         "device": str(jax.devices()[0]), "machine": common.machine_info(),
     }
