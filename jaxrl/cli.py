@@ -199,7 +199,11 @@ def _add_serve(sub) -> None:
         "serve", help="serve a registered env over OpenEnv's HTTP/WebSocket protocol, sessions batched on device",
         epilog="needs pip install 'jaxrl[serve]'; protocol, seeds and limits: docs/serving.md",
     )
-    p.add_argument("env_id", metavar="ENV_ID", help="a registered id, e.g. CartPole-v1 (see `jaxrl list`)")
+    p.add_argument("env_id", metavar="ENV_ID|RUN", nargs="?",
+                   help="a registered id, e.g. CartPole-v1 (see `jaxrl list`), or a run directory: serve its config's env section")
+    p.add_argument("--config", metavar="CONFIG", help="serve the env section of this YAML run config (instead of ENV_ID)")
+    p.add_argument("--held-out", action="store_true",
+                   help="serve the evaluation params (a token task's held-out prompts, env.eval_params), as jaxrl eval plays them")
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="configure the env as in train, e.g. env.params.max_steps_in_episode=200")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1; 0.0.0.0 for every interface)")
     p.add_argument("--port", type=int, default=8000, help="TCP port (default 8000; 0 picks a free one, printed on the ready line)")

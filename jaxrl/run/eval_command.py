@@ -15,6 +15,7 @@ import jax
 import numpy as np
 
 from jaxrl.core import threefry
+from jaxrl.core.tokens import TokenTask
 from jaxrl.run import compile_cache
 from jaxrl.run.config import ConfigError
 from jaxrl.run.evaluate import (
@@ -23,7 +24,7 @@ from jaxrl.run.evaluate import (
 )
 from jaxrl.run.files import EVAL_FILE
 
-__all__ = ["check_render_args", "main_eval", "main_remote", "main_render", "main_sampled"]
+__all__ = ["check_render_args", "main_eval", "main_remote", "main_render", "main_sampled", "remote_completions"]
 
 
 def main_eval(args) -> int:
@@ -84,7 +85,8 @@ def main_remote(args, out_path: str) -> int:
         raise ConfigError("--remote does not combine with -n/-r")
     cfg, built, states, step = load_run(args.run_dir, step=getattr(args, "step", None))
     policy = built.program.policy
-    if policy is None:
+    lm = built.program.lm.model_params
+    if policy is None and (lm is None or lm.export is None or not isinstance(innermost(built.envs.env), TokenTask)):
         raise ConfigError(f"--remote: {cfg.algo} on {cfg.env.id} has no acting policy to step a remote env with")
     episodes = args.episodes if args.episodes is not None else int(getattr(cfg.algo_config, "eval_episodes", 10))
     if episodes < 2:
@@ -96,6 +98,8 @@ def main_remote(args, out_path: str) -> int:
     remote_space = (schema.get("action") or {}).get("x-jaxrl-space")
     if not remote_space:
         raise ConfigError(f"--remote {args.remote}: the server's /schema names no x-jaxrl-space (not a jaxrl serve server)")
+    if policy is None:
+        return _remote_lm(args, out_path, built, states, step, episodes, remote_space)
     action_map = remote_action_map(policy.env.action_space(built.envs.eval_params), remote_space)
     obs_space = policy.env.observation_space(built.envs.eval_params)
     agent = policy.params(jax.tree_util.tree_map(lambda x: x[0], states))
@@ -109,6 +113,85 @@ def main_remote(args, out_path: str) -> int:
     merge_summary(out_path, "remote", summary)
     print(format_summary(summary))
     return 0
+
+
+def innermost(env):
+    """The env under any wrappers (``.env`` chains)."""
+    while hasattr(env, "env"):
+        env = env.env
+    return env
+
+
+def _remote_lm(args, out_path: str, built, states, step: int, episodes: int, remote_space: dict) -> int:
+    """``jaxrl eval RUN --remote URL`` for a language-model run (GRPO, SFT): the trained model
+    (seed 0, written out as ``export-hf`` writes it, into a temporary directory) completes
+    each served prompt greedily, and the completion goes back as one string action (a text
+    task) or token by token; the summary goes into ``eval.json`` under ``"remote"``."""
+    import tempfile
+
+    from jaxrl.interop import openenv
+    from jaxrl.models.lm import load_lm
+
+    task = innermost(built.envs.env)
+    vocab = task.action_space(built.envs.eval_params).n
+    if remote_space.get("kind") != "Discrete" or remote_space.get("n") != vocab:
+        raise ConfigError(f"--remote: the run's model writes tokens of a vocabulary of {vocab}, the server's action space is "
+                          f"{remote_space.get('kind')}({remote_space.get('n', remote_space.get('shape'))}); serve the run's "
+                          f"task: jaxrl serve {args.run_dir} --held-out")
+    state = jax.device_get(jax.tree_util.tree_map(lambda x: x[0], states))
+    with tempfile.TemporaryDirectory(prefix="jaxrl-remote-") as tmp:
+        out = built.program.lm.model_params.export(state, os.path.join(tmp, "model"), False)
+        model, params = load_lm(out)
+    try:
+        returns = remote_completions(model, params, task, args.remote, episodes, args.seed + EVAL_SEED_OFFSET)
+    except (ConnectionError, openenv.OpenEnvError, TimeoutError) as exc:
+        raise ConfigError(f"--remote {args.remote}: {exc}") from None
+    stats = {**return_stats(returns), "label": "remote greedy return"}
+    summary = {"policies": {"greedy": stats}, "metric": "return", "remote": args.remote, "checkpoint_update": step}
+    merge_summary(out_path, "remote", summary)
+    print(format_summary(summary))
+    return 0
+
+
+def remote_completions(model, params, task, url: str, episodes: int, seed: int, as_text: bool | None = None) -> list[float]:
+    """Returns of ``episodes`` served token-task episodes (``reset(seed=seed + i)``), each
+    completed greedily by ``model``: one generate call on the left-padded prompt (the task's
+    ``prompt_len``, so one compiled program), then the completion up to the task's
+    end-of-turn id sent as text when the server speaks text (its observation has ``"text"``),
+    else as token ids one step each (``as_text`` True / False: always that way)."""
+    from jaxrl.interop.openenv import OpenEnvClient
+    from jaxrl.models.lm import generate
+
+    eot, pad = int(task.end_of_turn), int(task.pad_id)
+    returns = []
+    with OpenEnvClient(url) as client:
+        for i in range(episodes):
+            result = client.reset(seed=seed + i)
+            prompt = np.asarray(result.obs, np.int32)[: task.prompt_len]
+            if prompt.shape != (task.prompt_len,):
+                raise ConfigError(f"--remote: the served observation holds {prompt.size} tokens, the run's task a prompt of "
+                                  f"{task.prompt_len}: serve the run's own task (jaxrl serve RUN --held-out)")
+            mask = np.cumsum(prompt != pad) > 0  # the left padding
+            out = generate(model, params, prompt[None], mask[None].astype(np.int32),
+                           max_new_tokens=int(task.max_completion_len), eos_ids=(eot,))
+            tokens = [int(t) for t in np.asarray(out)[0, task.prompt_len:]]
+            tokens = tokens[: tokens.index(eot) + 1] if eot in tokens else tokens
+            total = 0.0
+            speaks_text = isinstance(result.observation, dict) and "text" in result.observation and hasattr(task, "decode")
+            if speaks_text if as_text is None else as_text:
+                result = client.step(task.decode(tokens[:-1] if tokens and tokens[-1] == eot else tokens))
+                total += float(result.reward)
+            else:
+                for token in tokens:
+                    result = client.step(token)
+                    total += float(result.reward)
+                    if result.done:
+                        break
+            if not result.done:
+                raise ConfigError(f"--remote: episode {i} did not end after the completion (multi-turn tasks are not played "
+                                  "remotely)")
+            returns.append(total)
+    return returns
 
 
 def check_render_args(args) -> None:
