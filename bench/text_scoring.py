@@ -149,7 +149,7 @@ def main() -> None:
     from jaxrl import verifiers as V
     from jaxrl.models.lm import load_tokenizer
     from jaxrl.text.bytes import ByteTable
-    from jaxrl.text.verifiers import rubric
+    from jaxrl.text.rubric import rubric
 
     backend = jax.default_backend()
     print("backend", backend, jax.devices(), flush=True)

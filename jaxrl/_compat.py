@@ -58,6 +58,10 @@ MOVED_MODULES: dict[str, tuple[str, ...]] = {
     # the command handlers' floor (0.6.0): jaxrl.commands
     "jaxrl.run.commands": ("jaxrl.commands.train",),
     "jaxrl.run.check_command": ("jaxrl.commands.check_env",),
+    # the text wing (0.6.0): text configuration and tokenization in jaxrl.text
+    "jaxrl.run.text_config": ("jaxrl.text.config",),
+    "jaxrl.run.tokenized": ("jaxrl.text.tokenized",),
+    "jaxrl.adapters.tokenized": ("jaxrl.text.tokenized",),
 }
 
 #: Modules that moved in a later release than :data:`MOVED_IN`: (moved in, removed in).
@@ -65,6 +69,9 @@ MOVED_LATER: dict[str, tuple[str, str]] = {
     "jaxrl.adapters.reset_pool": ("0.4.0", "0.6.0"),
     "jaxrl.run.commands": ("0.6.0", "0.7.0"),
     "jaxrl.run.check_command": ("0.6.0", "0.7.0"),
+    "jaxrl.run.text_config": ("0.6.0", "0.7.0"),
+    "jaxrl.run.tokenized": ("0.6.0", "0.7.0"),
+    "jaxrl.adapters.tokenized": ("0.6.0", "0.7.0"),
 }
 
 #: ``old module.name`` -> ``(new module.name, moved in, removed in)`` for names that left a
@@ -83,6 +90,8 @@ MOVED_NAMES: dict[str, tuple[str, str, str]] = {
     "jaxrl.run.export.main_export_hf": ("jaxrl.commands.export_hf.main_export_hf", "0.6.0", "0.7.0"),
     "jaxrl.run.aggregate.main_compare": ("jaxrl.commands.compare.main_compare", "0.6.0", "0.7.0"),
     "jaxrl.serve.main.main_serve": ("jaxrl.commands.serve.main_serve", "0.6.0", "0.7.0"),
+    # the text wing (0.6.0): the rubric above the byte rules (no import circle)
+    **{f"jaxrl.text.verifiers.{name}": (f"jaxrl.text.rubric.{name}", "0.6.0", "0.7.0") for name in ("rubric", "RUBRIC_KEYS")},
     **{
         f"jaxrl.core.render.{name}": (f"jaxrl.core.raster.{name}", "0.5.0", "0.6.0")
         for name in ("Color", "blank", "rect", "circle", "line", "polyline")

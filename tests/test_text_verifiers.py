@@ -16,6 +16,7 @@ from jaxrl import verifiers as V
 from jaxrl.models.lm import load_tokenizer
 from jaxrl.text import onepass
 from jaxrl.text import reference as R
+from jaxrl.text import rubric as RB
 from jaxrl.text import verifiers as TV
 from jaxrl.text.bytes import ByteTable
 
@@ -163,7 +164,7 @@ SPECS = [  # extraction itself is checked region by region above
 @pytest.mark.parametrize("spec", SPECS, ids=[f"{s['answer']}-{s['extract']}" for s in SPECS])
 def test_rubric_equals_reference(tokenized, spec):
     tok, table, ids, decoded, answers = tokenized
-    verifier = TV.rubric(spec, table, max_bytes=B)
+    verifier = RB.rubric(spec, table, max_bytes=B)
     tasks = V.Task(jnp.zeros((len(ids), 2), jnp.int32), pack(answers, A)[0].astype(jnp.int32), pack(answers, A)[1])
     reward, metrics = jax.jit(jax.vmap(verifier.score))(tasks, jnp.asarray(ids))
     for k, (t, a) in enumerate(zip(decoded, answers)):
@@ -184,7 +185,7 @@ def test_totality_and_composition(tokenized):
     sim = TV.text_verifier(table, lambda x, n, a, m: (TV.sequence_ratio(x, n, a, m), {}), 0.0, 1.0, 48)
     fmt = TV.text_verifier(table, lambda x, n, a, m: (TV.format_ok(x, n), {}), 0.0, 1.0, 48)
     composed = V.weighted_sum(("sim", 1.0, V.power(sim, 4.0)), ("gated", 2.0, V.gate(fmt, sim)))
-    for verifier in [composed, TV.rubric(SPECS[1], table, 48)]:
+    for verifier in [composed, RB.rubric(SPECS[1], table, 48)]:
         reward, metrics = jax.jit(jax.vmap(verifier.score))(tasks, jnp.asarray(ids.astype(np.int32)))
         reward = np.asarray(reward)
         assert np.isfinite(reward).all() and (reward >= verifier.low).all() and (reward <= verifier.high).all()
@@ -193,9 +194,9 @@ def test_totality_and_composition(tokenized):
 
 def test_rubric_rejects_unknown_keys(tokenized):
     with pytest.raises(ValueError, match="unknown rubric keys"):
-        TV.rubric({"answr": "numeric"}, tokenized[1])
+        RB.rubric({"answr": "numeric"}, tokenized[1])
     with pytest.raises(ValueError, match="may not contain"):  # tags are matched without overlaps
-        TV.rubric({"tag": "a>b"}, tokenized[1])
+        RB.rubric({"tag": "a>b"}, tokenized[1])
 
 
 NUMBER_CASES = [  # (text, answer): grammar edges the rubric's one-pass number reader must get right
@@ -219,7 +220,7 @@ def test_rubric_numbers_table(tokenized, monkeypatch):
         row = tok.encode(t.decode())
         ids[k, : len(row)] = row
     y, m = pack(answers, A)
-    reward, _ = jax.jit(jax.vmap(TV.rubric(spec, table, B).score))(V.Task(jnp.zeros((N, 2), jnp.int32), y, m), jnp.asarray(ids))
+    reward, _ = jax.jit(jax.vmap(RB.rubric(spec, table, B).score))(V.Task(jnp.zeros((N, 2), jnp.int32), y, m), jnp.asarray(ids))
     want = [R.rubric(spec, t, a)[0] for t, a in zip(texts, answers)]
     assert list(np.asarray(reward)) == want
     assert 0 < sum(want[: len(NUMBER_CASES)]) < len(NUMBER_CASES)
@@ -241,7 +242,7 @@ def test_rubric_similarity_equals_difflib_on_name_lists(tokenized, monkeypatch):
         texts.append(tok.decode(row).encode()[:B])
     y, m = pack(answers, A)
     tasks = V.Task(jnp.zeros((N, 2), jnp.int32), y, m)
-    verifier = TV.rubric({"answer": "similarity", "extract": "whole"}, table, B)
+    verifier = RB.rubric({"answer": "similarity", "extract": "whole"}, table, B)
     _, metrics = jax.jit(jax.vmap(verifier.score))(tasks, jnp.asarray(ids))
     want = [np.float32(difflib.SequenceMatcher(None, t, a, autojunk=False).ratio()) for t, a in zip(texts, answers)]
     assert list(np.asarray(metrics["similarity"])) == want

@@ -1,4 +1,4 @@
-"""The rubric in one pass: decode and every byte rule of :func:`jaxrl.text.verifiers.rubric`
+"""The rubric in one pass: decode and every byte rule of :func:`jaxrl.text.rubric.rubric`
 as one loop over byte positions, the batch inside the loop body.
 
 Whole-array rules (one cumulative max / sum / gather per rule over ``[batch, bytes]``) cost
@@ -25,7 +25,7 @@ import jax.numpy as jnp
 
 from jaxrl import verifiers as V
 from jaxrl.text.bytes import ByteTable
-from jaxrl.text.verifiers import _BIG, _WS, _equal_kept, _matched, _normalize, _normalize_keep, _run_lengths, _within, length_penalty
+from jaxrl.text.verifiers import BIG, WHITESPACE, equal_kept, length_penalty, matched_bytes, normalize, normalize_keep, run_lengths, within
 
 Array = jax.Array
 
@@ -177,7 +177,7 @@ def _prep(cfg: _Cfg, ids, answer, answer_len) -> dict:
 
 def _carry0(cfg: _Cfg, pp: dict) -> dict:
     z, no = jnp.zeros((), jnp.int32), jnp.zeros((), bool)
-    big = jnp.int32(_BIG)
+    big = jnp.int32(BIG)
     carry = {"k": pp["k0"], "pk": pp["pk0"], "o": z, "n": z, "words": tuple(jnp.zeros((), jnp.uint32) for _ in range(cfg.nwords)),
              "count": tuple(z for _ in cfg.patterns), "first": tuple(big for _ in cfg.patterns), "solid": jnp.int32(-1),
              "open_end": jnp.int32(-1), "close_at": jnp.int32(-1),
@@ -234,8 +234,8 @@ def _step(cfg: _Cfg, flat, pp: dict, c: dict, p):
     c["words"] = words
     hits = {pat: active & _pattern_match(words, n + 1, pat) for pat in cfg.patterns}
     c["count"] = tuple(cnt + hits[pat] for cnt, pat in zip(c["count"], cfg.patterns))
-    c["first"] = tuple(jnp.where(hits[pat] & (fst == _BIG), n - len(pat) + 1, fst) for fst, pat in zip(c["first"], cfg.patterns))
-    ws = functools.reduce(jnp.logical_or, [b == w for w in _WS])
+    c["first"] = tuple(jnp.where(hits[pat] & (fst == BIG), n - len(pat) + 1, fst) for fst, pat in zip(c["first"], cfg.patterns))
+    ws = functools.reduce(jnp.logical_or, [b == w for w in WHITESPACE])
     c["solid"] = jnp.where(active & ~ws, n, c["solid"])
     if cfg.how in ("answer_tag", "auto"):
         op, cl = f"<{cfg.tag}>".encode(), f"</{cfg.tag}>".encode()
@@ -268,7 +268,7 @@ def _finish(cfg: _Cfg, c: dict) -> dict:
         io, ic = cfg.patterns.index(op), cfg.patterns.index(cl)
         o, cc = c["first"][io], c["first"][ic]
         ok = ok & (c["count"][io] == 1) & (c["count"][ic] == 1) & (o >= pos) & (cc >= o + len(op))
-        pos = jnp.minimum(cc + len(cl), _BIG)
+        pos = jnp.minimum(cc + len(cl), BIG)
     fmt = ok & (c["solid"] < pos)
     tag_found = (c["open_end"] >= 0) & (c["close_at"] >= 0)
     box_found = (c["bstart"] >= 0) & (c["bclose"] >= 0)
@@ -296,7 +296,7 @@ def _finish(cfg: _Cfg, c: dict) -> dict:
 
 
 def _matched_width(w: int, c: Array, s: Array, e: Array, b: Array, lb: Array) -> Array:
-    """int32 ``[n]``: :func:`jaxrl.text.verifiers._matched` of a batch whose regions end before
+    """int32 ``[n]``: :func:`jaxrl.text.verifiers.matched_bytes` of a batch whose regions end before
     ``w``: the run lengths ``[n, w, M]`` once, then a ``while_loop`` over recursion levels with
     the batch inside the body. Per level and piece, the longest block is one max over a packed
     key (length, then earliest end row, then earliest end column: difflib's tie-breaking),
@@ -304,7 +304,7 @@ def _matched_width(w: int, c: Array, s: Array, e: Array, b: Array, lb: Array) ->
     ranges; the piece's ordinal in the key's high part keeps pieces apart)."""
     c = c[:, :w]
     m_ = b.shape[1]
-    runs = jax.vmap(_run_lengths)(c, b)
+    runs = jax.vmap(run_lengths)(c, b)
     i, j = jnp.arange(w, dtype=jnp.int32), jnp.arange(m_, dtype=jnp.int32)
     cell = (w - 1 - i)[:, None] * m_ + (m_ - 1 - j)[None, :]
     unit, piece = w * m_, (m_ + 1) * w * m_
@@ -360,7 +360,7 @@ def _matched_cut(w: int, mw: int, c: Array, s: Array, e: Array, b: Array, m: Arr
     ``w`` bytes (every region fits), against the answers cut to ``mw`` bytes (every answer fits)."""
     c, b, start, end = _front(c, s, e, w), b[:, :mw], jnp.zeros_like(s), e - s
     if 34 * (mw + 1) * w * mw >= 2**31:  # the packed key would overflow int32
-        return jax.vmap(_matched)(c, start, end, b, m)
+        return jax.vmap(matched_bytes)(c, start, end, b, m)
     return _matched_width(w, c, start, end, b, m)
 
 
@@ -389,7 +389,7 @@ def _ratio_many(c: Array, s: Array, e: Array, a: Array, m: Array, cut: str) -> A
 def _matched_full(c: Array, s: Array, e: Array, b: Array, m: Array) -> Array:
     w, mw = c.shape[1], b.shape[1]
     if 34 * (mw + 1) * w * mw >= 2**31:  # the packed key would overflow int32
-        return jax.vmap(_matched)(c, s, e, b, m)
+        return jax.vmap(matched_bytes)(c, s, e, b, m)
     return _matched_width(w, c, s, e, b, m)
 
 
@@ -433,11 +433,11 @@ def _score_batch(cfg: _Cfg, rest: tuple, cut: str, pp: dict) -> tuple[Array, dic
         score = correct.astype(jnp.float32)
     else:
         a = jnp.where(jnp.arange(pp["a"].shape[1]) < pp["m"][:, None], pp["a"], -1)
-        inner = jax.vmap(_within)(text, o["start"], o["end"])
+        inner = jax.vmap(within)(text, o["start"], o["end"])
         if cfg.kind == "exact":
-            values, keep = jax.vmap(_normalize_keep)(inner)
-            q, lq = jax.vmap(_normalize)(a)
-            correct = o["found"] & jax.vmap(_equal_kept)(values, keep, q, lq)
+            values, keep = jax.vmap(normalize_keep)(inner)
+            q, lq = jax.vmap(normalize)(a)
+            correct = o["found"] & jax.vmap(equal_kept)(values, keep, q, lq)
             score = correct.astype(jnp.float32)
         else:
             score = jnp.where(o["found"], _ratio_many(inner, o["start"], o["end"], a, pp["m"], cut), 0.0)
@@ -478,7 +478,7 @@ def _score_many(cfg: _Cfg, rest: tuple, answer, answer_len, ids) -> tuple[Array,
     return jax.tree.map(lambda x: x.reshape((chunks * chunk,) + x.shape[2:])[inverse], out)
 
 
-def _scan_rubric_score(table, max_bytes, kind, how, tag, tags, fw, power, gated, target, weight, task, completion):
+def scan_rubric_score(table, max_bytes, kind, how, tag, tags, fw, power, gated, target, weight, task, completion):
     """The rubric's score of one completion; under ``vmap`` the whole batch is scored at once
     (``custom_vmap``), so the loop over byte positions has the batch inside its body."""
     completion = jnp.asarray(completion)

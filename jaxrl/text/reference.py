@@ -124,7 +124,7 @@ def ratio(a: bytes, b: bytes) -> float:
 
 
 def rubric(spec: dict, x: bytes, answer: bytes) -> tuple[float, dict]:
-    """The reward :func:`jaxrl.text.verifiers.rubric` gives ``x``, and its metrics (floats).
+    """The reward :func:`jaxrl.text.rubric.rubric` gives ``x``, and its metrics (floats).
 
     ``score`` = correct (numeric / exact) or the ratio (similarity), 0 when the format is
     gated and fails; reward = ``score ** power + format_weight * format``, minus the length

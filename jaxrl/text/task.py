@@ -86,7 +86,7 @@ class TextTask(TokenTask):
     byte_table: ByteTable = dataclasses.field(repr=False)  # id -> bytes; its eos_id ends a completion
     train: TextSplit = dataclasses.field(repr=False)
     held: TextSplit = dataclasses.field(repr=False)  # the training split again when there are no held-out rows
-    reward_spec: str = "{}"  # the rubric dict as JSON (jaxrl.text.verifiers.rubric)
+    reward_spec: str = "{}"  # the rubric dict as JSON (jaxrl.text.rubric.rubric)
     max_bytes: int = 0  # bytes of a completion the rubric reads (0: max_completion_len x the longest token)
     tokenizer_path: str = ""
     report: tuple = dataclasses.field(default=(), compare=False, hash=False, repr=False)  # (train, held-out) RowReport
@@ -152,7 +152,7 @@ class TextTask(TokenTask):
         ref = self.python_reward
         if ref is not None:
             return self._python_verifier(ref)
-        from jaxrl.text.verifiers import rubric
+        from jaxrl.text.rubric import rubric
 
         return rubric(json.loads(self.reward_spec), self.byte_table, self.max_bytes or None)
 
@@ -442,7 +442,7 @@ def text_task(
         raise ValueError(f"reward: expected a mapping (the rubric), got {reward!r}")
     try:  # traced once here, so a bad rubric is an error now, naming the key, not inside the algorithm
         from jaxrl.text import python_reward
-        from jaxrl.text.verifiers import rubric
+        from jaxrl.text.rubric import rubric
 
         ref = python_reward.reference(dict(reward))
         if ref is not None:  # the function is imported now: a bad name is an error before anything compiles

@@ -12,9 +12,9 @@ whitespace after), :func:`sequence_ratio` (difflib's ratio, exactly).
 :func:`text_verifier` makes a :class:`jaxrl.verifiers.Verifier` of such a rule (it decodes the
 completion with :func:`jaxrl.text.bytes.decode_bytes`; the task's ``answer`` holds the
 reference answer's bytes), so ``weighted_sum``, ``gate`` and ``power`` compose them;
-:func:`rubric` builds one from a YAML-able dict (``env.text.reward``).
-
-:func:`rubric` runs as one scan over the bytes (:mod:`jaxrl.text.onepass`).
+:func:`jaxrl.text.rubric.rubric` builds one from a YAML-able dict (``env.text.reward``),
+scored in one scan over the bytes (:mod:`jaxrl.text.onepass`, which shares the byte-array
+primitives here: :func:`normalize`, :func:`matched_bytes`, ...).
 Internally text is int32 with ``-1`` outside ``[0, n)`` (and outside a region), so no
 pattern matches across an edge.
 """
@@ -30,8 +30,8 @@ from jaxrl import verifiers as V
 from jaxrl.text.bytes import ByteTable, decode_bytes
 
 Array = jax.Array
-_BIG = 2**30
-_WS = (9, 10, 11, 12, 13, 32)
+BIG = 2**30
+WHITESPACE = (9, 10, 11, 12, 13, 32)
 
 
 # ---------------------------------------------------------------------------------------
@@ -64,8 +64,8 @@ def _find(c: Array, pattern: bytes) -> Array:
 
 
 def _first(mask: Array) -> Array:
-    """int32 ``[]``: first True index, ``_BIG`` when none."""
-    return jnp.where(jnp.any(mask), jnp.argmax(mask), _BIG).astype(jnp.int32)
+    """int32 ``[]``: first True index, ``BIG`` when none."""
+    return jnp.where(jnp.any(mask), jnp.argmax(mask), BIG).astype(jnp.int32)
 
 
 def _last(mask: Array) -> Array:
@@ -81,7 +81,7 @@ def _cummin(x: Array, reverse: bool = False) -> Array:
     return jax.lax.cummin(x, reverse=reverse)
 
 
-def _equal_kept(c: Array, keep: Array, ref: Array, ref_len: Array) -> Array:
+def equal_kept(c: Array, keep: Array, ref: Array, ref_len: Array) -> Array:
     """bool ``[]``: the kept bytes of ``c``, in order, equal ``ref[:ref_len]`` (compared by rank,
     a gather from the short reference instead of compacting the long text)."""
     rank = jnp.cumsum(keep) - 1
@@ -96,7 +96,7 @@ def _compact(values: Array, keep: Array, width: int) -> tuple[Array, Array]:
     return out, jnp.sum(keep).astype(jnp.int32)
 
 
-def _within(c: Array, start: Array, end: Array) -> Array:
+def within(c: Array, start: Array, end: Array) -> Array:
     """``c`` with every byte outside ``[start, end)`` absent (-1)."""
     i = jnp.arange(c.shape[0])
     return jnp.where((i >= start) & (i < end), c, -1)
@@ -114,20 +114,20 @@ def _equal_buffers(a: Array, la: Array, b: Array, lb: Array) -> Array:
 # ---------------------------------------------------------------------------------------
 
 
-def _normalize(c: Array) -> tuple[Array, Array]:
+def normalize(c: Array) -> tuple[Array, Array]:
     """``reference.normalize`` of the present bytes: lower-cased A-Z, stripped, inner runs -> one space."""
-    values, keep = _normalize_keep(c)
+    values, keep = normalize_keep(c)
     return _compact(values, keep, c.shape[0])
 
 
-def _normalize_keep(c: Array) -> tuple[Array, Array]:
+def normalize_keep(c: Array) -> tuple[Array, Array]:
     """``(values, keep)``: the normalised text is ``values[keep]``."""
     present = c >= 0
-    ws = functools.reduce(jnp.logical_or, [c == w for w in _WS])
+    ws = functools.reduce(jnp.logical_or, [c == w for w in WHITESPACE])
     solid = present & ~ws
     i = jnp.arange(c.shape[0])
     solid_before = _shift(_cummax(jnp.where(solid, i, -1)), 1, -1) >= 0
-    solid_after = _shift(_cummin(jnp.where(solid, i, _BIG), True), -1, _BIG) < _BIG
+    solid_after = _shift(_cummin(jnp.where(solid, i, BIG), True), -1, BIG) < BIG
     run_start = ws & ~_shift(ws, 1, False)
     keep = solid | (ws & run_start & solid_before & solid_after)
     lower = jnp.where((c >= 65) & (c <= 90), c + 32, c)
@@ -141,9 +141,9 @@ def normalized_equal(x: Array, n: Array, y: Array, m: Array) -> Array:
     whitespace (space, \\t, \\n, \\r, \\v, \\f) removed, each inner whitespace run replaced by
     one space; Python: ``b" ".join(x.lower().split())``.
     """
-    values, keep = _normalize_keep(_clean(x, n)[0])
-    b, lb = _normalize(_clean(y, m)[0])
-    return _equal_kept(values, keep, b, lb)
+    values, keep = normalize_keep(_clean(x, n)[0])
+    b, lb = normalize(_clean(y, m)[0])
+    return equal_kept(values, keep, b, lb)
 
 
 # ---------------------------------------------------------------------------------------
@@ -168,8 +168,8 @@ def _last_number(c: Array) -> tuple[Array, Array, Array]:
     lead = com & (last_solid < run_start)  # commas opening a run: dropped
     body_start = run & ~lead & ((i == run_start) | _shift(lead, 1, False))
     s_at = _cummax(jnp.where(body_start, i, -1))
-    run_end = _cummin(jnp.where(run & ~_shift(run, -1, False), i, _BIG), True)
-    next_digit = _shift(_cummin(jnp.where(isd, i, _BIG), True), -1, _BIG)
+    run_end = _cummin(jnp.where(run & ~_shift(run, -1, False), i, BIG), True)
+    next_digit = _shift(_cummin(jnp.where(isd, i, BIG), True), -1, BIG)
     end = isd & (next_digit > run_end)  # last digit of its run: trailing . and , dropped
     last_dot = _cummax(jnp.where(dot, i, -1))
     last_com = _shift(_cummax(jnp.where(com, i, -1)), 1, -1)
@@ -205,7 +205,7 @@ def _numeric_equal(c: Array, a: Array) -> Array:
     f1, keep1, neg1 = _last_number(c)
     f2, keep2, neg2 = _last_number(a)
     canon, length = _compact(a, keep2, a.shape[0])
-    return f1 & f2 & (neg1 == neg2) & _equal_kept(c, keep1, canon, length)
+    return f1 & f2 & (neg1 == neg2) & equal_kept(c, keep1, canon, length)
 
 
 # ---------------------------------------------------------------------------------------
@@ -218,7 +218,7 @@ def tag_region(c: Array, tag: str = "answer") -> tuple[Array, Array, Array]:
     op, cl = f"<{tag}>".encode(), f"</{tag}>".encode()
     o = _first(_find(c, op))
     close = _first(_find(c, cl) & (jnp.arange(c.shape[0]) >= o + len(op)))
-    found = (o < _BIG) & (close < _BIG)
+    found = (o < BIG) & (close < BIG)
     return found, jnp.where(found, o + len(op), 0), jnp.where(found, close, 0)
 
 
@@ -229,7 +229,7 @@ def boxed_region(c: Array) -> tuple[Array, Array, Array]:
     after = (i >= start) & (start >= 7)
     depth = 1 + jnp.cumsum(jnp.where(after, (c == 123).astype(jnp.int32) - (c == 125), 0))
     close = _first(after & (depth == 0))
-    found = close < _BIG
+    found = close < BIG
     return found, jnp.where(found, start, 0), jnp.where(found, close, 0)
 
 
@@ -260,8 +260,8 @@ def format_ok(x: Array, n: Array, tags: tuple[str, ...] = ("answer",)) -> Array:
         fo, fc = _find(c, op), _find(c, cl)
         o, cc = _first(fo), _first(fc)
         ok = ok & (jnp.sum(fo) == 1) & (jnp.sum(fc) == 1) & (o >= pos) & (cc >= o + len(op))
-        pos = jnp.minimum(cc + len(cl), _BIG)
-    ws = functools.reduce(jnp.logical_or, [c == w for w in _WS])
+        pos = jnp.minimum(cc + len(cl), BIG)
+    ws = functools.reduce(jnp.logical_or, [c == w for w in WHITESPACE])
     return ok & jnp.all(ws | (c < 0) | (i < pos))
 
 
@@ -275,7 +275,7 @@ def length_penalty(n: Array, target: int, weight: float) -> Array:
 # ---------------------------------------------------------------------------------------
 
 
-def _run_lengths(a: Array, b: Array) -> Array:
+def run_lengths(a: Array, b: Array) -> Array:
     """int32 ``[La, Lb]``: length of the run of equal bytes ending at ``(i, j)`` (0 if ``a_i != b_j``)."""
 
     def row(prev, a_i):
@@ -285,10 +285,10 @@ def _run_lengths(a: Array, b: Array) -> Array:
     return jax.lax.scan(row, jnp.zeros(b.shape, jnp.int32), a)[1]
 
 
-def _matched(a: Array, s: Array, e: Array, b: Array, lb: Array) -> Array:
+def matched_bytes(a: Array, s: Array, e: Array, b: Array, lb: Array) -> Array:
     """int32 ``[]``: the total size of difflib's matching blocks of ``a[s:e]`` and ``b[:lb]``."""
     la_, lb_ = a.shape[0], b.shape[0]
-    runs = _run_lengths(a, b)
+    runs = run_lengths(a, b)
     i, j = jnp.arange(la_), jnp.arange(lb_)
     inside = (i >= s) & (i < e)
     # each row's piece (alo, ahi, blo, bhi); rows of one piece are contiguous, labelled by alo
@@ -302,7 +302,7 @@ def _matched(a: Array, s: Array, e: Array, b: Array, lb: Array) -> Array:
         row_k, row_j = jnp.max(k, axis=1), jnp.argmax(k, axis=1).astype(jnp.int32)
         seg = jnp.where(active, alo, la_)
         best_k = jax.ops.segment_max(row_k, seg, la_ + 1)[seg]
-        best_i = jax.ops.segment_min(jnp.where(row_k == best_k, i, _BIG), seg, la_ + 1)[seg]
+        best_i = jax.ops.segment_min(jnp.where(row_k == best_k, i, BIG), seg, la_ + 1)[seg]
         best_j = row_j[jnp.clip(best_i, 0, la_ - 1)]
         total = total + jnp.sum(jnp.where(active & (i == best_i), row_k, 0))
         bi, bj = best_i - best_k + 1, best_j - best_k + 1
@@ -334,7 +334,7 @@ def sequence_ratio(x: Array, n: Array, y: Array, m: Array) -> Array:
 
 
 def _ratio(c: Array, s: Array, e: Array, a: Array, m: Array) -> Array:
-    matched = _matched(c, s, e, jnp.where(a >= 0, a, -2), m)
+    matched = matched_bytes(c, s, e, jnp.where(a >= 0, a, -2), m)
     total = (e - s) + m
     return jnp.where(total > 0, 2.0 * matched / jnp.maximum(total, 1), 1.0).astype(jnp.float32)
 
@@ -363,41 +363,8 @@ def text_verifier(table: ByteTable, fn, low: float, high: float, max_bytes: int 
     return V.Verifier(functools.partial(_text_score, table, fn, float(low), float(high), max_bytes), float(low), float(high))
 
 
-RUBRIC_KEYS = ("answer", "extract", "tag", "format_weight", "gate_format", "power", "length_penalty", "format_tags")
+def __getattr__(name: str):
+    """``rubric`` and ``RUBRIC_KEYS`` moved to :mod:`jaxrl.text.rubric` (with a warning)."""
+    from jaxrl import _compat
 
-
-def rubric(spec: dict, table: ByteTable, max_bytes: int | None = None) -> V.Verifier:
-    """The reward of ``env.text.reward`` (a YAML-able dict), built with jaxrl.verifiers' combinators.
-
-    Keys (defaults): ``answer`` numeric | exact | similarity (numeric); ``extract``
-    answer_tag | boxed | last_number | whole | auto (auto: the tag's region, else the boxed
-    one, else the whole text); ``tag`` (answer); ``format_tags`` (``[tag]``);
-    ``format_weight`` (0); ``gate_format`` (false); ``power`` (1);
-    ``length_penalty: {target: 0, weight: 0}``. Reward = ``score ** power`` (0 when gated
-    and the format fails) ``+ format_weight * format - weight * max(0, bytes - target)``,
-    clipped to ``[0, 1 + format_weight]``. Metrics: ``correct``, ``format``,
-    ``similarity`` (similarity only), ``completion_bytes``. Python: ``reference.rubric``.
-    """
-    unknown = set(spec) - set(RUBRIC_KEYS)
-    if unknown:
-        raise ValueError(f"unknown rubric keys {sorted(unknown)}; known: {RUBRIC_KEYS}")
-    kind, how, tag = spec.get("answer", "numeric"), spec.get("extract", "auto"), str(spec.get("tag", "answer"))
-    tags = tuple(str(t) for t in spec.get("format_tags", (tag,)))
-    fw, p = float(spec.get("format_weight", 0.0)), float(spec.get("power", 1.0))
-    if fw < 0:
-        raise ValueError(f"format_weight must be >= 0, got {fw}")
-    if kind not in ("numeric", "exact", "similarity"):
-        raise ValueError(f"answer must be numeric, exact or similarity, got {kind!r}")
-    if how not in ("answer_tag", "boxed", "last_number", "whole", "auto"):
-        raise ValueError(f"extract must be answer_tag, boxed, last_number, whole or auto, got {how!r}")
-    for t in tags + (tag,):
-        if "<" in t or ">" in t:
-            raise ValueError(f"tag names may not contain '<' or '>', got {t!r}")
-    if p <= 0:
-        raise ValueError(f"power must be > 0, got {p}")
-    lp = spec.get("length_penalty") or {}
-    from jaxrl.text.onepass import _scan_rubric_score
-
-    score = functools.partial(_scan_rubric_score, table, max_bytes, kind, how, tag, tags, fw, p,
-                              bool(spec.get("gate_format", False)), int(lp.get("target", 0)), float(lp.get("weight", 0.0)))
-    return V.Verifier(score, 0.0, 1.0 + fw)
+    return _compat.moved_name(__name__, name)
