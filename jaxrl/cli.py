@@ -144,7 +144,8 @@ def _add_eval(sub) -> None:
     p.add_argument("--step", type=count, metavar="N", help="evaluate checkpoint N (updates done) instead of the newest")
     p.add_argument(
         "--remote", metavar="URL",
-        help="step the policy against an env served at URL (e.g. ws://host:8000 from `jaxrl serve`), host-stepped",
+        help="step the policy against an env served at URL (e.g. ws://host:8000 from `jaxrl serve RUN --held-out`), "
+        "host-stepped; a language-model run sends its greedy completions",
     )
     p.set_defaults(func=_lazy("jaxrl.run.eval_command", "main_eval"))
 
