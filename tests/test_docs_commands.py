@@ -1,4 +1,4 @@
-"""Every ``jaxrl ...`` command and every YAML snippet in docs/ is checked, cheaply.
+"""Every ``jaxrl ...`` command and every YAML snippet in docs/ (and the README) is checked, cheaply.
 
 Commands (fenced ``sh``/``bash`` blocks and inline code spans) are parsed with the CLI's own
 argparse parser, placeholders (``RUN``, ``CONFIG``, ``N``, ...) standing for real values; a
@@ -61,10 +61,10 @@ STAND_INS = {"path/to/model": "envs/assets/text_model", "/models/my-model": "env
 
 
 def _docs():
-    for name in sorted(os.listdir(DOCS)):
-        if name.endswith(".md"):
-            with open(os.path.join(DOCS, name), encoding="utf-8") as f:
-                yield name, f.read()
+    """``(name, text)`` of docs/*.md, then of the README (named ``../README.md``)."""
+    for name in [*sorted(n for n in os.listdir(DOCS) if n.endswith(".md")), "../README.md"]:
+        with open(os.path.join(DOCS, name), encoding="utf-8") as f:
+            yield name, f.read()
 
 
 def _fences(text):
