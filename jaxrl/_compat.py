@@ -62,6 +62,9 @@ MOVED_MODULES: dict[str, tuple[str, ...]] = {
     "jaxrl.run.text_config": ("jaxrl.text.config",),
     "jaxrl.run.tokenized": ("jaxrl.text.tokenized",),
     "jaxrl.adapters.tokenized": ("jaxrl.text.tokenized",),
+    # the language-model wing (0.6.0): jaxrl.algos.common.lm
+    "jaxrl.algos.common.lm_program": ("jaxrl.algos.common.lm.program",),
+    "jaxrl.algos.grpo.lm_policy": ("jaxrl.algos.common.lm.policy",),
 }
 
 #: Modules that moved in a later release than :data:`MOVED_IN`: (moved in, removed in).
@@ -72,6 +75,8 @@ MOVED_LATER: dict[str, tuple[str, str]] = {
     "jaxrl.run.text_config": ("0.6.0", "0.7.0"),
     "jaxrl.run.tokenized": ("0.6.0", "0.7.0"),
     "jaxrl.adapters.tokenized": ("0.6.0", "0.7.0"),
+    "jaxrl.algos.common.lm_program": ("0.6.0", "0.7.0"),
+    "jaxrl.algos.grpo.lm_policy": ("0.6.0", "0.7.0"),
 }
 
 #: ``old module.name`` -> ``(new module.name, moved in, removed in)`` for names that left a
@@ -92,6 +97,9 @@ MOVED_NAMES: dict[str, tuple[str, str, str]] = {
     "jaxrl.serve.main.main_serve": ("jaxrl.commands.serve.main_serve", "0.6.0", "0.7.0"),
     # the text wing (0.6.0): the rubric above the byte rules (no import circle)
     **{f"jaxrl.text.verifiers.{name}": (f"jaxrl.text.rubric.{name}", "0.6.0", "0.7.0") for name in ("rubric", "RUBRIC_KEYS")},
+    # the language-model wing (0.6.0): one token policy, one model section
+    "jaxrl.algos.grpo.policy.Policy": ("jaxrl.algos.common.lm.policy.TokenPolicy", "0.6.0", "0.7.0"),
+    "jaxrl.algos.sft.config.ModelConfig": ("jaxrl.algos.common.lm.config.ModelSection", "0.6.0", "0.7.0"),
     **{
         f"jaxrl.core.render.{name}": (f"jaxrl.core.raster.{name}", "0.5.0", "0.6.0")
         for name in ("Color", "blank", "rect", "circle", "line", "polyline")

@@ -161,7 +161,7 @@ def _scripted_policy(script, vocab):
     the position in the script, its logits one-hot on the next scripted token."""
     import jax.numpy as jnp
 
-    from jaxrl.algos.grpo.policy import Policy
+    from jaxrl.algos.common.lm.policy import TokenPolicy
 
     table = jnp.asarray(script, jnp.int32)
     logits = lambda pos: 10.0 * jax.nn.one_hot(table[jnp.minimum(pos, len(script) - 1)], vocab)  # noqa: E731
@@ -176,7 +176,7 @@ def _scripted_policy(script, vocab):
         return pos, logits(pos)[:, None]
 
     unused = lambda *a: None  # noqa: E731
-    return Policy(init=unused, start=start, step=unused, sequence_logits=unused, extend=extend)
+    return TokenPolicy(init=unused, start=start, step=unused, sequence_logits=unused, extend=extend)
 
 
 @pytest.fixture(scope="module")

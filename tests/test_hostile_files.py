@@ -214,7 +214,7 @@ def test_bad_config_file_through_load_lm(tmp_path):
 
 
 def test_sequence_beyond_max_position_embeddings_is_refused(tmp_path):
-    from jaxrl.algos.common import lm_program
+    from jaxrl.algos.common.lm import program as lm_program
 
     cfg = types.SimpleNamespace(model=types.SimpleNamespace(path=os.path.join(FIXTURES, "qwen2")))
     leaves = ("params",)

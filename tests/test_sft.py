@@ -62,7 +62,7 @@ if ENV_ID not in env_registry.registered_ids():
 
 def _cfg(rank=4, micro=1):
     lora = sft.config.LoRASection(rank=rank, alpha=8.0)
-    model = sft.config.ModelConfig(path=QWEN2, lora=lora, head_chunk=4)  # 4 completion tokens: 1 chunk
+    model = sft.config.ModelSection(path=QWEN2, lora=lora, head_chunk=4)  # 4 completion tokens: 1 chunk
     return sft.SFTConfig(batch_size=16, micro_batches=micro, eval_episodes=8, model=model)
 
 

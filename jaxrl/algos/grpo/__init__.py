@@ -5,8 +5,9 @@ generation, scoring and the update inside one XLA program. One concern per modul
 :mod:`~jaxrl.algos.grpo.config`, :mod:`~jaxrl.algos.grpo.losses`,
 :mod:`~jaxrl.algos.grpo.policy`, :mod:`~jaxrl.algos.grpo.rollout`,
 :mod:`~jaxrl.algos.grpo.update`, :mod:`~jaxrl.algos.grpo.evaluate`. Token tasks
-(:class:`~jaxrl.core.tokens.TokenTask`) get a causal transformer; any other env with
-discrete actions an MLP, so GRPO also trains CartPole. :data:`ENTRY` registers
+(:class:`~jaxrl.core.tokens.TokenTask`) get a causal transformer (a loaded checkpoint:
+:mod:`jaxrl.algos.common.lm`); any other env with discrete actions an MLP, so GRPO also
+trains CartPole. :data:`ENTRY` registers
 ``algo: grpo``.
 """
 
@@ -17,8 +18,9 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from jaxrl.algos.common import lm as common_lm
-from jaxrl.algos.common import lm_program
+from jaxrl.algos.common.lm import program as lm_program
+from jaxrl.algos.common.lm.model import load_model, lora_config
+from jaxrl.algos.common.lm.policy import LMSpec, TokenPolicy, lm_policy
 from jaxrl.algos.common.masks import action_mask_fn, mask_logits
 from jaxrl.algos.contract import (
     Alert, AlgoEntry, BatchSize, Curve, EnvSetup, LMHooks, ModelParams, Monitor, Plan, Policy, Program, no_carry,
@@ -52,22 +54,15 @@ def rollout_length(env: Environment, env_params, cfg: GRPOConfig) -> int:
     return int(limit)
 
 
-def _lora_config(cfg: GRPOConfig):
-    """``grpo.model.lora`` as a :class:`jaxrl.models.lm.LoRAConfig` (``None``: full fine-tuning)."""
-    return common_lm.lora_config(cfg.model.lora)
-
-
-def _hf_policy(env: Environment, cfg: GRPOConfig) -> tuple[policy.Policy, str]:
+def _hf_policy(env: Environment, cfg: GRPOConfig) -> tuple[TokenPolicy, str]:
     """A loaded checkpoint (``model.policy: hf``) over a token task in its tokenizer's ids, and
     the line saying how its loss pass runs (:func:`loss_pass_plan`)."""
-    from jaxrl.algos.grpo.lm_policy import LMSpec, lm_policy
-
     m = cfg.model
     if not isinstance(env, TokenTask):
         raise ValueError(f"model.policy: 'hf' needs a token task, {env.name} is not one")
-    model, weights = common_lm.load_model(m, env.vocab_size, env.name)
+    model, weights = load_model(m, env.vocab_size, env.name)
     plan = loss_pass_plan(model.config, cfg, env.dialogue_len, env.prompt_len)
-    spec = LMSpec(model, _lora_config(cfg), env.pad_id, env.prompt_len, env.dialogue_len, plan.head_chunk, plan.remat)
+    spec = LMSpec(model, lora_config(m.lora), env.pad_id, env.prompt_len, env.dialogue_len, plan.head_chunk, plan.remat)
     return lm_policy(spec, weights), plan.reason
 
 
@@ -124,7 +119,7 @@ def _platform() -> str:
     return jax.local_devices()[0].platform
 
 
-def build_policy(env: Environment, env_params, cfg: GRPOConfig) -> policy.Policy:
+def build_policy(env: Environment, env_params, cfg: GRPOConfig) -> TokenPolicy:
     """The transformer for token tasks (``model.policy: auto``), a loaded checkpoint
     (``hf``), else an MLP over flat obs."""
     kind, m = cfg.model.policy, cfg.model

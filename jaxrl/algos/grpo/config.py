@@ -24,40 +24,24 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Literal, Union
+from typing import Literal
 
 import jax
 from flax import struct
 
+from jaxrl.algos.common.lm.config import LoRASection, ModelSection  # noqa: F401  (LoRASection: grpo.config.LoRASection)
 from jaxrl.algos.common.optim import OptimConfig as _OptimConfig, traced_values
 from jaxrl.algos.contract import AlgoConfig, check
 from jaxrl.algos.grpo.variants import LOSS_TYPES  # the variant table's keys
 
 
 @dataclasses.dataclass(frozen=True)
-class LoRASection:
-    """LoRA adapters on a loaded model (``grpo.model.lora``); rank 0 = full fine-tuning."""
-
-    rank: int = 0  # adapter rank r (0: train every weight of the model)
-    alpha: float = 16.0  # scale alpha / r of the adapters' output
-    targets: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")  # adapted projections
-
-
-@dataclasses.dataclass(frozen=True)
-class ModelConfig:
+class ModelConfig(ModelSection):
     """The policy network (``grpo.model``): a transformer for token tasks, else an MLP; or a
-    Hugging Face checkpoint directory (``policy: hf``, ``path``)."""
+    Hugging Face checkpoint directory (``policy: hf``: the keys of
+    :class:`~jaxrl.algos.common.lm.config.ModelSection`)."""
 
     policy: Literal["auto", "transformer", "mlp", "hf"] = "auto"  # auto: transformer for token tasks; hf: a loaded checkpoint
-    path: str = ""  # policy hf: a local Hugging Face checkpoint directory (config.json, *.safetensors)
-    dtype: Literal["float32", "bfloat16"] = "float32"  # policy hf: weights and activations (softmax, log-probs, Adam: float32)
-    lora: LoRASection = dataclasses.field(default_factory=LoRASection)  # policy hf: adapters (rank 0: full fine-tuning)
-    # policy hf: positions per chunk of the LM head in the loss (0: the whole sequence at once); auto:
-    # whole when the memory estimate fits, else 64 (the choice is printed when the run starts)
-    head_chunk: Union[Literal["auto"], int] = "auto"
-    # policy hf: the loss pass recomputes each layer's inside in its backward pass (less memory, about a
-    # third more work); auto: off when the memory estimate fits
-    remat: Union[Literal["auto"], bool] = "auto"
     d_model: int = 64  # transformer width
     n_layers: int = 2  # transformer blocks
     n_heads: int = 4  # attention heads
@@ -65,6 +49,17 @@ class ModelConfig:
     tie_embeddings: bool = False  # output head = the token embedding (GPT-2 weight tying)
     smear_keys: bool = False  # keys mixed with the previous position's (one-layer induction heads)
     hidden: tuple[int, ...] = (64, 64)  # MLP policy hidden widths
+
+    def validate(self) -> None:
+        """:meth:`ModelSection.validate`, the small networks' sizes and ``path`` with ``policy: hf`` only."""
+        for name in ("d_model", "n_layers", "n_heads"):
+            check(getattr(self, name) >= 1, f"model.{name}", f"must be >= 1, got {getattr(self, name)}")
+        check(len(self.hidden) > 0 and all(h >= 1 for h in self.hidden), "model.hidden",
+              f"expected positive widths, got {self.hidden!r}")
+        check(self.d_model % self.n_heads == 0, "model.d_model", f"{self.d_model} is not divisible by model.n_heads={self.n_heads}")
+        check(self.policy != "hf" or bool(self.path), "model.path", "policy hf needs a local checkpoint directory")
+        check(self.policy == "hf" or not self.path, "model.path", f"only read by policy hf, got policy {self.policy!r}")
+        super().validate()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -179,17 +174,7 @@ def validate(cfg: GRPOConfig) -> None:
     check(loss.type in LOSS_TYPES, "loss.type", f"expected one of {LOSS_TYPES}, got {loss.type!r}")
     scales = ("auto", "group", "batch", "none")
     check(loss.scale_rewards in scales, "loss.scale_rewards", f"expected one of {scales}, got {loss.scale_rewards!r}")
-    _positive(m, ("d_model", "n_layers", "n_heads"), "model.")
-    check(len(m.hidden) > 0 and all(h >= 1 for h in m.hidden), "model.hidden", f"expected positive widths, got {m.hidden!r}")
-    check(m.d_model % m.n_heads == 0, "model.d_model", f"{m.d_model} is not divisible by model.n_heads={m.n_heads}")
-    check(m.policy != "hf" or bool(m.path), "model.path", "policy hf needs a local checkpoint directory")
-    check(m.policy == "hf" or not m.path, "model.path", f"only read by policy hf, got policy {m.policy!r}")
-    check(m.lora.rank >= 0, "model.lora.rank", f"must be >= 0, got {m.lora.rank}")
-    check(m.lora.alpha > 0, "model.lora.alpha", f"must be > 0, got {m.lora.alpha}")
-    check(m.head_chunk == "auto" or (isinstance(m.head_chunk, int) and not isinstance(m.head_chunk, bool)
-                                     and m.head_chunk >= 0),
-          "model.head_chunk", f"expected auto or an integer >= 0 (0: the whole sequence), got {m.head_chunk!r}")
-    check(m.remat == "auto" or isinstance(m.remat, bool), "model.remat", f"expected auto, true or false, got {m.remat!r}")
+    m.validate()
     check(0 <= loss.eps_low < 1, "loss.eps_low", f"must be in [0, 1), got {loss.eps_low}")
     check(loss.eps_high >= 0, "loss.eps_high", f"must be >= 0, got {loss.eps_high}")
     check(loss.beta >= 0, "loss.beta", f"must be >= 0, got {loss.beta}")

@@ -1,64 +1,26 @@
-"""The networks GRPO drives: a small named tuple of pure functions per policy kind.
+"""The networks GRPO drives, each as a :class:`~jaxrl.algos.common.lm.policy.TokenPolicy`.
 
 A causal transformer over token tasks (prefill the prompt, decode token by token and
 prefill environment replies into a key/value cache, one pass over the whole dialogue for the
-loss) — the small one of :mod:`jaxrl.models.transformer` or a loaded Hugging Face checkpoint
-(:mod:`jaxrl.models.lm`, :func:`lm_policy`) — or an MLP over flat observations (control envs).
+loss) — the small one of :mod:`jaxrl.models.transformer` here, a loaded Hugging Face
+checkpoint in :func:`jaxrl.algos.common.lm.policy.lm_policy` — or an MLP over flat
+observations (control envs), whose actions stand where a token task's tokens do.
 """
 
 from __future__ import annotations
 
 import functools
-from typing import Callable, NamedTuple
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from jaxrl.algos.common.lm.policy import TokenPolicy
 from jaxrl.algos.common.masks import mask_logits
 from jaxrl.models.networks import MLP, orthogonal
 from jaxrl.models.transformer import TransformerLM
 
 Array = jax.Array
-
-
-class Policy(NamedTuple):
-    """How the GRPO rollout and loss talk to a network.
-
-    * ``init(key, obs) -> params`` with ``obs [N, *obs_shape]``.
-    * ``start(params, obs [N, ...]) -> (carry, logits [N, A])`` on the first observation.
-    * ``step(params, carry, obs [N, ...], action [N], t) -> (carry, logits [N, A])`` after
-      action ``t`` led to ``obs``.
-    * ``sequence_logits(params, obs, actions [N, T]) -> logits [N, T, A]``: the logits
-      every action was drawn from, in one pass (what the loss differentiates). ``obs`` is
-      ``[N, T, ...]`` for a control env, the whole dialogue ``int32 [N, L]`` for a token task
-      (``actions`` = its last ``T`` tokens).
-    * ``extend(params, carry, tokens [N, R], pos) -> (carry, logits [N, R, A])``: feed ``R``
-      tokens at dialogue positions ``pos ..`` in one pass (token tasks; None otherwise).
-    * ``token_logp(params, obs, actions [N, T], temperature) -> (logp [N, T], entropy [N, T])``:
-      what the loss needs of ``sequence_logits`` without holding ``[N, T, A]`` logits (a
-      150k-token vocabulary); ``None``: computed from ``sequence_logits``.
-    * ``frozen() -> params or None``: weights the policy reads but never trains (a loaded
-      model's base under LoRA); the trainable ``params`` are then its adapters and every
-      function above receives ``{"base": frozen, "lora": params}`` (``lora: None`` = the base
-      alone, the KL reference).
-    * ``start_grouped(params, obs [P, ...], g) -> (carry, logits [P * g, A])``: ``start`` of
-      ``P`` prompts each shared by ``g`` consecutive members, computed once per prompt
-      (``None``: the rollout calls ``start`` on every member).
-    * ``token_logp_shared(params, obs [P * g, L], actions, temperature, g)``: ``token_logp``
-      of dialogues whose consecutive runs of ``g`` rows share a prompt, each prompt computed
-      once (``None``: the loss runs ``token_logp`` on every row).
-    """
-
-    init: Callable
-    start: Callable
-    step: Callable
-    sequence_logits: Callable
-    extend: Callable | None = None
-    token_logp: Callable | None = None
-    frozen: Callable | None = None
-    start_grouped: Callable | None = None
-    token_logp_shared: Callable | None = None
 
 
 def _lm_init(model: TransformerLM, key, obs):
@@ -86,9 +48,9 @@ def _lm_sequence_logits(model: TransformerLM, prompt_len: int, params, obs, acti
     return logits[:, prompt_len - 1 :]
 
 
-def transformer_policy(model: TransformerLM, prompt_len: int) -> Policy:
+def transformer_policy(model: TransformerLM, prompt_len: int) -> TokenPolicy:
     """A causal LM over a token task: the prompt is ``obs[:prompt_len]``, actions are tokens."""
-    return Policy(
+    return TokenPolicy(
         functools.partial(_lm_init, model),
         functools.partial(_lm_start, model, prompt_len),
         functools.partial(_lm_step, model, prompt_len),
@@ -126,21 +88,21 @@ def _mlp_sequence_logits(model, params, obs, actions):
     return model.apply(params, obs)
 
 
-def _masked_start(policy: Policy, mask_fn, params, obs):
+def _masked_start(policy: TokenPolicy, mask_fn, params, obs):
     carry, logits = policy.start(params, obs)
     return carry, mask_logits(logits, mask_fn(obs))
 
 
-def _masked_step(policy: Policy, mask_fn, params, carry, obs, action, t):
+def _masked_step(policy: TokenPolicy, mask_fn, params, carry, obs, action, t):
     carry, logits = policy.step(params, carry, obs, action, t)
     return carry, mask_logits(logits, mask_fn(obs))
 
 
-def _masked_sequence_logits(policy: Policy, mask_fn, params, obs, actions):
+def _masked_sequence_logits(policy: TokenPolicy, mask_fn, params, obs, actions):
     return mask_logits(policy.sequence_logits(params, obs, actions), mask_fn(obs))
 
 
-def masked_policy(policy: Policy, mask_fn) -> Policy:
+def masked_policy(policy: TokenPolicy, mask_fn) -> TokenPolicy:
     """``policy`` (over a control env) whose logits give illegal actions of each observation
     probability 0 (:func:`jaxrl.algos.common.masks.mask_logits`), in rollouts and in the
     loss alike; ``policy`` itself when ``mask_fn`` is ``None``."""
@@ -153,11 +115,18 @@ def masked_policy(policy: Policy, mask_fn) -> Policy:
     )
 
 
-def mlp_policy(model: MLPPolicy) -> Policy:
+def mlp_policy(model: MLPPolicy) -> TokenPolicy:
     """A memoryless MLP over flat observations (control envs)."""
-    return Policy(
+    return TokenPolicy(
         functools.partial(_mlp_init, model),
         functools.partial(_mlp_start, model),
         functools.partial(_mlp_step, model),
         functools.partial(_mlp_sequence_logits, model),
     )
+
+
+def __getattr__(name: str):
+    """``Policy``, the 0.5 name of :class:`~jaxrl.algos.common.lm.policy.TokenPolicy`, with a warning."""
+    from jaxrl import _compat
+
+    return _compat.moved_name(__name__, name)

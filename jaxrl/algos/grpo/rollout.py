@@ -17,9 +17,9 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from jaxrl.algos.grpo.policy import Policy
+from jaxrl.algos.common.lm.decode import sample
+from jaxrl.algos.common.lm.policy import TokenPolicy
 from jaxrl.core.env import Environment, tree_select
-from jaxrl.core.prng import first_argmax, gumbel_max
 from jaxrl.core.tokens import TokenTask
 
 Array = jax.Array
@@ -57,16 +57,9 @@ class _Carry:
     key: Array
 
 
-def _rollout_step(policy: Policy, env: Environment, greedy: bool, params, env_params, temperature, c: _Carry, t):
+def _rollout_step(policy: TokenPolicy, env: Environment, greedy: bool, params, env_params, temperature, c: _Carry, t):
     key, k_act, k_env = jax.random.split(c.key, 3)
-    scaled = c.logits / temperature
-    if greedy:
-        action = first_argmax(scaled)
-    else:
-        action = gumbel_max(k_act, scaled)
-    log_probs = jax.nn.log_softmax(scaled)
-    logp = jnp.take_along_axis(log_probs, action[:, None], axis=1)[:, 0]
-    entropy = -jnp.sum(jnp.exp(log_probs) * log_probs, axis=-1)
+    action, logp, entropy = sample(c.logits, temperature, greedy, k_act)
     n = action.shape[0]
     new_state, ts = jax.vmap(env.step, in_axes=(0, 0, 0, None))(jax.random.split(k_env, n), c.env_state, action, env_params)
     alive = c.alive
@@ -92,7 +85,7 @@ def _rollout_step(policy: Policy, env: Environment, greedy: bool, params, env_pa
 
 
 def group_rollout(
-    policy: Policy,
+    policy: TokenPolicy,
     env: Environment,
     env_params,
     params,
@@ -150,66 +143,16 @@ class _Dialogue:
     key: Array
 
 
-def _sample(logits: Array, temperature: Array, greedy: bool, key: Array) -> tuple[Array, Array, Array]:
-    """``(token int32 [N], logp [N], entropy [N])`` of ``logits [N, V] / temperature``."""
-    scaled = logits / temperature
-    if greedy:
-        token = first_argmax(scaled)
-    else:
-        token = gumbel_max(key, scaled)
-    log_probs = jax.nn.log_softmax(scaled)
-    logp = jnp.take_along_axis(log_probs, token[:, None], axis=1)[:, 0]
-    return token, logp, -jnp.sum(jnp.exp(log_probs) * log_probs, axis=-1)
-
-
-def _turn_token(policy: Policy, params, temperature, greedy: bool, end_of_turn: int, pad: int, base: Array, c, j):
-    cache, logits, writing, key = c
-    key, k_act, _ = jax.random.split(key, 3)
-    token, logp, entropy = _sample(logits, temperature, greedy, k_act)
-    token = jnp.where(writing, token, pad)  # a finished turn fills its slots with the pad id
-    cache, new_logits = policy.extend(params, cache, token[:, None], base + j)
-    return (cache, new_logits[:, -1].astype(jnp.float32), writing & (token != end_of_turn), key), (token, logp, writing, entropy)
-
-
-def _decode_turn(policy: Policy, task: TokenTask, params, temperature, greedy: bool, base, c: _Dialogue,
-                 stop_early: bool = True):
-    """The turn's tokens ``[N, Tt]`` (pad after a row's end), their log-probs, mask and
-    entropies, with the cache and logits after the turn and the rollout key.
-
-    A ``while_loop`` that stops once every row has ended its turn: the tokens, the cache's
-    valid slots and every masked value equal the fixed-length loop's, whose remaining steps
-    would only write pad ids. The key then advances by the skipped steps' splits, so later
-    draws are the fixed-length loop's too. Where the logits after the turn are read (no reply
-    follows and another turn may: ``max_reply_tokens`` 0 with several turns), every step runs.
-    """
-    tt, n = task.max_turn_tokens, c.alive.shape[0]
-    step = functools.partial(_turn_token, policy, params, temperature, greedy, task.end_of_turn, task.pad_id, base)
-    ragged = stop_early and (task.max_reply_tokens > 0 or task.max_turns == 1)
-
-    def cond(carry):
-        j, (_, _, writing, _), _ = carry
-        return (j < tt) & jnp.any(writing) if ragged else j < tt
-
-    def body(carry):
-        j, inner, outs = carry
-        inner, new = step(inner, j)
-        return j + 1, inner, tuple(o.at[j].set(x) for o, x in zip(outs, new))
-
-    outs = (jnp.full((tt, n), task.pad_id, jnp.int32), jnp.zeros((tt, n), jnp.float32), jnp.zeros((tt, n), jnp.bool_),
-            jnp.zeros((tt, n), jnp.float32))
-    j, (cache, logits, _, key), outs = jax.lax.while_loop(cond, body, (jnp.int32(0), (c.cache, c.logits, c.alive, c.key), outs))
-    key = jax.lax.fori_loop(j, tt, lambda _, k: jax.random.split(k, 3)[0], key)  # _turn_token's split per step
-    tokens, logp, mask, entropy = (jnp.swapaxes(x, 0, 1) for x in outs)  # [N, Tt]
-    return cache, logits, key, tokens, logp, mask, entropy
-
-
-def _turn(policy: Policy, task: TokenTask, params, env_params, temperature, greedy: bool, stop_early: bool,
+def _turn(policy: TokenPolicy, task: TokenTask, params, env_params, temperature, greedy: bool, stop_early: bool,
           c: _Dialogue, k):
     """One policy turn (decode), the env's answer (respond) and its reply (prefill)."""
     tt, tr = task.max_turn_tokens, task.max_reply_tokens
     base = task.prompt_len + k * (tt + tr)
-    cache, logits, key, tokens, logp, mask, entropy = _decode_turn(policy, task, params, temperature, greedy, base, c,
-                                                                   stop_early)
+    # a turn's loop stops once every row has ended it, unless the logits after the turn are read
+    # (no reply follows and another turn may: max_reply_tokens 0 with several turns)
+    ragged = stop_early and (tr > 0 or task.max_turns == 1)
+    cache, logits, key, tokens, logp, mask, entropy = policy.decode(
+        params, c.cache, c.logits, c.alive, c.key, base, temperature, greedy, tt, task.end_of_turn, task.pad_id, ragged)
     key, k_env = jax.random.split(key)
     n = tokens.shape[0]
     new_state, answer = jax.vmap(task.respond, in_axes=(0, 0, 0, None))(jax.random.split(k_env, n), c.env_state, tokens, env_params)
@@ -238,7 +181,7 @@ def _with_reply_slots(x: Array, tr: int) -> Array:
 
 
 def dialogue_rollout(
-    policy: Policy,
+    policy: TokenPolicy,
     task: TokenTask,
     env_params,
     params,

@@ -26,6 +26,7 @@ import optax
 from flax import struct
 
 from jaxrl.algos.common import batching, optim
+from jaxrl.algos.common.lm.policy import TokenPolicy
 from jaxrl.algos.common.optim import Schedule
 from jaxrl.algos.common.train import epochs
 from jaxrl.algos.grpo import offpolicy
@@ -33,7 +34,6 @@ from jaxrl.algos.grpo.config import GRPOConfig, GRPOHyper, hyperparams
 from jaxrl.algos.grpo.losses import (
     _token_mean, advantage_kind, group_advantages, overlong_shaping, policy_loss, select_groups, token_advantages,
 )
-from jaxrl.algos.grpo.policy import Policy
 from jaxrl.algos.grpo.rollout import Rollout, group_rollout
 from jaxrl.core.curriculum import Curriculum
 from jaxrl.core.env import Environment
@@ -64,7 +64,7 @@ class Setup(NamedTuple):
     env: Environment
     env_params: Any  # training params (the curriculum changes them in the update)
     eval_params: Any  # held-out / evaluation params
-    policy: Policy
+    policy: TokenPolicy
     num_steps: int  # T
     optimizer: optax.GradientTransformation
     schedule: Schedule  # the learning-rate schedule (static)
@@ -121,13 +121,13 @@ def whole_groups(cfg: GRPOConfig) -> int:
     return 1 if cfg.num_prompts % (cfg.num_minibatches * cfg.micro_batches) else cfg.group_size
 
 
-def shared_prefix_group(policy: Policy, cfg: GRPOConfig) -> int:
+def shared_prefix_group(policy: TokenPolicy, cfg: GRPOConfig) -> int:
     """The group size whose prompt the loss pass computes once (:attr:`Setup.prefix_group`):
     :func:`whole_groups` when the policy can share a prompt, else 1."""
     return 1 if policy.token_logp_shared is None else whole_groups(cfg)
 
 
-def _token_logp(policy: Policy, params, obs, actions, temperature, group: int = 1) -> tuple[Array, Array]:
+def _token_logp(policy: TokenPolicy, params, obs, actions, temperature, group: int = 1) -> tuple[Array, Array]:
     if group > 1 and policy.token_logp_shared is not None:
         return policy.token_logp_shared(params, obs, actions, temperature, group)
     if policy.token_logp is not None:

@@ -18,8 +18,9 @@ import os
 
 import numpy as np
 
-from jaxrl.algos.common import lm as common_lm
-from jaxrl.algos.common import lm_program
+from jaxrl.algos.common.lm import program as lm_program
+from jaxrl.algos.common.lm.model import load_model, lora_config
+from jaxrl.algos.common.lm.policy import LMSpec, lm_policy
 from jaxrl.algos.contract import (
     AlgoEntry, BatchSize, Curve, EnvSetup, LMHooks, ModelParams, Monitor, Plan, Program, replicated_axes,
 )
@@ -82,9 +83,12 @@ def make_setup(envs: EnvSetup, cfg: SFTConfig, data: tuple[np.ndarray, np.ndarra
     if env.max_turns != 1:
         raise ValueError(f"env: SFT trains single completions; {env.name} has {env.max_turns} turns")
     prompts, completions = demonstrations(env, cfg) if data is None else check_demonstrations(env, *map(np.asarray, data))
-    model, weights = common_lm.load_model(cfg.model, env.vocab_size, env.name)
-    return Setup(cfg, env, envs.eval_params, model, common_lm.lora_config(cfg.model.lora), weights, prompts, completions,
-                 update.make_optimizer(cfg), update.schedule(cfg))
+    model, weights = load_model(cfg.model, env.vocab_size, env.name)
+    lcfg = lora_config(cfg.model.lora)
+    policy = lm_policy(LMSpec(model, lcfg, env.pad_id, env.prompt_len, env.dialogue_len, *config.loss_pass(cfg.model)),
+                       weights)
+    return Setup(cfg, env, envs.eval_params, model, lcfg, weights, prompts, completions, update.make_optimizer(cfg),
+                 update.schedule(cfg), policy)
 
 
 def load_params(fresh: SFTState, trained) -> SFTState:
@@ -98,11 +102,12 @@ def _memory(lm_config, cfg: SFTConfig, seq_len: int, data: int, model: int, stra
     from jaxrl.models.lm.memory import estimate_memory
 
     m = cfg.model
+    head_chunk, remat = config.loss_pass(m)
     return estimate_memory(
         lm_config, batch=cfg.batch_size, seq_len=seq_len, param_dtype_bytes=2 if m.dtype == "bfloat16" else 4,
         full_finetune=m.lora.rank == 0, lora_rank=m.lora.rank, lora_targets=tuple(m.lora.targets), data=data,
         model=model, strategy=strategy, grad_accum=cfg.micro_batches,
-        vocab_chunk=cfg.batch_size // cfg.micro_batches * m.head_chunk,
+        vocab_chunk=cfg.batch_size // cfg.micro_batches * (head_chunk or seq_len), remat=remat,
     )
 
 

@@ -11,40 +11,19 @@ A run config reads::
       model: {path: ..., dtype: float32, lora: {rank: 8, alpha: 16.0}, head_chunk: 64}
       optim: {lr: 1.0e-4, warmup_updates: 10, lr_end_frac: 0.1}
 
-``model`` has the keys and meaning of ``grpo.model`` with ``policy: hf`` (a run can go on
-as GRPO with ``--init-from``: the same ``path``, ``dtype`` and ``lora``), ``optim`` those of
-``grpo.optim`` (:class:`~jaxrl.algos.common.optim.OptimConfig`, the section of every algorithm).
+``model`` is :class:`~jaxrl.algos.common.lm.config.ModelSection`, the keys of ``grpo.model``
+with ``policy: hf`` (a run can go on as GRPO with ``--init-from``: the same ``path``,
+``dtype`` and ``lora``); its ``head_chunk: auto`` is 64 and ``remat: auto`` on
+(:func:`loss_pass`). ``optim`` has the keys of ``grpo.optim``
+(:class:`~jaxrl.algos.common.optim.OptimConfig`, the section of every algorithm).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Literal
-
+from jaxrl.algos.common.lm.config import ALL_TARGETS, LoRASection, ModelSection  # noqa: F401  (sft.config's names)
 from jaxrl.algos.common.optim import OptimConfig as _OptimConfig, traced_values
 from jaxrl.algos.contract import AlgoConfig, check
-
-ALL_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-
-
-@dataclasses.dataclass(frozen=True)
-class LoRASection:
-    """LoRA adapters on the loaded model (``sft.model.lora``); rank 0 = full fine-tuning."""
-
-    rank: int = 0  # adapter rank r (0: train every weight of the model)
-    alpha: float = 16.0  # scale alpha / r of the adapters' output
-    targets: tuple[str, ...] = ALL_TARGETS  # adapted projections
-
-
-@dataclasses.dataclass(frozen=True)
-class ModelConfig:
-    """The loaded Hugging Face checkpoint (``sft.model``), as ``grpo.model`` with ``policy: hf``."""
-
-    path: str = ""  # a local Hugging Face checkpoint directory (config.json, *.safetensors)
-    dtype: Literal["float32", "bfloat16"] = "float32"  # weights and activations (softmax, log-probs, Adam: float32)
-    lora: LoRASection = dataclasses.field(default_factory=LoRASection)  # adapters (rank 0: full fine-tuning)
-    head_chunk: int = 64  # sequence positions per chunk of the LM head in the loss
-
 
 @dataclasses.dataclass(frozen=True)
 class SFTOptim(_OptimConfig):
@@ -71,7 +50,7 @@ class SFTConfig(AlgoConfig):
     eval_held_out: str = "all"  # "all" scores every held-out row once (the first eval_episodes of them when there are more); "sample" draws eval_episodes rows with replacement
     eval_every: int = 0  # every N updates, the greedy held-out evaluation inside training: heldout_reward, heldout_<info key> (absent from other updates' records; 0 = off); with train.stop_at on one, updates_per_chunk must be a multiple of N
     eval_every_episodes: int = 64  # held-out prompts of that periodic evaluation (each row once, the first N of them, as eval_held_out says)
-    model: ModelConfig = dataclasses.field(default_factory=ModelConfig)
+    model: ModelSection = dataclasses.field(default_factory=ModelSection)
     optim: SFTOptim = dataclasses.field(default_factory=SFTOptim)
 
     def validate(self) -> None:
@@ -86,18 +65,29 @@ def validate(cfg: SFTConfig) -> None:
     check(cfg.eval_held_out in ("all", "sample"), "eval_held_out", f"expected all or sample, got {cfg.eval_held_out!r}")
     check(cfg.batch_size % cfg.micro_batches == 0, "micro_batches",
           f"{cfg.micro_batches} does not divide batch_size = {cfg.batch_size}")
-    m, o = cfg.model, cfg.optim
-    check(bool(m.path), "model.path", "SFT trains a loaded checkpoint: give its local directory")
-    check(m.dtype in ("float32", "bfloat16"), "model.dtype", f"expected float32 or bfloat16, got {m.dtype!r}")
-    check(m.lora.rank >= 0, "model.lora.rank", f"must be >= 0, got {m.lora.rank}")
-    check(m.lora.alpha > 0, "model.lora.alpha", f"must be > 0, got {m.lora.alpha}")
-    check(m.lora.rank == 0 or (bool(m.lora.targets) and set(m.lora.targets) <= set(ALL_TARGETS)), "model.lora.targets",
-          f"expected a non-empty subset of {ALL_TARGETS}, got {tuple(m.lora.targets)}")
-    check(m.head_chunk >= 1, "model.head_chunk", f"must be >= 1, got {m.head_chunk}")
-    o.validate()
+    check(bool(cfg.model.path), "model.path", "SFT trains a loaded checkpoint: give its local directory")
+    cfg.model.validate()
+    cfg.optim.validate()
+
+
+#: SFT's LM head chunk under ``model.head_chunk: auto`` (positions per chunk of the loss's head).
+HEAD_CHUNK = 64
+
+
+def loss_pass(m: ModelSection) -> tuple[int, bool]:
+    """``(head_chunk, remat)`` of SFT's loss pass from ``sft.model``: ``auto`` is
+    :data:`HEAD_CHUNK` positions per chunk and rematerialisation on."""
+    return (HEAD_CHUNK if m.head_chunk == "auto" else int(m.head_chunk)), (True if m.remat == "auto" else bool(m.remat))
 
 
 def hyperparams(cfg: SFTConfig, **overrides) -> dict:
     """``{name: float32 array}`` of the traced hyperparameters (the optimiser's ``lr`` and
     ``max_grad_norm``), ``overrides`` applied."""
     return traced_values({"lr": cfg.optim.lr, "max_grad_norm": cfg.optim.max_grad_norm}, overrides, "SFT")
+
+
+def __getattr__(name: str):
+    """``ModelConfig``, the 0.5 name of :class:`~jaxrl.algos.common.lm.config.ModelSection`, with a warning."""
+    from jaxrl import _compat
+
+    return _compat.moved_name(__name__, name)

@@ -1,7 +1,8 @@
 """SFT's evaluation: completions of held-out prompts scored by the task's own verifier.
 
-The decode is GRPO's single-turn dialogue rollout on a loaded model, step for step: the
-prompt prefilled once (pad ids invisible), then ``max_turn_tokens`` cached decode steps, the
+The decode is GRPO's single-turn dialogue rollout on a loaded model, step for step, through
+the same :class:`~jaxrl.algos.common.lm.policy.TokenPolicy`: the prompt prefilled once (pad
+ids invisible), then up to ``max_turn_tokens`` cached decode steps (the one decode loop), the
 pad id written after the end-of-turn, the turn answered by ``task.respond``; the same key
 splits, so a greedy SFT score and GRPO's evaluation of the same weights are the same numbers
 (tests/test_sft.py checks it). ``samples`` prints greedy transcripts, ``sampled_rollouts``
@@ -18,11 +19,9 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from jaxrl.algos.common import lm as common_lm
 from jaxrl.algos.common.train import COMPILER_OPTIONS
 from jaxrl.algos.sft import update as update_lib
 from jaxrl.algos.sft.update import Setup, SFTState, model_params
-from jaxrl.core.prng import first_argmax, gumbel_max
 from jaxrl.text.task import evaluation_rows, evaluation_starts
 
 Array = jax.Array
@@ -42,29 +41,19 @@ class Completions:
 def complete(setup: Setup, params, reset_keys: Array, key: Array, greedy: bool) -> Completions:
     """One completion per entry of ``reset_keys`` (keys, or a text task's row indices:
     :func:`jaxrl.text.task.evaluation_starts`) on the held-out params, greedy or sampled at
-    temperature 1."""
-    task, model = setup.env, setup.model
-    base, adapters = common_lm.split(model, params)
-    n, lp, tt = reset_keys.shape[0], task.prompt_len, task.max_turn_tokens
-    env_state, prompt, info = jax.vmap(task.start, in_axes=(0, None))(reset_keys, setup.eval_params)
+    temperature 1: the prompt prefilled, the turn decoded (:meth:`TokenPolicy.decode
+    <jaxrl.algos.common.lm.policy.TokenPolicy.decode>`), answered by ``task.respond``."""
+    task, policy = setup.env, setup.policy
+    n = reset_keys.shape[0]
+    env_state, prompt, _ = jax.vmap(task.start, in_axes=(0, None))(reset_keys, setup.eval_params)
     prompt = prompt.astype(jnp.int32)
-    logits, cache = model.prefill(base, prompt, prompt != task.pad_id, task.dialogue_len, lora=adapters)
-
-    def body(c, j):
-        cache, logits, writing, key = c
-        key, k_act, _ = jax.random.split(key, 3)
-        token = first_argmax(logits) if greedy else gumbel_max(k_act, logits)
-        token = jnp.where(writing, token, task.pad_id)
-        new_logits, cache = model.extend(base, cache, token[:, None], lp + j, (token != task.pad_id)[:, None], lora=adapters)
-        return (cache, new_logits[:, -1].astype(jnp.float32), writing & (token != task.end_of_turn), key), (token, writing)
-
-    start = (cache, logits[:, -1].astype(jnp.float32), jnp.ones((n,), jnp.bool_), key)
-    (_, _, _, key), (tokens, mask) = jax.lax.scan(body, start, jnp.arange(tt))
-    tokens, mask = tokens.T, mask.T
+    cache, logits = policy.start(params, prompt)
+    _, _, key, tokens, _, mask, _ = policy.decode(
+        params, cache, logits.astype(jnp.float32), jnp.ones((n,), jnp.bool_), key, task.prompt_len, jnp.float32(1.0),
+        greedy, task.max_turn_tokens, task.end_of_turn, task.pad_id)
     key, k_env = jax.random.split(key)
     _, answer = jax.vmap(task.respond, in_axes=(0, 0, 0, None))(jax.random.split(k_env, n), env_state, tokens, setup.eval_params)
     rewards = jnp.where(mask, answer.rewards, 0.0).astype(jnp.float32)
-    del info
     return Completions(prompt, tokens, jnp.sum(rewards, axis=1), jnp.sum(mask, axis=1, dtype=jnp.int32), answer.info)
 
 

@@ -44,21 +44,23 @@ def token_stats(params: dict, hidden: Array, targets: Array, chunk_size: int) ->
     return chunked_head(params, hidden, targets, chunk_size, _logp_hit)
 
 
-def completion_hidden(model, base, adapters, prompts: Array, completions: Array, pad_id: int) -> Array:
+def completion_hidden(model, base, adapters, prompts: Array, completions: Array, pad_id: int,
+                      remat: bool = True) -> Array:
     """Final hidden states ``[N, Lc, D]`` of the positions that predict each completion token:
-    one pass over ``prompt + completion`` (without its last token), pad ids masked."""
+    one pass over ``prompt + completion`` (without its last token), pad ids masked; ``remat``:
+    each layer's inside recomputed in the backward pass."""
     ids = jnp.concatenate([prompts, completions], axis=1)[:, :-1].astype(jnp.int32)
-    hidden = model.hidden(base, ids, ids != pad_id, lora=adapters)
+    hidden = model.hidden(base, ids, ids != pad_id, lora=adapters, remat=remat)
     return hidden[:, prompts.shape[1] - 1 :]
 
 
 def sft_loss(model, head_chunk: int, pad_id: int, base, adapters, prompts: Array, completions: Array, mask: Array,
-             denom: Array) -> tuple[Array, dict]:
+             denom: Array, remat: bool = True) -> tuple[Array, dict]:
     """``sum(-log p(target) * mask) / denom`` (``denom``: the whole batch's target count, so
     micro-batch losses add up to the batch's token mean) and the sums behind the metrics:
     ``hits`` (targets that are the top logit) and ``sequences_exact`` (rows whose every
     target is)."""
-    hidden = completion_hidden(model, base, adapters, prompts, completions, pad_id)
+    hidden = completion_hidden(model, base, adapters, prompts, completions, pad_id, remat)
     logp, hit = token_stats(base, hidden, completions, head_chunk)
     nll = -jnp.sum(jnp.where(mask, logp, 0.0))
     hits = jnp.sum(hit & mask)

@@ -18,10 +18,11 @@ import jax.numpy as jnp
 import optax
 from flax import struct
 
-from jaxrl.algos.common import lm as common_lm
 from jaxrl.algos.common import optim
+from jaxrl.algos.common.lm.model import split, trainable
+from jaxrl.algos.common.lm.policy import TokenPolicy
 from jaxrl.algos.common.optim import Schedule
-from jaxrl.algos.sft.config import SFTConfig, hyperparams
+from jaxrl.algos.sft.config import SFTConfig, hyperparams, loss_pass
 from jaxrl.algos.sft.losses import completion_mask, sft_loss
 from jaxrl.core.env import Environment
 
@@ -54,6 +55,7 @@ class Setup(NamedTuple):
     completions: Any  # int32 [N, Lc], end-of-turn then pad id
     optimizer: optax.GradientTransformation
     schedule: Schedule
+    policy: TokenPolicy  # the loaded model as a token policy (evaluation's prefill and decode)
 
 
 def model_params(state: SFTState):
@@ -71,9 +73,10 @@ def batch_indices(key: Array, step: Array, batch: int, n: int) -> Array:
 
 
 def _loss(setup: Setup, frozen, params, prompts, completions, mask, denom):
-    base, adapters = common_lm.split(setup.model, params if frozen is None else {"base": frozen, "lora": params})
-    m = setup.cfg.model
-    return sft_loss(setup.model, m.head_chunk, setup.env.pad_id, base, adapters, prompts, completions, mask, denom)
+    base, adapters = split(setup.model, params if frozen is None else {"base": frozen, "lora": params})
+    head_chunk, remat = loss_pass(setup.cfg.model)
+    return sft_loss(setup.model, head_chunk, setup.env.pad_id, base, adapters, prompts, completions, mask, denom,
+                    remat=remat)
 
 
 def grads(setup: Setup, state: SFTState, prompts: Array, completions: Array):
@@ -121,7 +124,7 @@ def init(setup: Setup, key: Array, hyper: dict | None = None) -> SFTState:
     """A fresh state: the checkpoint's weights (or fresh adapters), the optimiser, step 0."""
     optim_hyper, _ = optim.split_traced(hyperparams(setup.cfg, **(hyper or {})))
     k_params, k_data = jax.random.split(key)
-    params = common_lm.trainable(k_params, setup.model, setup.lora, setup.weights)
+    params = trainable(k_params, setup.model, setup.lora, setup.weights)
     frozen = None if setup.lora is None else setup.weights
     optimizer = make_optimizer(setup.cfg, optim_hyper["lr"], optim_hyper["max_grad_norm"])
     return SFTState(params, optimizer.init(params), k_data, jnp.zeros((), jnp.int32), frozen)

@@ -1,12 +1,18 @@
-"""Sampling from an :class:`~jaxrl.models.lm.model.LM` the way transformers' ``generate`` does:
-the prompt is prefilled once, then one jitted ``lax.scan`` of cached decode steps; a row that
-has produced an end id writes ``model.pad_id`` from then on. Logits processors in
-transformers' order: temperature, top-k, top-p.
+"""Sampling from a causal LM token by token: the one decode loop (:func:`decode_loop`) and
+:func:`generate`, transformers' ``generate`` on an :class:`~jaxrl.models.lm.model.LM`.
+
+The loop draws a token from the current logits, writes the pad id instead once a row has
+ended (an end id written), feeds the token back through the key/value cache, and stops when
+every row has ended. GRPO's rollouts, SFT's evaluation (through
+:class:`jaxrl.algos.common.lm.policy.TokenPolicy`) and :func:`generate` all run it.
+:func:`generate` prefills the prompt once; its logits processors come in transformers'
+order: temperature, top-k, top-p.
 """
 
 from __future__ import annotations
 
 import functools
+from typing import Callable
 
 import jax
 import jax.numpy as jnp
@@ -37,31 +43,71 @@ def sample_token(logits: Array, key: Array | None, temperature: float = 1.0, top
     return gumbel_max(key, logits)
 
 
+def decode_loop(draw: Callable, feed: Callable, logits: Array, cache, writing: Array, key: Array, *, steps: int,
+                pad_id: int, end_ids, stop_early: bool = True, skip: Callable | None = None):
+    """``steps`` decode steps of ``N`` rows; returns ``(logits, cache, key, tokens, written, extras)``.
+
+    Step ``j``: ``draw(logits [N, V], key, j) -> (key, token int32 [N], extras)`` (a tuple of
+    ``[N]`` arrays: log-probs, entropies...); rows no longer ``writing`` get ``pad_id``
+    instead; ``feed(cache, token [N], j) -> (logits [N, V], cache)`` reads the token; a row
+    stops writing after one of ``end_ids`` (int or tuple). ``tokens`` int32 ``[N, steps]``
+    (pad after a row's end), ``written`` bool ``[N, steps]`` (the row was writing: its end
+    id included) and each of ``extras`` ``[N, steps]``, 0 where no step ran.
+
+    ``stop_early``: a ``while_loop`` that stops once no row is writing; its tokens, masks and
+    masked extras equal the fixed-length loop's, whose remaining steps would only write pad
+    ids. The key then goes through ``skip`` once per skipped step (``None``: unchanged), so
+    draws after the loop are the fixed-length loop's too. The logits and cache after an early
+    stop are not those of the fixed-length loop: without ``stop_early`` every step runs.
+    """
+    n = writing.shape[0]
+    ends = jnp.asarray(end_ids, jnp.int32).reshape(-1)
+    shapes = jax.eval_shape(draw, logits, key, jnp.int32(0))[2]
+
+    def body(carry):
+        j, (logits, cache, writing, key), outs = carry
+        key, token, extras = draw(logits, key, j)
+        token = jnp.where(writing, token, pad_id)
+        logits, cache = feed(cache, token, j)
+        new = (token, writing) + tuple(extras)
+        going = writing & ~jnp.isin(token, ends)
+        return j + 1, (logits, cache, going, key), tuple(o.at[j].set(x) for o, x in zip(outs, new))
+
+    def cond(carry):
+        j, (_, _, writing, _), _ = carry
+        return (j < steps) & jnp.any(writing) if stop_early else j < steps
+
+    outs = (jnp.full((steps, n), pad_id, jnp.int32), jnp.zeros((steps, n), jnp.bool_)) + tuple(
+        jnp.zeros((steps,) + s.shape, s.dtype) for s in shapes)
+    j, (logits, cache, _, key), outs = jax.lax.while_loop(cond, body, (jnp.int32(0), (logits, cache, writing, key), outs))
+    if skip is not None:
+        key = jax.lax.fori_loop(j, steps, lambda _, k: skip(k), key)
+    tokens, written, *extras = (jnp.swapaxes(x, 0, 1) for x in outs)
+    return logits, cache, key, tokens, written, tuple(extras)
+
+
+def _generate_draw(keys, temperature, top_k, top_p, greedy, logits, key, j):
+    return key, sample_token(logits, None if greedy else keys[j], temperature, top_k, top_p), ()
+
+
+def _generate_feed(model, params, lora, length, cache, token, j):
+    logits, cache = model.decode(params, cache, token, length + j, lora=lora)
+    return logits, cache
+
+
 @functools.partial(jax.jit, static_argnames=("model", "max_new_tokens", "temperature", "top_k", "top_p",
                                              "eos_ids", "greedy"))
 def _generate(model, params, input_ids, attention_mask, key, lora, *, max_new_tokens, temperature, top_k,
               top_p, eos_ids, greedy):
     b, length = input_ids.shape
-    eos = jnp.asarray(eos_ids if eos_ids else (-1,), jnp.int32)
-    def draw(logits, k):
-        return sample_token(logits, None if greedy else k, temperature, top_k, top_p)
-
     # greedy decoding draws nothing: no threefry in the program
     keys = jnp.zeros((max_new_tokens, 2), jnp.uint32) if greedy else jax.random.split(key, max_new_tokens)
     logits, cache = model.prefill(params, input_ids, attention_mask, length + max_new_tokens, lora=lora)
-    first = draw(logits[:, -1], keys[0])
-    done = jnp.isin(first, eos)
-
-    def step(carry, xs):
-        cache, token, done = carry
-        slot, k = xs
-        logits, cache = model.decode(params, cache, token, slot, lora=lora)
-        nxt = jnp.where(done, model.pad_id, draw(logits, k))
-        return (cache, nxt, done | jnp.isin(nxt, eos)), nxt
-
-    slots = length + jnp.arange(max_new_tokens - 1, dtype=jnp.int32)
-    _, rest = jax.lax.scan(step, (cache, first, done), (slots, keys[1:]))
-    return jnp.concatenate([input_ids.astype(jnp.int32), first[:, None], rest.T], axis=1)
+    draw = functools.partial(_generate_draw, keys, temperature, top_k, top_p, greedy)
+    feed = functools.partial(_generate_feed, model, params, lora, length)
+    tokens = decode_loop(draw, feed, logits[:, -1], cache, jnp.ones((b,), jnp.bool_), jnp.zeros((2,), jnp.uint32),
+                         steps=max_new_tokens, pad_id=model.pad_id, end_ids=eos_ids if eos_ids else (-1,))[3]
+    return jnp.concatenate([input_ids.astype(jnp.int32), tokens], axis=1)
 
 
 def generate(model, params: dict, input_ids: Array, attention_mask: Array | None = None, *,

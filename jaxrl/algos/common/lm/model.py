@@ -1,9 +1,10 @@
 """A loaded Hugging Face checkpoint as an algorithm's model: the pieces every algorithm that
 trains one shares (GRPO's ``policy: hf``, SFT).
 
-An algorithm's ``model`` config section has the keys ``path`` (a local checkpoint
-directory), ``dtype`` (``float32`` or ``bfloat16``), ``lora: {rank, alpha, targets}`` (rank
-0: full fine-tuning) and ``head_chunk``. From such a section :func:`load_model` reads the
+An algorithm's ``model`` config section (:class:`~jaxrl.algos.common.lm.config.ModelSection`)
+has the keys ``path`` (a local checkpoint directory), ``dtype`` (``float32`` or
+``bfloat16``), ``lora: {rank, alpha, targets}`` (rank 0: full fine-tuning), ``head_chunk``
+and ``remat``. From such a section :func:`load_model` reads the
 checkpoint and checks it speaks the task's vocabulary; :func:`lm_dtype` and
 :func:`lora_config` turn the keys into what :mod:`jaxrl.models.lm` takes; :func:`trainable`
 and :func:`split` are the one convention for what a train state holds: float32 master

@@ -1,7 +1,10 @@
-"""A loaded Hugging Face checkpoint as GRPO's policy over a token task in its tokenizer's ids.
+"""The token policy: the named tuple of pure functions through which GRPO, SFT and evaluation drive a network, and a loaded checkpoint as one.
 
-The same :class:`~jaxrl.algos.grpo.policy.Policy` functions as the small transformer's, so the
-rollout, dialogues, tools and every loss run unchanged:
+:class:`TokenPolicy` is how rollouts, dialogues, tools and every loss talk to a network
+(prefill, extend, the loss pass's token log-probs, and :meth:`TokenPolicy.decode`, the one
+decode loop); GRPO builds one for the small transformer and the MLP of control envs too
+(:mod:`jaxrl.algos.grpo.policy`). :func:`lm_policy` is a loaded Hugging Face checkpoint over a
+token task in its tokenizer's ids:
 
 * ``start`` prefills the prompt once per group of samples (left-padded: the task's pad id is "no token", never
   attended and taking no position, as transformers' ``generate`` treats a padded batch);
@@ -14,21 +17,72 @@ rollout, dialogues, tools and every loss run unchanged:
 
 Trainable parameters are either the whole model (full fine-tuning, float32 master weights cast
 to the compute dtype in the forward) or LoRA adapters beside a frozen base
-(:attr:`Policy.frozen`); with LoRA the KL reference is the base with the adapters off.
+(:attr:`TokenPolicy.frozen`); with LoRA the KL reference is the base with the adapters off.
 """
 
 from __future__ import annotations
 
 import functools
-from typing import Any, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
 
-from jaxrl.algos.grpo.policy import Policy
+from jaxrl.algos.common.lm.decode import decode_turn
+from jaxrl.algos.common.lm.model import split, trainable
 from jaxrl.models import lm
 
 Array = jax.Array
+
+
+class TokenPolicy(NamedTuple):
+    """How a rollout, an evaluation and a loss talk to a network.
+
+    * ``init(key, obs) -> params`` with ``obs [N, *obs_shape]``.
+    * ``start(params, obs [N, ...]) -> (carry, logits [N, A])`` on the first observation (a
+      token task: the prefill of the prompt ``obs[:, :prompt_len]``, the carry its cache).
+    * ``step(params, carry, obs [N, ...], action [N], t) -> (carry, logits [N, A])`` after
+      action ``t`` led to ``obs``.
+    * ``sequence_logits(params, obs, actions [N, T]) -> logits [N, T, A]``: the logits
+      every action was drawn from, in one pass (what the loss differentiates). ``obs`` is
+      ``[N, T, ...]`` for a control env, the whole dialogue ``int32 [N, L]`` for a token task
+      (``actions`` = its last ``T`` tokens).
+    * ``extend(params, carry, tokens [N, R], pos) -> (carry, logits [N, R, A])``: feed ``R``
+      tokens at dialogue positions ``pos ..`` in one pass (token tasks; None otherwise).
+    * ``token_logp(params, obs, actions [N, T], temperature) -> (logp [N, T], entropy [N, T])``:
+      what the loss needs of ``sequence_logits`` without holding ``[N, T, A]`` logits (a
+      150k-token vocabulary); ``None``: computed from ``sequence_logits``.
+    * ``frozen() -> params or None``: weights the policy reads but never trains (a loaded
+      model's base under LoRA); the trainable ``params`` are then its adapters and every
+      function above receives ``{"base": frozen, "lora": params}`` (``lora: None`` = the base
+      alone, the KL reference).
+    * ``start_grouped(params, obs [P, ...], g) -> (carry, logits [P * g, A])``: ``start`` of
+      ``P`` prompts each shared by ``g`` consecutive members, computed once per prompt
+      (``None``: the rollout calls ``start`` on every member).
+    * ``token_logp_shared(params, obs [P * g, L], actions, temperature, g)``: ``token_logp``
+      of dialogues whose consecutive runs of ``g`` rows share a prompt, each prompt computed
+      once (``None``: the loss runs ``token_logp`` on every row).
+
+    Token tasks write their turns with :meth:`decode` (``extend`` token by token).
+    """
+
+    init: Callable
+    start: Callable
+    step: Callable
+    sequence_logits: Callable
+    extend: Callable | None = None
+    token_logp: Callable | None = None
+    frozen: Callable | None = None
+    start_grouped: Callable | None = None
+    token_logp_shared: Callable | None = None
+
+    def decode(self, params, cache, logits: Array, writing: Array, key: Array, base, temperature, greedy: bool,
+               steps: int, end_of_turn: int, pad_id: int, stop_early: bool = True):
+        """One turn of up to ``steps`` tokens written from dialogue position ``base`` through
+        ``extend``: :func:`jaxrl.algos.common.lm.decode.decode_turn`'s ``(cache, logits, key,
+        tokens, logp, mask, entropy)``."""
+        return decode_turn(functools.partial(self.extend, params), cache, logits, writing, key, base, temperature,
+                           greedy, steps, end_of_turn, pad_id, stop_early)
 
 
 class LMSpec(NamedTuple):
@@ -45,12 +99,7 @@ class LMSpec(NamedTuple):
 
 def _split(spec: LMSpec, params) -> tuple[Any, Any]:
     """``(base weights, adapters or None)`` in the model's compute dtype."""
-    if isinstance(params, dict) and "base" in params:
-        base, adapters = params["base"], params["lora"]
-    else:
-        base, adapters = params, None
-    cast = functools.partial(jax.tree_util.tree_map, lambda x: x.astype(spec.model.dtype))
-    return cast(base), (None if adapters is None else cast(adapters))
+    return split(spec.model, params)
 
 
 def _start(spec: LMSpec, params, obs):
@@ -121,18 +170,16 @@ def _sequence_logits(spec: LMSpec, params, obs, actions):
 
 def _init(spec: LMSpec, weights, key, obs):
     del obs
-    if spec.lora is None:
-        return jax.tree_util.tree_map(lambda x: jnp.asarray(x, jnp.float32), weights)  # float32 master weights
-    return lm.init_lora(key, spec.model, spec.lora)
+    return trainable(key, spec.model, spec.lora, weights)  # float32 master weights, or fresh adapters
 
 
 def _frozen(weights):
     return weights
 
 
-def lm_policy(spec: LMSpec, weights) -> Policy:
+def lm_policy(spec: LMSpec, weights) -> TokenPolicy:
     """The policy of a loaded model ``spec.model`` with weights ``weights`` (see the module docstring)."""
-    return Policy(
+    return TokenPolicy(
         functools.partial(_init, spec, weights),
         functools.partial(_start, spec),
         functools.partial(_step, spec),

@@ -17,7 +17,7 @@ from typing import Any, Callable
 import jax
 import jax.numpy as jnp
 
-from jaxrl.algos.common import lm as common_lm
+from jaxrl.algos.common.lm.model import lm_dtype, lora_config
 from jaxrl.algos.contract import EvalReport, ModelParams, leaves_under
 from jaxrl.core.env import Environment
 
@@ -50,8 +50,8 @@ def export_hf(model_cfg: Any, section: str, state: Any, out_dir: str, adapters_o
     ``adapter_model.safetensors`` (LoRA runs only)."""
     from jaxrl.models import lm
 
-    model, base = lm.load_lm(model_cfg.path, dtype=common_lm.lm_dtype(model_cfg.dtype))
-    lcfg = common_lm.lora_config(model_cfg.lora)
+    model, base = lm.load_lm(model_cfg.path, dtype=lm_dtype(model_cfg.dtype))
+    lcfg = lora_config(model_cfg.lora)
     if lcfg is None:
         if adapters_only:
             raise ValueError(f"adapters only: this run fine-tuned every weight ({section}.model.lora.rank 0); "
