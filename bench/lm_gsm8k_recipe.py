@@ -48,7 +48,8 @@ def make_model(out: str, small: bool) -> None:
         hf.update(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
                   vocab_size=1024, max_window_layers=2)
     config = LMConfig.from_hf(hf)
-    params = init_params(config, jax.random.PRNGKey(0), jnp.bfloat16)
+    with jax.default_device(jax.devices("cpu")[0]):
+        params = init_params(config, jax.random.PRNGKey(0), jnp.bfloat16)
     src = tempfile.mkdtemp()
     with open(os.path.join(src, "config.json"), "w") as f:
         json.dump(hf, f)
@@ -126,6 +127,11 @@ def main() -> None:
     ap.add_argument("--small", action="store_true")
     ap.add_argument("--set", action="append", default=[], help="further config overrides")
     args = ap.parse_args()
+    # This process must not hold the accelerator while `jaxrl train` runs in its child: a JAX
+    # client takes 75% of a GPU's memory when it starts, which left the training process a
+    # quarter of the H200 (it failed loading its executable: CUDA_ERROR_OUT_OF_MEMORY). So the
+    # weights are made on the CPU, and device memory is taken on demand here (generation()).
+    os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
     work = tempfile.mkdtemp()
     model, run = os.path.join(work, "model"), os.path.join(work, "run")
     t0 = time.perf_counter()
@@ -140,9 +146,13 @@ def main() -> None:
         argv += ["--set", s]
     cmd = [sys.executable, "-c", TRAIN_AND_PEAK, json.dumps(argv)]
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    child_env = {k: v for k, v in os.environ.items() if k != "XLA_PYTHON_CLIENT_PREALLOCATE"}
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=child_env)
     whole = time.perf_counter() - t0
-    print(proc.stdout[-3000:], proc.stderr[-3000:])
+    noise = ("Source Location", "external/xla", "cuda_timer.cc", "Failed to allocate device memory")
+    err = [ln for ln in proc.stderr.splitlines() if ln.strip() and not any(n in ln for n in noise)]
+    print("\n".join(ln for ln in proc.stdout.splitlines() if not ln.startswith("PEAK "))[-4000:])
+    print("\n".join(err)[-3000:])
     peaks = [json.loads(ln[len("PEAK "):]) for ln in proc.stdout.splitlines() if ln.startswith("PEAK ")]
     if proc.returncode != 0:
         sys.exit(f"jaxrl train failed (exit {proc.returncode}); nothing recorded")
