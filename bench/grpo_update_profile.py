@@ -75,7 +75,7 @@ def _time(fn, args, repeats: int) -> dict:
 
 def profile(cfg_path: str, overrides: list[str], repeats: int) -> dict:
     cfg = config_lib.load_config(cfg_path, overrides)
-    setup = grpo.make_setup(env_setup(cfg), cfg.algo_config)
+    setup = grpo.make_setup(env_setup(cfg.env), cfg.algo_config)
     state = jax.jit(functools.partial(update_lib.init, setup))(jax.random.PRNGKey(cfg.train.seed))
     args = (state, jax.random.PRNGKey(1))
     parts = {name: _time(functools.partial(fn, setup), args, repeats)

@@ -223,7 +223,8 @@ def grpo_lm_checks() -> dict:
     ``devices: 4, mesh: {model: 2}`` (data 2 x model 2, tp) against one device."""
     import tempfile
 
-    from jaxrl.run import config as config_lib, tokenized, trainer
+    from jaxrl.run import config as config_lib, trainer
+    from jaxrl.text import tokenized
 
     # A random model rarely writes a digit: read every id that is no symbol of the task as "1"
     # (instead of "="), so answers earn partial credit, groups differ and the update has a

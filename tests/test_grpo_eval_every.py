@@ -93,7 +93,7 @@ def test_in_training_evaluation_equals_evaluate(stopped):
     cfg, result, run_dir = stopped
     final = _one_seed(result.state)  # after update 6, which evaluated
     # the greedy evaluation `jaxrl eval` runs, on eval_every_episodes prompts, with the state's key
-    setup = grpo.make_setup(build_lib.env_setup(cfg), dataclasses.replace(cfg.algo_config, eval_episodes=8))
+    setup = grpo.make_setup(build_lib.env_setup(cfg.env), dataclasses.replace(cfg.algo_config, eval_episodes=8))
     ev = jax.jit(functools.partial(grpo.evaluate.evaluate, setup))(final, grpo.evaluate.heldout_key(final))
     last = _records(run_dir)[-1]
     assert ev["episode_returns"].shape == (8,)
@@ -109,7 +109,7 @@ def test_eval_every_changes_no_training_bit(stopped):
     is another XLA program than the trainer's chunk: entropy differs by one ulp)."""
     cfg, result, run_dir = stopped
     assert grpo.GRPOConfig().eval_every == 0
-    plain = grpo.build(build_lib.env_setup(cfg), dataclasses.replace(cfg.algo_config, eval_every=0))
+    plain = grpo.build(build_lib.env_setup(cfg.env), dataclasses.replace(cfg.algo_config, eval_every=0))
     assert plain.update.func is grpo.update.update  # 0: the program without evaluation, untouched
     with Checkpoints(str(run_dir / CHECKPOINT_DIR)) as ckpts:
         state = _one_seed(ckpts.restore(result.state, 3))

@@ -41,8 +41,8 @@ def test_import_linter_contracts_hold():
 
 
 #: The packages whose modules may not import each other in a circle (pyproject's
-#: ``acyclic_siblings`` contract). ``jaxrl.text`` joins once its onepass/verifiers circle is gone.
-ACYCLIC = ("jaxrl.run", "jaxrl.algos", "jaxrl.core", "jaxrl.models", "jaxrl.serve", "jaxrl.commands")
+#: ``acyclic_siblings`` contract).
+ACYCLIC = ("jaxrl.run", "jaxrl.algos", "jaxrl.core", "jaxrl.models", "jaxrl.serve", "jaxrl.commands", "jaxrl.text")
 
 
 def _lint_imports(cwd: pathlib.Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -70,7 +70,7 @@ def test_a_sibling_cycle_breaks_the_contract(tmp_path):
     shutil.copytree(JAXRL, tmp_path / "jaxrl", ignore=shutil.ignore_patterns("__pycache__"))
     (tmp_path / "jaxrl_envs").symlink_to(ROOT / "envs")
     shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
-    packages = ("jaxrl.models", "jaxrl.serve", "jaxrl.commands")
+    packages = ("jaxrl.models", "jaxrl.serve", "jaxrl.commands", "jaxrl.text")
     for package in packages:
         folder = tmp_path / package.replace(".", "/")
         (folder / "_cycle_a.py").write_text(f'"""A."""\nfrom {package} import _cycle_b\n')
@@ -91,6 +91,13 @@ def test_no_hook_lookup_by_module_and_no_hasattr_dispatch_on_token_tasks():
         assert not re.search(r"sys\.modules\s*(?:\[|\.get\b)", text), f"{path}: an algorithm hook found by module lookup"
         for name in ("prompt_len", "vocab_size", "max_completion_len"):
             assert not re.search(rf"hasattr\([^)]*['\"]{name}['\"]", text), f"{path}: hasattr dispatch on {name}"
+
+
+def test_the_run_builds_envs_without_asking_their_types():
+    """``jaxrl/run/build.py`` asks no env its type: each kind of token task says how it is put
+    into a tokenizer's ids (``TokenTask.in_tokenizer``), the wrappers refuse what they cannot wrap."""
+    text = (JAXRL / "run" / "build.py").read_text()
+    assert not re.search(r"\b(?:isinstance|getattr|hasattr)\(", text), "jaxrl/run/build.py dispatches on a type"
 
 
 def test_algorithms_never_import_the_env_suite():
@@ -272,7 +279,7 @@ def test_the_module_rule_fails_on_bad_modules(tmp_path):
     assert [line.split(" ")[0] for line in oversize(folder, tmp_path)] == ["jaxrl/long.py"]
 
 
-@pytest.mark.parametrize("room", ["run", "commands", "algos/common/lm"])
+@pytest.mark.parametrize("room", ["run", "commands", "algos/common/lm", "text"])
 def test_architecture_page_lists_every_module_of_the_room(room):
     """docs/architecture.md has a one-line row for each module of ``jaxrl/<room>/``."""
     page = (ROOT / "docs" / "architecture.md").read_text()

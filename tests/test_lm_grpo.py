@@ -13,12 +13,11 @@ import numpy as np
 import pytest
 
 import jaxrl
-from jaxrl.adapters.tokenized import tokenize_task, tokenized_symbols
 from jaxrl.algos import grpo
 from jaxrl.algos.contract import EnvSetup
 from jaxrl.run import config as config_lib
 from jaxrl.run.checkpoint import Checkpoints
-from jaxrl.run.tokenized import tokenizer_task
+from jaxrl.text.tokenized import tokenize_task, tokenized_symbols, tokenizer_task
 
 ROOT = os.path.join(os.path.dirname(__file__), "..")
 QWEN2 = os.path.join(ROOT, "tests", "fixtures", "lm", "qwen2")

@@ -17,11 +17,10 @@ import pytest
 
 import jaxrl
 from jaxrl.core import registry as env_registry
-from jaxrl.adapters.tokenized import TokenizedTask, tokenized_symbols
 from jaxrl.algos import grpo, sft
 from jaxrl.algos.contract import EnvSetup
 from jaxrl.run import config as config_lib
-from jaxrl.run.tokenized import tokenizer_task
+from jaxrl.text.tokenized import TokenizedTask, tokenized_symbols, tokenizer_task
 
 ROOT = os.path.join(os.path.dirname(__file__), "..")
 QWEN2 = os.path.join(ROOT, "tests", "fixtures", "lm", "qwen2")

@@ -225,8 +225,8 @@ def test_env_tokenizer_path_rebuilds_the_task_with_that_tokenizer():
 
     model = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "envs", "assets", "text_model")
     raw = {"algo": "grpo", "env": {"id": "text/GuessNumberText-v0", "tokenizer": {"path": model}}}
-    env = env_setup(C.config_from_dict(C.apply_overrides(raw, []))).env
+    env = env_setup(C.config_from_dict(C.apply_overrides(raw, [])).env).env
     assert env.name == "text/GuessNumberText-v0" and env.tokenizer_path == model
     raw["env"]["tokenizer"]["path"] = "/nonexistent"
     with pytest.raises(C.ConfigError, match="env.tokenizer.path: .*file not found"):
-        env_setup(C.config_from_dict(C.apply_overrides(raw, [])))
+        env_setup(C.config_from_dict(C.apply_overrides(raw, [])).env)

@@ -136,8 +136,8 @@ def test_env_text_reward_python_through_the_config(tmp_path):
     text = {"train": str(path), "prompt_len": 48, "completion_len": 16, "answer_bytes": 16,
             "reward": {"python": f"{REWARDS}:exact_answer_tag"}}
     raw = {"algo": "grpo", "env": {"id": "text/File-v0", "text": text, "tokenizer": {"path": TOKENIZER}}}
-    env = build.env_setup(config.config_from_dict(raw)).env
+    env = build.env_setup(config.config_from_dict(raw).env).env
     assert env.python_reward == f"{REWARDS}:exact_answer_tag"
     raw["env"]["text"]["reward"] = {"python": "no_such_module_xyz:f"}
     with pytest.raises(config.ConfigError, match=r"^env\.text\.reward: python: no_such_module_xyz:f: cannot import"):
-        build.env_setup(config.config_from_dict(raw))
+        build.env_setup(config.config_from_dict(raw).env)

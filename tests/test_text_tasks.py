@@ -54,7 +54,8 @@ def test_shipped_tokenizer_specials_digits_and_template(tok):
     template, specials = chat.chat_template(tok), chat.special_strings(tok)
     assert chat.render_prompt(template, specials, "Hi there", "Be brief.") == hand_chat("Hi there", "Be brief.")
     assert chat.render_prompt(template, specials, "Hi") == hand_chat("Hi")
-    from jaxrl.run.tokenized import render_chat_affixes  # still importable where it was
+    with pytest.warns(DeprecationWarning, match=r"jaxrl\.text\.tokenized"):
+        from jaxrl.run.tokenized import render_chat_affixes  # still importable where it was
 
     assert render_chat_affixes(template, specials) == tuple(hand_chat("\0").split("\0"))
 
@@ -254,7 +255,7 @@ def _env_setup(tmp_path, text: dict, env_id="text/File-v0", tokenizer=None):
     from jaxrl.run import build, config
 
     raw = {"algo": "grpo", "env": {"id": env_id, "text": text, **({"tokenizer": tokenizer} if tokenizer else {})}}
-    return build.env_setup(config.config_from_dict(raw))
+    return build.env_setup(config.config_from_dict(raw).env)
 
 
 def test_env_text_builds_a_file_task_and_errors_name_the_key(tmp_path, capsys):
@@ -285,6 +286,18 @@ def test_env_text_builds_a_file_task_and_errors_name_the_key(tmp_path, capsys):
             _env_setup(tmp_path, bad)
     with pytest.raises(ConfigError, match="env.text: only text tasks"):
         _env_setup(tmp_path, {"prompt_len": 8}, env_id="text/Reverse-v0")
+
+
+def test_env_setup_builds_a_text_task_once(tmp_path, monkeypatch):
+    """``env.text`` and ``env.tokenizer`` reach the registered factory in its one build: no
+    task of the defaults (the shipped sample) is built and thrown away first."""
+    from jaxrl.text import task as task_lib
+
+    built, real = [], task_lib.text_task
+    monkeypatch.setattr(task_lib, "text_task", lambda *a, **k: built.append(k["sources"][0]) or real(*a, **k))
+    train = write_jsonl(tmp_path / "t.jsonl", [{"prompt": f"What is {i} + 2?", "answer": str(i + 2)} for i in range(12)])
+    env = _env_setup(tmp_path, {"train": train, "prompt_len": 40}, tokenizer={"path": TOKENIZER}).env
+    assert built == [train] and env.tokenizer_path == TOKENIZER
 
 
 def test_near_duplicate_prompts_across_the_split_are_dropped_from_training(tmp_path, capsys):

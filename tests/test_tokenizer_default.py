@@ -40,7 +40,7 @@ def test_the_model_path_supplies_the_tokenizer_the_task_is_built_with(tmp_path):
 
     cfg = config_lib.load_config(GSM8K, [f"grpo.model.path={QWEN2}", *_rows(tmp_path)])
     assert cfg.env.tokenizer.path == QWEN2
-    env = build.env_setup(cfg).env
+    env = build.env_setup(cfg.env).env
     assert env.tokenizer_path == QWEN2
 
 

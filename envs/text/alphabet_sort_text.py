@@ -17,7 +17,7 @@ from __future__ import annotations
 import random
 
 from jaxrl.text.data import distinct_rows
-from jaxrl.text.task import TextTask, procedural_task
+from jaxrl.text.task import TextTask, procedural_task, text_factory
 from jaxrl_envs.text.text_file import TOKENIZER
 
 NAMES = (
@@ -41,6 +41,7 @@ def generate_rows(seed: int, count: int) -> list[dict]:
     return distinct_rows(seed, count, draw)
 
 
+@text_factory
 def AlphabetSortText(**options) -> TextTask:
     """The task with ``options`` (:func:`jaxrl.text.task.procedural_task`'s keywords)."""
     defaults = {"tokenizer_path": TOKENIZER, "prompt_len": 36, "completion_len": 12, "answer_bytes": 32, "reward": DEFAULT_REWARD}

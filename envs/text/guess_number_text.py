@@ -135,6 +135,21 @@ class GuessNumberText(DialogueTask):
     eval_scores = (("solved", "solved"), ("turns", "turns to solve"))
     invalid_action_rule = "token ids are clipped into [0, vocab_size); a turn without a number in 1..32 gets 'Say a number'"
 
+    @classmethod
+    def in_tokenizer(cls, build, wording):
+        """Built once with ``env.tokenizer.path``: the task speaks a tokenizer natively (its own
+        chat template, no system prompt), so it takes only the path; errors name the key."""
+        wording.refuse_text()
+        t = wording.tokenizer
+        if t is None:
+            return build()
+        if not t.chat_template or t.system_prompt:
+            raise ValueError(f"env.tokenizer: {wording.env_id} takes only a path (its own chat template, no system prompt)")
+        try:
+            return build(tokenizer_path=t.path)
+        except (OSError, TypeError, ValueError) as exc:
+            raise ValueError(f"env.tokenizer.path: {' '.join(str(exc).split())}") from None
+
     def __post_init__(self):
         if not 1 <= self.turns <= 32 or not 1 <= self.turn_tokens <= 64:
             raise ValueError(f"GuessNumberText needs 1 <= turns <= 32 and 1 <= turn_tokens <= 64, got {self}")

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 
-from jaxrl.text.task import TextTask, file_task
+from jaxrl.text.task import TextTask, file_task, text_factory
 
 ASSETS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "assets")
 TOKENIZER = os.path.join(ASSETS, "text_tokenizer")  #: the project's byte-level BPE tokenizer directory
@@ -25,6 +25,7 @@ SAMPLE = os.path.join(ASSETS, "text_sample.jsonl")  #: the shipped sample rows
 DEFAULT_REWARD = {"answer": "numeric", "extract": "answer_tag", "format_weight": 0.1}
 
 
+@text_factory
 def TextFile(**options) -> TextTask:
     """The task with ``options`` (:func:`jaxrl.text.task.file_task`'s keywords)."""
     defaults = {

@@ -71,7 +71,7 @@ def resolve_env(args) -> tuple:
     if any(str(o).partition("=")[0].strip() == "env.id" for o in overrides):
         raise ConfigError("--set env.id: serve that env by its id (jaxrl serve ENV_ID) instead")
     cfg = config_lib.load_config(source, overrides)
-    setup = build.env_setup(cfg)
+    setup = build.env_setup(cfg.env)
     return cfg.env.id, setup.env, setup.eval_params if held_out else setup.params, registry.spec(cfg.env.id).description
 
 

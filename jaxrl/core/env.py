@@ -185,6 +185,11 @@ class Environment(Generic[EnvState, EnvParams]):
         """An RGB frame, ``uint8[H, W, 3]``, of ``state`` (one env, not a batch)."""
         raise NotImplementedError(f"{self.name} does not render")
 
+    def held_out_params(self, params: EnvParams) -> EnvParams:
+        """``params`` switched to the held-out split evaluation uses (an env without one:
+        ``params``; token tasks draw held-out prompts)."""
+        return params
+
     def episode_bound(self, params: EnvParams) -> int | None:
         """The most steps an episode of ``params`` can last, or ``None`` if unbounded.
 
@@ -255,6 +260,9 @@ class Wrapper(Environment):
 
     def render(self, state, params):
         return self.env.render(state, params)
+
+    def held_out_params(self, params):
+        return self.env.held_out_params(params)
 
     def episode_bound(self, params):
         return self.env.episode_bound(params)

@@ -29,6 +29,7 @@ import jax.numpy as jnp
 from flax import struct
 
 from jaxrl.core.env import Wrapper, replace_params
+from jaxrl.core.tokens import TokenTask
 
 KINDS = ("uniform", "loguniform", "choice")
 _CALL = re.compile(r"^\s*([a-z]+)\s*\((.*)\)\s*$")
@@ -110,6 +111,8 @@ class DomainRandomization(Wrapper):
     """
 
     def __init__(self, env, randomize: Mapping[str, Any]):
+        if isinstance(env, TokenTask):
+            raise ValueError("randomize: token tasks draw their prompts from their params already; not supported")
         super().__init__(env)
         if not randomize:
             raise ValueError("DomainRandomization needs at least one param to randomise")

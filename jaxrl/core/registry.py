@@ -44,12 +44,15 @@ class EnvSpec:
     param_defaults: tuple = ()
     description: str = ""
 
+    def factory(self) -> Callable[..., Environment]:
+        """The entry point, imported when it is a ``"module:attr"`` string."""
+        if isinstance(self.entry_point, str):
+            module, _, attr = self.entry_point.partition(":")
+            return getattr(importlib.import_module(module), attr)
+        return self.entry_point
+
     def build(self) -> Environment:
-        factory = self.entry_point
-        if isinstance(factory, str):
-            module, _, attr = factory.partition(":")
-            factory = getattr(importlib.import_module(module), attr)
-        env = factory(**dict(self.kwargs))
+        env = self.factory()(**dict(self.kwargs))
         if not isinstance(env, Environment):
             raise TypeError(f"entry point of {self.id!r} returned {type(env).__name__}, not an Environment")
         return env

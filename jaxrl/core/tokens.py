@@ -22,7 +22,7 @@ a task writes ``start`` and ``respond`` and inherits a token-by-token ``reset`` 
 from __future__ import annotations
 
 import abc
-from typing import Any
+from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
@@ -88,9 +88,16 @@ class TokenTask(Environment, metaclass=abc.ABCMeta):
     def decode(self, tokens: Any) -> str:
         """Host-side text of a token sequence (numpy or list of ints), for transcripts."""
 
-    def held_out_params(self, params: Any) -> Any:
-        """``params`` switched to the held-out split that evaluation uses (default: same)."""
-        return params
+    @classmethod
+    def in_tokenizer(cls, build: Callable[..., Environment], wording: Any) -> Environment:
+        """A task of this kind in a tokenizer's ids, built once: ``build(**options)`` calls the
+        registered factory, ``wording`` (:class:`jaxrl.text.tokenized.Wording`) says which
+        tokenizer ``env.tokenizer`` asks for and what rows ``env.text`` gives. Each kind says
+        how with this one method: here, a task of its own small vocabulary is built as
+        registered and each symbol mapped to one tokenizer id (``wording.symbols``); a text
+        task (:class:`jaxrl.text.task.TextTask`) is built from its rows in the tokenizer; a
+        task that speaks a tokenizer natively is built with that tokenizer's path."""
+        return wording.symbols(build())
 
     #: Info keys that evaluation reports per episode beside the reward, each with what to call
     #: it: ``(("turns", "turns to solve"),)`` makes ``jaxrl eval`` print that key's mean, std

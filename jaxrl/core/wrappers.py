@@ -35,6 +35,8 @@ from flax import struct
 
 from jaxrl.core import spaces
 from jaxrl.core.env import Environment, TimeStep, Wrapper, batched_resets, positive_int, tree_select
+from jaxrl.core.multiagent import MultiAgentEnv
+from jaxrl.core.tokens import TokenTask
 
 
 class AutoReset(Wrapper):
@@ -149,6 +151,11 @@ class RescaleAction(Wrapper):
         return self.env.step(key, state, jnp.clip(scaled, inner.low, inner.high), params)
 
 
+class NotStackable(ValueError):
+    """:class:`FrameStack` refuses the env: a token or multi-agent task (its message reads
+    after the env's id: ``"<id> is " + message``)."""
+
+
 @struct.dataclass
 class FrameStackState:
     env_state: object
@@ -167,6 +174,8 @@ class FrameStack(Wrapper):
     """
 
     def __init__(self, env: Environment, num_frames: int):
+        if isinstance(env, (TokenTask, MultiAgentEnv)):
+            raise NotStackable("a token or multi-agent task; frame stacking is for single-agent observations")
         super().__init__(env)
         self.num_frames = positive_int("FrameStack", "num_frames", num_frames)
 

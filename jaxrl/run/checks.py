@@ -10,7 +10,7 @@ import math
 
 from jaxrl.run.convert import NUMBER_RE, ConfigError, suggest, to_dict
 from jaxrl.run.sections import RUN_KEYS, EnvConfig, MeshConfig, RunConfig, TrainConfig
-from jaxrl.run.text_config import check_text
+from jaxrl.text.config import check_text
 from jaxrl.run.yamlio import short
 
 

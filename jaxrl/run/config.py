@@ -44,7 +44,7 @@ from jaxrl.run.derived import Derived, derive  # noqa: F401 (re-exported)
 from jaxrl.run.sections import (  # noqa: F401 (re-exported)
     RUN_KEYS, CurriculumConfig, EnvConfig, MeshConfig, RunConfig, StopAt, TokenizerConfig, TrainConfig,
 )
-from jaxrl.run.text_config import TextConfig, check_text  # noqa: F401 (re-exported)
+from jaxrl.text.config import TextConfig, check_text  # noqa: F401 (re-exported)
 from jaxrl.run.yamlio import short
 
 #: The names of 0.5 (private ones that other modules used), kept as aliases.

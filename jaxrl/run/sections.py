@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Literal, Union
 
-from jaxrl.run.text_config import TextConfig
+from jaxrl.text.config import TextConfig, TokenizerConfig
 
 
 @dataclasses.dataclass(frozen=True)
@@ -22,15 +22,6 @@ class CurriculumConfig:
     metric: str = "exact_match"  # batch mean of this info key (else the return) ...
     threshold: float = 0.9  # ... must reach this to advance one level
     step: int = 1  # a level raises the param by this much (capped at stop)
-
-
-@dataclasses.dataclass(frozen=True)
-class TokenizerConfig:
-    """A token task spoken in a checkpoint's tokenizer (:mod:`jaxrl.adapters.tokenized`)."""
-
-    path: str = ""  # a local directory with tokenizer.json (and tokenizer_config.json, config.json); unset: <algo>.model.path
-    chat_template: bool = True  # wrap prompts in the tokenizer's chat template (user turn, assistant opens)
-    system_prompt: str = ""  # a system message for the chat template ("" = none)
 
 
 @dataclasses.dataclass(frozen=True)

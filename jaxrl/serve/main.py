@@ -12,7 +12,6 @@ from __future__ import annotations
 import errno
 import math
 import socket
-import types
 
 from jaxrl.run.config import ConfigError
 
@@ -34,7 +33,7 @@ def env_from_args(env_id: str, overrides) -> tuple:
         raise ConfigError("--set env.id: give the env id as the ENV_ID argument instead")
     env_cfg = config_lib.convert(raw["env"], config_lib.EnvConfig, "env")
     config_lib._check_env(env_cfg)
-    setup = build.env_setup(types.SimpleNamespace(env=env_cfg))
+    setup = build.env_setup(env_cfg)
     return setup.env, setup.params, registry.spec(env_id).description
 
 

@@ -7,7 +7,7 @@ assistant's turn opened (``add_generation_prompt=True``): the text a model conti
 
 * :func:`render_prompt`: the whole text of one prompt, ``[system?, user]``.
 * :func:`render_chat_affixes`: the text before and after the user message, for tasks that
-  splice token ids between them (:mod:`jaxrl.run.tokenized`).
+  splice token ids between them (:mod:`jaxrl.text.tokenized`).
 * :func:`plain_prompt`: a prompt without any template (base checkpoints): the system prompt,
   then the user text between a prefix and a suffix.
 * :func:`chat_template` / :func:`special_strings`: what a loaded tokenizer gives the two.

@@ -3,7 +3,7 @@
 The rows (prompt, answer, optional reference completion) are tokenized once on the host by
 :mod:`jaxrl.text.data` and stored in the task as static tables (``bytes``, so the task stays
 hashable and the tables become constants of the program, like
-:class:`jaxrl.adapters.tokenized.TokenizedTask`'s):
+:class:`jaxrl.text.tokenized.TokenizedTask`'s):
 
 * ``reset`` draws a row uniformly from the training table, or from the held-out table when
   ``params.held_out``; given an int32 row index (``[]``) instead of a key it starts at that
@@ -37,6 +37,7 @@ from jaxrl.core.env import Range, check_action_shape, first_timestep, transition
 from jaxrl.core.tokens import TokenTask, Turn, reward_on_last_token
 from jaxrl.text import data
 from jaxrl.text.bytes import ByteTable
+from jaxrl.text.config import keyed, text_options
 from jaxrl.verifiers import Task, Verifier
 
 Array = jax.Array
@@ -99,6 +100,18 @@ class TextTask(TokenTask):
     fields: tuple = dataclasses.field(default=((), ()), compare=False, hash=False, repr=False)  # per split, each row's other fields (Python rewards)
 
     invalid_action_rule = "token ids are clipped into [0, vocab_size)"
+
+    @classmethod
+    def in_tokenizer(cls, build: Callable[..., "TextTask"], wording) -> "TextTask":
+        """The text task built once from ``env.text``'s rows, lengths and rubric in
+        ``env.tokenizer``'s ids (:func:`jaxrl.text.config.text_options`; errors name the
+        config key); its rows kept and dropped are printed (:meth:`summary`)."""
+        try:
+            task = build(**text_options(wording.tokenizer, wording.text))
+        except (TypeError, ValueError) as exc:
+            raise keyed(exc) from None
+        print(task.summary(), flush=True)
+        return task
 
     @property
     def eval_scores(self) -> tuple[tuple[str, str], ...]:
@@ -549,6 +562,14 @@ def file_task(name: str, options: dict) -> TextTask:
     return text_task(name, train, held, **_common(o), columns=columns, completions=has_completion, sources=sources)
 
 
+def text_factory(make: Callable[..., TextTask]) -> Callable[..., TextTask]:
+    """Mark ``make(**options) -> TextTask``, a registered entry point, as a text task's factory:
+    :func:`jaxrl.text.tokenized.registered` then builds it once with the options of
+    ``env.text`` and ``env.tokenizer`` (:meth:`TextTask.in_tokenizer`)."""
+    make.in_tokenizer = TextTask.in_tokenizer
+    return make
+
+
 def _read(path: str, option: str) -> list:
     try:
         return data.read_rows(path)
@@ -558,5 +579,5 @@ def _read(path: str, option: str) -> list:
 
 __all__ = [
     "EVAL_HELD_OUT", "FILE_OPTIONS", "PROCEDURAL_OPTIONS", "TextSplit", "TextState", "TextTask", "TextTaskParams",
-    "evaluation_rows", "evaluation_starts", "file_task", "is_row_index", "procedural_task", "text_task",
+    "evaluation_rows", "evaluation_starts", "file_task", "is_row_index", "procedural_task", "text_factory", "text_task",
 ]

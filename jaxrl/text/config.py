@@ -1,13 +1,26 @@
-"""``env.text``: a text task's rows, lengths and rubric (:mod:`jaxrl.text.task`, docs/text_tasks.md).
+"""``env.tokenizer`` and ``env.text``: the sections that put a token task into a tokenizer's ids and give a text task its rows.
 
-The section's dataclass and the checks that need no file: :func:`check_text` runs when a config
-is read (:mod:`jaxrl.run.config` turns its ``ValueError`` into a ``ConfigError``); the files,
-the rubric and the task's own keys are checked when the run is built (:mod:`jaxrl.run.build`).
+The sections' dataclasses and the checks that need no file: :func:`check_text` runs when a
+config is read (:mod:`jaxrl.run.config` turns its ``ValueError`` into a ``ConfigError``); the
+files, the rubric and the task's own keys are checked when the task is built
+(:mod:`jaxrl.text.tokenized`). :func:`text_options` gives a text task's factory the options
+the two sections set, and :func:`keyed` names the config key of a factory's error.
+Guide: docs/text_tasks.md.
 """
 
 from __future__ import annotations
 
 import dataclasses
+
+
+@dataclasses.dataclass(frozen=True)
+class TokenizerConfig:
+    """A token task spoken in a checkpoint's tokenizer (:mod:`jaxrl.text.tokenized`)."""
+
+    path: str = ""  # a local directory with tokenizer.json (and tokenizer_config.json, config.json); unset: <algo>.model.path
+    chat_template: bool = True  # wrap prompts in the tokenizer's chat template (user turn, assistant opens)
+    system_prompt: str = ""  # a system message for the chat template ("" = none)
+
 
 #: The largest lengths ``env.text`` takes: arrays of ``rows x length`` are built on the host
 #: and kept on device, so a value far above any real prompt or answer is refused at once.
@@ -76,3 +89,47 @@ def _check_drawn_rows(text: TextConfig) -> None:
         raise ValueError(f"env.text.{culprit}: num_train={value['num_train']:,}, num_held_out={value['num_held_out']:,} "
                          f"and held_out_every={k:,} need ~{drawn:,.0f} generated rows, more than the {MAX_DRAWN_ROWS:,} "
                          "a procedural task draws")
+
+
+#: env.text keys -> the text task option each sets (a key left at its default sets nothing).
+TEXT_KEYS = (
+    "train", "held_out", "held_out_every", "prompt_column", "answer_column", "completion_column", "answer_after", "prompt_len",
+    "completion_len", "answer_bytes", "completion_bytes", "reward", "num_train", "num_held_out", "seed", "prompt_prefix",
+    "prompt_suffix",
+)
+#: Options of jaxrl.text.task that are keys of env.tokenizer, for error messages.
+TOKENIZER_OPTIONS = {"tokenizer_path": "env.tokenizer.path", "chat_template": "env.tokenizer.chat_template"}
+
+
+def text_options(tokenizer: TokenizerConfig | None, text: TextConfig | None) -> dict:
+    """The options ``env.text`` and ``env.tokenizer`` give a text task's factory (keys left at
+    their defaults give none; ``env.text.system_prompt`` wins over the tokenizer's)."""
+    options = {}
+    if text is not None:
+        defaults = TextConfig()
+        options = {k: getattr(text, k) for k in TEXT_KEYS if getattr(text, k) != getattr(defaults, k)}
+    system = text.system_prompt if text is not None else None
+    if tokenizer is not None:
+        options.update(tokenizer_path=tokenizer.path, chat_template=tokenizer.chat_template)
+        system = tokenizer.system_prompt if system is None else system
+    if system:
+        options["system_prompt"] = system
+    return options
+
+
+def keyed(exc: Exception) -> ValueError:
+    """A text task factory's error (``"option: why"``) as one line naming its config key
+    (``env.tokenizer.path: ...``, ``env.text.prompt_len: ...``; else ``env.text: ...``)."""
+    message = " ".join(str(exc).split())
+    option, _, rest = message.partition(": ")
+    if option in TOKENIZER_OPTIONS:
+        return ValueError(f"{TOKENIZER_OPTIONS[option]}: {rest}")
+    if option in TEXT_KEYS or option == "system_prompt":
+        return ValueError(f"env.text.{option}: {rest}")
+    return ValueError(f"env.text: {message}")
+
+
+__all__ = [
+    "MAX_BYTES", "MAX_DRAWN_ROWS", "MAX_TOKENS", "PROCEDURAL_DEFAULTS", "TEXT_KEYS", "TOKENIZER_OPTIONS", "TextConfig",
+    "TokenizerConfig", "check_text", "keyed", "text_options",
+]

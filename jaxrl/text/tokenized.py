@@ -1,5 +1,4 @@
-"""A token task spoken in a real tokenizer's ids: the same task, verifier and dialogue, with
-every symbol of its own small vocabulary mapped to one id of a checkpoint's tokenizer.
+"""A token task in a checkpoint's tokenizer ids: the symbol map for a task of its own vocabulary, and the one door every env id is built through.
 
 A task of :mod:`jaxrl.core.tokens` writes its prompts, turns and replies in ids it invents
 (digits 5-14, letters 15-40, ...). A pretrained language model reads and writes its
@@ -15,19 +14,35 @@ tokenizer's ids. :class:`TokenizedTask` sits between them, inside the program:
 Rewards, flags and info are the task's own. Each symbol must be exactly one id of the
 tokenizer (a byte-level BPE keeps every single byte: digits, letters and punctuation are);
 the mapping is checked when the wrapper is made. The tables are static (bytes), so the
-wrapper stays hashable and jit-friendly like every env.
+wrapper stays hashable and jit-friendly like every env. :func:`tokenizer_task` reads the
+tokenizer from a local Hugging Face directory (``tokenizer.json``, ``tokenizer_config.json``
+and, when present, ``config.json`` for the model's vocabulary size); the chat template is
+rendered once on the host around a placeholder user message and split into the prefix and
+suffix ids.
+
+:func:`registered` builds a registered env once as ``env.tokenizer`` and ``env.text`` ask
+(:class:`Wording`): each kind of token task says how with one classmethod,
+:meth:`jaxrl.core.tokens.TokenTask.in_tokenizer` (the symbol map above, by default; a text
+task is built from its rows in the tokenizer, a task that speaks a tokenizer natively with
+that tokenizer's path).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Callable, Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxrl.core import registry
+from jaxrl.core.env import Environment, replace_params
 from jaxrl.core.tokens import DialogueTask, TokenTask, Turn
+from jaxrl.text import chat, data
+from jaxrl.text.chat import render_chat_affixes
+from jaxrl.text.config import TextConfig, TokenizerConfig
 
 Array = jax.Array
 
@@ -183,10 +198,91 @@ def tokenize_task(
     )
 
 
+def tokenizer_task(inner: TokenTask, path: str, chat_template: bool = True, system_prompt: str = "") -> TokenizedTask:
+    """``inner`` in the ids of the tokenizer in directory ``path`` (module docstring)."""
+    from jaxrl.models.lm import load_tokenizer
+
+    tok = load_tokenizer(path)
+    pad_id, eot_id = data.special_ids(tok, path)
+    vocab = data.model_vocab_size(path, tok)
+    prefix = suffix = ""
+    if chat_template:
+        try:
+            template = chat.chat_template(tok, path)
+        except ValueError as exc:
+            raise ValueError(f"{exc} (set env.tokenizer.chat_template: false)") from None
+        prefix, suffix = render_chat_affixes(template, chat.special_strings(tok), system_prompt)
+    elif system_prompt:
+        raise ValueError("system_prompt needs chat_template: true")
+    return tokenize_task(
+        inner, tok.encode, tok.decode, vocab_size=vocab, pad_id=pad_id, end_of_turn_id=eot_id,
+        prefix=tok.encode(prefix) if prefix else (), suffix=tok.encode(suffix) if suffix else (),
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# Building a registered env in a tokenizer's ids
+# ---------------------------------------------------------------------------------------
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())
+
+
+@dataclasses.dataclass(frozen=True)
+class Wording:
+    """What ``env.tokenizer`` and ``env.text`` ask of the task ``env_id``: the tokenizer its
+    ids are put into (None: its own) and, for a text task, its rows, lengths and rubric.
+    Errors are ``ValueError`` lines naming the config key."""
+
+    env_id: str
+    tokenizer: TokenizerConfig | None = None
+    text: TextConfig | None = None
+
+    def refuse_text(self) -> None:
+        """``env.text`` given to a task that is no text task: refused."""
+        if self.text is not None:
+            raise ValueError(f"env.text: only text tasks (text/File-v0, text/WordProblems-v0, ...) read it, {self.env_id} is not one")
+
+    def symbols(self, task: Environment) -> Environment:
+        """``task`` (its own small vocabulary) in the tokenizer's ids, each symbol mapped to one
+        id (:func:`tokenizer_task`); ``task`` itself when no tokenizer is asked for."""
+        self.refuse_text()
+        if self.tokenizer is None:
+            return task
+        if not isinstance(task, TokenTask):
+            raise ValueError(f"env.tokenizer: only token tasks speak a tokenizer's ids, {self.env_id} is not one")
+        t = self.tokenizer
+        try:
+            return tokenizer_task(task, t.path, t.chat_template, t.system_prompt)
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"env.tokenizer: {_one_line(exc)}") from None
+
+
+def _build(spec: registry.EnvSpec, **options) -> Environment:
+    """``spec``'s env, its factory called with ``options`` beside the registered keywords."""
+    return dataclasses.replace(spec, kwargs=tuple({**dict(spec.kwargs), **options}.items())).build()
+
+
+def registered(env_id: str, tokenizer: TokenizerConfig | None = None, text: TextConfig | None = None) -> tuple:
+    """``(env, params)`` of the registered ``env_id`` (as :func:`jaxrl.core.registry.make`
+    gives them, without overrides), built once in the ids of ``tokenizer`` and, for a text
+    task, from the rows of ``text``: the kind of task its factory makes decides how
+    (:meth:`jaxrl.core.tokens.TokenTask.in_tokenizer`; an env that is no token task is built as
+    registered, and refuses a tokenizer or text). ``ValueError`` names the config key."""
+    spec = registry.spec(env_id)
+    kind = getattr(spec.factory(), "in_tokenizer", TokenTask.in_tokenizer)
+    env = kind(functools.partial(_build, spec), Wording(env_id, tokenizer, text))
+    return env, replace_params(env.default_params, **dict(spec.param_defaults))
+
+
 def tokenized_symbols(task: TokenizedTask) -> dict[str, int]:
     """``{symbol: tokenizer id}`` of ``task`` (for docs and tests)."""
     table = np.frombuffer(task.to_outer_table, np.int32)
     return {text: int(table[i]) for i, text in enumerate(symbol_table(task.inner))}
 
 
-__all__ = ["TokenizedTask", "symbol_table", "tokenize_task", "tokenized_symbols"]
+__all__ = [
+    "TokenizedTask", "Wording", "registered", "render_chat_affixes", "symbol_table", "tokenize_task", "tokenized_symbols",
+    "tokenizer_task",
+]
