@@ -87,10 +87,10 @@ class HostAlphabetSort:
 
 def _decode_turn(setup, params, cache, logits, alive, key, base, temperature):
     env = setup.env
-    body = functools.partial(R._turn_token, setup.policy, params, temperature, False, env.end_of_turn, base)
-    (cache, logits, _, key), out = jax.lax.scan(body, (cache, logits, alive, key), jnp.arange(env.max_turn_tokens))
+    cache, logits, key, *out = setup.policy.decode(params, cache, logits, alive, key, base, temperature, False,
+                                                   env.max_turn_tokens, env.end_of_turn, env.pad_id, stop_early=False)
     key, _ = jax.random.split(key)  # the fused rollout's env key
-    return cache, logits, key, tuple(jnp.swapaxes(x, 0, 1) for x in out)
+    return cache, logits, key, tuple(out)  # tokens, logp, mask, entropy [N, Tt]
 
 
 def _prefill(setup, params, cache, reply, pos):
