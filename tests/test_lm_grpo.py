@@ -4,6 +4,7 @@ replies), LoRA and full fine-tuning updates, gradient accumulation, bit-exact re
 the run through the config machinery. The checkpoint is the tiny random Qwen2 fixture
 (tests/fixtures/lm/qwen2, made by tests/fixtures/lm/make_fixtures.py)."""
 
+import dataclasses
 import functools
 import os
 
@@ -181,6 +182,64 @@ def test_the_shared_prefix_loss_pass_equals_the_unshared_one(lora, dialogues, ca
     scale = max(float(jnp.max(jnp.abs(x))) for x in jax.tree_util.tree_leaves(grads1))
     assert scale > 0 and abs(float(loss1) - float(loss_g)) < 1e-5
     assert _max_diff(grads1, grads_g) < 1e-5 * max(1.0, scale)
+
+
+@pytest.mark.parametrize("case", ["lora_single_turn", "full_dialogue"])
+def test_the_loss_pass_at_a_shorter_length_equals_the_whole_one(lora, dialogues, case):
+    """A micro-batch whose scored completions all end early runs the loss pass over fewer
+    positions (``model.length_buckets``): the scored log-probs, the loss and the gradients are
+    the whole pass's, with and without a shared prompt, single turns and dialogues."""
+    if case == "lora_single_turn":
+        setup, state = lora["setup"], lora["state"]
+        ro, batch, _ = lora["collected"]
+    else:
+        cfg = _cfg(loss="grpo", rank=0).__class__(**{**_cfg(loss="grpo", rank=0).__dict__, "num_prompts": 3, "group_size": 2})
+        setup = _setup(dialogues["task"], dialogues["task"].default_params, cfg)
+        state = grpo.update.init(setup, jax.random.PRNGKey(0))
+        ro = dialogues["ro"]
+        batch = grpo.update.Batch(ro.obs, ro.actions, ro.logp, jnp.zeros_like(ro.logp), ro.mask,
+                                  jnp.where(jnp.arange(6) % 2 == 0, 1.0, -1.0))
+    t = ro.actions.shape[1]
+    cut = max(2, t // 2)  # every row's scoring ends within the first half: the pass runs `cut` positions
+    batch = batch.replace(mask=batch.mask & (jnp.arange(t) < cut - 1)[None])
+    assert int(grpo.update.used_length(batch.mask)) <= cut and bool(jnp.any(batch.mask))
+    pp = grpo.update.acting_params(state)
+    g = setup.cfg.group_size
+
+    @jax.jit
+    def both(batch):
+        temp = jnp.float32(1.0)
+        out = []
+        for lengths in ((), (cut, t)):
+            s = setup._replace(loss_lengths=lengths)
+            out.append((grpo.update._token_logp(s.policy, pp, batch.obs, batch.actions, temp, g, batch.mask, lengths),
+                        grpo.update._micro_grads(s, state.hyper, state.frozen, state.params, batch)))
+        return out
+
+    (whole, ((loss1, _), grads1)), (short, ((loss2, _), grads2)) = both(batch)
+    mask = np.asarray(batch.mask)
+    np.testing.assert_allclose(np.asarray(short[0])[mask], np.asarray(whole[0])[mask], atol=2e-5)
+    np.testing.assert_allclose(np.asarray(short[1])[mask], np.asarray(whole[1])[mask], atol=2e-5)
+    assert np.all(np.asarray(short[0])[:, cut:] == 0)  # the positions after the cut were not computed
+    scale = max(float(jnp.max(jnp.abs(x))) for x in jax.tree_util.tree_leaves(grads1))
+    assert scale > 0 and abs(float(loss1) - float(loss2)) < 1e-5
+    assert _max_diff(grads1, grads2) < 1e-5 * max(1.0, scale)
+
+
+def test_length_buckets_follow_the_config():
+    cfg = _cfg()
+    assert grpo.update.loss_lengths(cfg, 32) == ()  # auto: short completions run whole
+    assert grpo.update.loss_lengths(cfg, 320) == (80, 160, 320)
+    assert grpo.update.loss_lengths(cfg, 100) == (32, 56, 100)  # rounded up to multiples of 8
+    fixed = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, length_buckets=(8, 16, 999)))
+    assert grpo.update.loss_lengths(fixed, 32) == (8, 16, 32)
+    none = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, length_buckets=()))
+    assert grpo.update.loss_lengths(none, 320) == ()
+    small = dataclasses.replace(cfg, model=grpo.config.ModelConfig(policy="transformer"))
+    assert grpo.update.loss_lengths(small, 320) == ()  # only a loaded (causal) model
+    for bad in ("grpo.model.length_buckets=[0]", "grpo.model.length_buckets=often"):
+        with pytest.raises(config_lib.ConfigError, match="model.length_buckets"):
+            config_lib.load_config(os.path.join(ROOT, "configs", "grpo_lm_reverse.yaml"), [bad])
 
 
 def test_shared_prefix_needs_whole_groups_per_micro_batch(lora):

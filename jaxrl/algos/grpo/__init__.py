@@ -151,9 +151,15 @@ def make_setup(envs: EnvSetup, cfg: GRPOConfig) -> Setup:
         notes = (note,)
     else:
         pol = build_policy(env, params, cfg)
+    steps = rollout_length(env, params, cfg)
+    lengths = update.loss_lengths(cfg, steps)
+    if lengths:
+        notes += (f"loss pass: each micro-batch at the shortest of {', '.join(map(str, lengths))} completion "
+                  f"positions holding its longest scored completion (grpo.model.length_buckets)",)
     return Setup(
-        cfg, env, params, envs.eval_params, pol, rollout_length(env, params, cfg),
+        cfg, env, params, envs.eval_params, pol, steps,
         update.make_optimizer(cfg), update.schedule(cfg), envs.curriculum, update.shared_prefix_group(pol, cfg), notes,
+        lengths,
     )
 
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Literal
+from typing import Literal, Union
 
 import jax
 from flax import struct
@@ -49,6 +49,11 @@ class ModelConfig(ModelSection):
     tie_embeddings: bool = False  # output head = the token embedding (GPT-2 weight tying)
     smear_keys: bool = False  # keys mixed with the previous position's (one-layer induction heads)
     hidden: tuple[int, ...] = (64, 64)  # MLP policy hidden widths
+    # policy hf: the completion lengths the loss pass may run at; each micro-batch runs at the shortest
+    # that holds its longest scored completion (the rest is padding, masked out: the same loss and
+    # gradients). auto: a quarter and a half of the completion length when it is at least 64 tokens,
+    # else none; [] : always the whole length
+    length_buckets: Union[Literal["auto"], tuple[int, ...]] = "auto"
 
     def validate(self) -> None:
         """:meth:`ModelSection.validate`, the small networks' sizes and ``path`` with ``policy: hf`` only."""
@@ -59,6 +64,9 @@ class ModelConfig(ModelSection):
         check(self.d_model % self.n_heads == 0, "model.d_model", f"{self.d_model} is not divisible by model.n_heads={self.n_heads}")
         check(self.policy != "hf" or bool(self.path), "model.path", "policy hf needs a local checkpoint directory")
         check(self.policy == "hf" or not self.path, "model.path", f"only read by policy hf, got policy {self.policy!r}")
+        check(self.length_buckets == "auto" or (isinstance(self.length_buckets, tuple) and all(
+            isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in self.length_buckets)),
+            "model.length_buckets", f"expected auto or a list of positive token counts, got {self.length_buckets!r}")
         super().validate()
 
 

@@ -73,6 +73,9 @@ class Setup(NamedTuple):
     # minibatches and micro-batches hold whole groups of this many rows; 1: every row whole
     prefix_group: int = 1
     notes: tuple[str, ...] = ()  # lines for the run's log (how a loaded model's loss pass runs)
+    # ascending completion lengths, the last the whole T: a micro-batch's loss pass runs at the
+    # shortest holding its longest scored completion (:func:`loss_lengths`); (): always T
+    loss_lengths: tuple[int, ...] = ()
 
 
 @struct.dataclass
@@ -127,7 +130,46 @@ def shared_prefix_group(policy: TokenPolicy, cfg: GRPOConfig) -> int:
     return 1 if policy.token_logp_shared is None else whole_groups(cfg)
 
 
-def _token_logp(policy: TokenPolicy, params, obs, actions, temperature, group: int = 1) -> tuple[Array, Array]:
+def loss_lengths(cfg: GRPOConfig, num_steps: int) -> tuple[int, ...]:
+    """:attr:`Setup.loss_lengths` of a loaded model (``model.length_buckets``; ``auto``: a
+    quarter and a half of ``num_steps`` rounded up to a multiple of 8, from 64 steps up)."""
+    if cfg.model.policy != "hf":
+        return ()
+    buckets = cfg.model.length_buckets
+    if buckets == "auto":
+        buckets = tuple(-(-num_steps // d // 8) * 8 for d in (4, 2)) if num_steps >= 64 else ()
+    shorter = sorted({int(n) for n in buckets if 0 < int(n) < num_steps})
+    return (*shorter, num_steps) if shorter else ()
+
+
+def used_length(mask: Array) -> Array:
+    """int32: positions up to the last scored token of any row of ``mask [n, T]`` (0: none)."""
+    t = mask.shape[-1]
+    return jnp.max(jnp.where(mask, jnp.arange(1, t + 1, dtype=jnp.int32), 0))
+
+
+def _token_logp(policy: TokenPolicy, params, obs, actions, temperature, group: int = 1, mask: Array | None = None,
+                lengths: tuple[int, ...] = ()) -> tuple[Array, Array]:
+    """Log-probs and entropies ``[n, T]`` of ``actions``; with ``lengths`` (a token task's
+    dialogues, a causal model) the pass runs only the first ``lengths[i]`` completion positions,
+    the shortest holding every scored token of ``mask``: the positions after are zeros (masked
+    out wherever they are read), the ones before equal the whole pass's."""
+    if mask is None or not lengths:
+        return _token_logp_whole(policy, params, obs, actions, temperature, group)
+    t = actions.shape[1]
+
+    def at(n: int):
+        def run(params, obs, actions):
+            logp, entropy = _token_logp_whole(policy, params, obs[:, : obs.shape[1] - t + n], actions[:, :n],
+                                              temperature, group)
+            return jnp.pad(logp, ((0, 0), (0, t - n))), jnp.pad(entropy, ((0, 0), (0, t - n)))
+        return run
+
+    index = jnp.sum(used_length(mask) > jnp.asarray(lengths[:-1], jnp.int32))
+    return jax.lax.switch(index, [at(n) for n in lengths], params, obs, actions)
+
+
+def _token_logp_whole(policy: TokenPolicy, params, obs, actions, temperature, group: int = 1) -> tuple[Array, Array]:
     if group > 1 and policy.token_logp_shared is not None:
         return policy.token_logp_shared(params, obs, actions, temperature, group)
     if policy.token_logp is not None:
@@ -143,7 +185,7 @@ def loss_fn(setup: Setup, hyper: GRPOHyper, params, batch: Batch, frozen=None) -
     """:func:`policy_loss` of the trainable ``params`` (beside ``frozen`` weights, if any) on
     ``batch``, plus its token entropy."""
     logp, entropy = _token_logp(setup.policy, policy_params(frozen, params), batch.obs, batch.actions, hyper.temperature,
-                                setup.prefix_group)
+                                setup.prefix_group, batch.mask, setup.loss_lengths)
     ref = batch.ref_logp if setup.cfg.loss.beta > 0 else None
     loss, metrics = policy_loss(
         logp, batch.old_logp, ref, batch.advantages, batch.mask, hyper, setup.cfg.loss.type, setup.cfg.loss.cispo_clip_low,
@@ -271,7 +313,7 @@ def shape_batch(setup: Setup, state: GRPOState, ro: Rollout) -> tuple[Rollout, B
     ref_logp = jnp.zeros_like(ro.logp)
     if cfg.loss.beta > 0:
         ref_logp, _ = _token_logp(setup.policy, reference_params(state), ro.obs, ro.actions, state.hyper.temperature,
-                                  cfg.group_size)  # the batch's rows are whole groups in order
+                                  cfg.group_size, mask, setup.loss_lengths)  # the batch's rows: whole groups in order
     batch = Batch(ro.obs, ro.actions, ro.logp, jax.lax.stop_gradient(ref_logp), mask, adv)
     metrics = _reward_metrics(ro, grouped.reshape(-1), grouped, mask)
     if cfg.off_policy.staleness > 0:
@@ -286,7 +328,7 @@ def _off_policy_batch(setup: Setup, state: GRPOState, batch: Batch) -> tuple[Bat
     the correction toward them, ``version`` the update whose parameters sampled each row."""
     op = setup.cfg.off_policy
     old_logp, _ = _token_logp(setup.policy, acting_params(state), batch.obs, batch.actions, state.hyper.temperature,
-                              setup.cfg.group_size)  # whole groups in order, as for the reference
+                              setup.cfg.group_size, batch.mask, setup.loss_lengths)  # whole groups in order
     old_logp = jax.lax.stop_gradient(old_logp)
     weights, metrics = offpolicy.importance_weights(old_logp, batch.old_logp, batch.mask, op.correction, op.level, op.cap)
     made_by = offpolicy.version(state.update_step, op.staleness)
