@@ -300,6 +300,24 @@ def test_env_setup_builds_a_text_task_once(tmp_path, monkeypatch):
     assert built == [train] and env.tokenizer_path == TOKENIZER
 
 
+def test_each_kind_of_task_refuses_what_it_cannot_speak():
+    """One line per refusal, from the kind's own ``in_tokenizer`` or the wrapper (no compile)."""
+    from jaxrl.run import build
+    from jaxrl.run.config import ConfigError, EnvConfig, TextConfig, TokenizerConfig
+
+    tok = TokenizerConfig(path=TOKENIZER)
+    cases = [
+        (EnvConfig("CartPole-v1", tokenizer=tok), "env.tokenizer: only token tasks speak a tokenizer's ids, CartPole-v1 is not one"),
+        (EnvConfig("CartPole-v1", text=TextConfig()), "env.text: only text tasks .* CartPole-v1 is not one"),
+        (EnvConfig("text/GuessNumberText-v0", tokenizer=TokenizerConfig(TOKENIZER, system_prompt="Hi.")),
+         "env.tokenizer: text/GuessNumberText-v0 takes only a path"),
+        (EnvConfig("text/Reverse-v0", randomize={"num_digits": "choice(2, 3)"}), "env.randomize: token tasks draw their prompts"),
+    ]
+    for section, match in cases:
+        with pytest.raises(ConfigError, match=f"^{match}"):
+            build.env_setup(section)
+
+
 def test_near_duplicate_prompts_across_the_split_are_dropped_from_training(tmp_path, capsys):
     """Trailing space, case and Unicode normal form: a training prompt equal to a held-out one
     after strip + casefold + NFKC is dropped and counted, with a held-out file and with the

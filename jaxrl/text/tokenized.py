@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -264,7 +264,8 @@ def _build(spec: registry.EnvSpec, **options) -> Environment:
     return dataclasses.replace(spec, kwargs=tuple({**dict(spec.kwargs), **options}.items())).build()
 
 
-def registered(env_id: str, tokenizer: TokenizerConfig | None = None, text: TextConfig | None = None) -> tuple:
+def registered(env_id: str, tokenizer: TokenizerConfig | None = None, text: TextConfig | None = None
+               ) -> tuple[Environment, Any]:
     """``(env, params)`` of the registered ``env_id`` (as :func:`jaxrl.core.registry.make`
     gives them, without overrides), built once in the ids of ``tokenizer`` and, for a text
     task, from the rows of ``text``: the kind of task its factory makes decides how
