@@ -242,16 +242,18 @@ def test_a_failed_device_batch_is_reported_and_the_server_recovers(served, monke
             return json.loads(ws.recv(timeout=10))
 
         ask({"type": "reset", "data": {"seed": 1}})
-        working = server.pool._tick
+        working = server.pool._tick, server.pool._step_tick
 
         def broken(carry, *args):
             jax.tree_util.tree_map(lambda x: x.delete(), carry)  # donated, then the device failed
             raise RuntimeError("injected device fault")
 
         monkeypatch.setattr(server.pool, "_tick", broken)
+        monkeypatch.setattr(server.pool, "_step_tick", broken)  # a lone step's program
         reply = ask({"type": "step", "data": {"action": 1}})
         assert reply["data"]["code"] == "EXECUTION_ERROR" and "injected device fault" in reply["data"]["message"]
-        monkeypatch.setattr(server.pool, "_tick", working)
+        monkeypatch.setattr(server.pool, "_tick", working[0])
+        monkeypatch.setattr(server.pool, "_step_tick", working[1])
         reply = ask({"type": "step", "data": {"action": 1}})
         assert reply["data"]["code"] == "SESSION_ERROR" and "reset" in reply["data"]["message"]
         want = reference(env, params, 2, [0])
@@ -262,7 +264,8 @@ def test_a_failed_device_batch_is_reported_and_the_server_recovers(served, monke
 
 
 def test_pool_compiles_once_as_sessions_come_and_go(served):
-    """The retrace guard: one trace per bucket size, all at startup, for the whole module's traffic."""
+    """The retrace guard: one trace per bucket size and one of the lone step, all at startup, for
+    the whole module's traffic."""
     pytest.importorskip("websockets")
     url, server, env, params = served
     ws_url = url.replace("http", "ws") + "/ws"
@@ -273,8 +276,8 @@ def test_pool_compiles_once_as_sessions_come_and_go(served):
             ws.send(json.dumps({"type": "step", "data": {"action": 0}}))
             ws.recv(timeout=10)
     assert server.pool.buckets == (1, 8)
-    assert len(server.pool.traces) == 2
-    assert server.pool._tick._cache_size() == 2
+    assert len(server.pool.traces) == 3  # the two buckets and the lone step's program
+    assert server.pool._tick._cache_size() == 2 and server.pool._step_tick._cache_size() == 1
 
 
 def test_n_slot_sessions_and_masked_sessions_untouched():

@@ -343,7 +343,8 @@ def test_idle_sessions_are_closed_and_free_their_slots(served, monkeypatch):
         return run(steps, resets)
 
     monkeypatch.setattr(server.pool, "run", blocked)
-    with websockets_sync.connect(ws_url) as busy:
+    with websockets_sync.connect(ws_url) as bystander, websockets_sync.connect(ws_url) as busy:
+        # (a lone session's request runs on the event loop itself: with a second one open it goes to the worker)
         busy.send(json.dumps({"type": "reset", "data": {"seed": 4}}))
         assert running.wait(10)
         with websockets_sync.connect(ws_url) as idle:  # connects after busy's request went in

@@ -5,7 +5,9 @@ from connect to ``close`` or disconnect; each ``reset``/``step`` is queued as
 ``(session, request)`` and awaited. The :class:`Batcher` wakes on the first queued request,
 waits up to the batching window (or until every live session has one queued), and applies
 the whole batch in one jitted call on a worker thread, so the loop keeps reading sockets
-meanwhile; the next batch queues while this one runs.
+meanwhile; the next batch queues while this one runs. The request of a lone session (the
+only one open, no batch running) is applied at once on the loop itself: there is no one
+else to serve, and the batcher's wake-up and the thread hop would cost a good part of it.
 
 Faults stay with their session: bad JSON, an unknown type, a malformed or out-of-space
 action, a step before ``reset`` or after ``close`` get an ``error`` reply on that socket
@@ -44,11 +46,23 @@ class Batcher:
         self._full = asyncio.Event()
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="jaxrl-serve-pool")
         self.batches = 0  # batches run (for tests and /capacity)
+        self.running = False  # a batch is being applied (the worker thread may hold the pool)
         self.loop: asyncio.AbstractEventLoop | None = None  # cached: get_running_loop costs a getpid call
 
     def submit(self, entry: int, kind: str, payload: Any) -> asyncio.Future:
-        """Queue ``reset`` (payload: seed) or ``step`` (payload: checked action) for ``entry``."""
+        """Queue ``reset`` (payload: seed) or ``step`` (payload: checked action) for ``entry``;
+        a lone session's request (the only session open, no batch running) is applied at once,
+        and its future is done on return (awaiting it does not yield to the loop)."""
         future = (self.loop or asyncio.get_running_loop()).create_future()
+        if not self.pending and not self.running and len(self.live) <= 1:
+            try:
+                out = self.pool.run({entry: payload} if kind == "step" else {}, {entry: payload} if kind == "reset" else {})
+            except Exception as exc:  # as a failed batch: this request fails, the server goes on
+                future.set_exception(exc)
+            else:
+                self.batches += 1
+                future.set_result(out[entry])
+            return future
         self.pending[entry] = (kind, payload, future)
         self._wake.set()
         if len(self.pending) >= len(self.live):
@@ -71,6 +85,7 @@ class Batcher:
             self._full.clear()
             steps = {i: p for i, (kind, p, _) in batch.items() if kind == "step"}
             resets = {i: p for i, (kind, p, _) in batch.items() if kind == "reset"}
+            self.running = True
             try:
                 out = await loop.run_in_executor(self._worker, self.pool.run, steps, resets)
             except Exception as exc:  # a failed batch fails its requests, not the server
@@ -78,6 +93,8 @@ class Batcher:
                     if not future.done():
                         future.set_exception(exc)
                 continue
+            finally:
+                self.running = False
             self.batches += 1
             for i, (_, _, future) in batch.items():
                 if not future.done():

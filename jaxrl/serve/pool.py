@@ -7,8 +7,9 @@ requests in ONE jitted call (:func:`tick`): the rows of the sessions that sent a
 padded to a bucket size (1, 8, 64, ... up to the capacity; padding points at the scratch row),
 reset or stepped, and scattered back into the donated state, so a tick costs the batch, not
 the capacity, and every other session keeps its state bit for bit. Each bucket size is one
-compiled program (:meth:`SlotPool.compile` builds them all before serving); only the
-bucket's rows come back to the host, in one transfer.
+compiled program, plus one for a lone step (no reset computed: the one-session latency);
+:meth:`SlotPool.compile` builds them all before serving. Only the bucket's rows come back to
+the host, packed into one byte buffer: one transfer.
 
 Seed rule (so a served session equals an in-process ``VectorEnv(env, slots)``)::
 
@@ -63,10 +64,41 @@ def _outputs(ts) -> dict:
     }
 
 
+def packed(out: dict) -> jax.Array:
+    """The outputs as one uint8 buffer (each leaf's bytes in :func:`layout`'s order), so a
+    tick's results come back to the host in one transfer instead of one per leaf."""
+    parts = []
+    for name in sorted(out):
+        x = out[name].astype(jnp.uint8) if out[name].dtype == jnp.bool_ else out[name]
+        parts.append((jax.lax.bitcast_convert_type(x, jnp.uint8) if x.dtype.itemsize > 1 else x).reshape(-1))
+    return jnp.concatenate(parts)
+
+
+def layout(venv: VectorEnv, params) -> tuple:
+    """``((name, dtype, per-row shape, bytes per row), ...)`` of a tick's outputs, in :func:`packed`'s order."""
+    keys = jax.ShapeDtypeStruct((1, 2), jnp.uint32)
+    state = jax.eval_shape(jax.vmap(functools.partial(_reset_one, venv, params)), jax.ShapeDtypeStruct((1,), jnp.uint32))[1]
+    actions = jax.ShapeDtypeStruct((1, venv.num_envs, *venv.action_space(params).shape), venv.action_space(params).dtype)
+    out = jax.eval_shape(lambda k, s, a: _outputs(jax.vmap(functools.partial(_step_one, venv, params))(k, s, a)[2]),
+                         keys, state, actions)
+    spec = [(name, np.dtype(out[name].dtype), tuple(out[name].shape[1:])) for name in sorted(out)]
+    return tuple((name, dtype, shape, int(np.prod(shape, dtype=np.int64)) * dtype.itemsize) for name, dtype, shape in spec)
+
+
+def unpack(buffer: np.ndarray, spec: tuple, size: int) -> dict:
+    """:func:`packed`'s buffer of a ``size``-row tick back to ``{name: [size, ...] array}`` (views)."""
+    out, offset = {}, 0
+    for name, dtype, shape, row_bytes in spec:
+        count = size * row_bytes
+        out[name] = buffer[offset: offset + count].view(dtype).reshape((size, *shape))
+        offset += count
+    return out
+
+
 def tick(venv: VectorEnv, params, trace_counter: list, carry: Carry, rows, actions, is_reset, seeds):
     """One batch of ``B`` rows (a bucket size): the pool rows ``rows`` start a fresh episode
     from ``seeds`` where ``is_reset``, else take one step with ``actions``; their new state is
-    scattered back. Returns ``(carry, outputs)``; outputs have leaves ``[B, N, ...]``."""
+    scattered back. Returns ``(carry, outputs)``; outputs :func:`packed`, leaves ``[B, N, ...]``."""
     trace_counter.append(1)  # runs at trace time only: the retrace guard counts these
     keys, state = carry.keys[rows], jax.tree_util.tree_map(lambda x: x[rows], carry.state)
     rkeys, rstate, rts = jax.vmap(functools.partial(_reset_one, venv, params))(seeds)
@@ -74,7 +106,20 @@ def tick(venv: VectorEnv, params, trace_counter: list, carry: Carry, rows, actio
     keys, state = tree_select(is_reset, (rkeys, rstate), (skeys, sstate))
     out = tree_select(is_reset, _outputs(rts), _outputs(sts))
     scatter = lambda whole, part: whole.at[rows].set(part)  # noqa: E731
-    return Carry(jax.tree_util.tree_map(scatter, carry.state, state), scatter(carry.keys, keys)), out
+    return Carry(jax.tree_util.tree_map(scatter, carry.state, state), scatter(carry.keys, keys)), packed(out)
+
+
+def step_tick(venv: VectorEnv, params, trace_counter: list, carry: Carry, row, actions):
+    """:func:`tick` for one step of pool row ``row`` (a scalar; ``actions`` ``[1, N, ...]``):
+    no reset is computed and the row is sliced and updated in place rather than gathered and
+    scattered, so a lone session's step pays for the step alone (half the bucket program's
+    time for CartPole on a CPU)."""
+    trace_counter.append(1)
+    take = lambda x: jax.lax.dynamic_index_in_dim(x, row, 0, keepdims=True)  # noqa: E731
+    keys, state = take(carry.keys), jax.tree_util.tree_map(take, carry.state)
+    keys, state, ts = jax.vmap(functools.partial(_step_one, venv, params))(keys, state, actions)
+    put = lambda whole, part: jax.lax.dynamic_update_index_in_dim(whole, part[0], row, 0)  # noqa: E731
+    return Carry(jax.tree_util.tree_map(put, carry.state, state), put(carry.keys, keys)), packed(_outputs(ts))
 
 
 def buckets(capacity: int) -> tuple[int, ...]:
@@ -122,6 +167,8 @@ class SlotPool:
         self.traces: list = []
         self.buckets = buckets(self.capacity)
         self._tick = jax.jit(functools.partial(tick, self.venv, params, self.traces), donate_argnums=(0,))
+        self._step_tick = jax.jit(functools.partial(step_tick, self.venv, params, self.traces), donate_argnums=(0,))
+        self._layout = layout(self.venv, params)
         self.carry = self._placeholders()
         self.generation = 0  # bumped when a failed batch loses the states (sessions must reset)
         dtype = np.dtype(self.action_space.dtype)
@@ -175,17 +222,22 @@ class SlotPool:
         return cast
 
     def compile(self) -> None:
-        """Compile (and run once, on the scratch row) every bucket's program, so serving never
-        compiles."""
+        """Compile (and run once, on the scratch row) every bucket's program and the
+        one-row step program, so serving never compiles."""
         for size in self.buckets:
             self._call(size)
+        self._call(1, steps_only=True)
 
-    def _call(self, size: int) -> dict:
-        """Run the first ``size`` rows of the staging buffers; host outputs ``[size, ...]``."""
-        args = (self._rows[:size], self._actions[:size], self._is_reset[:size], self._seeds[:size])
+    def _call(self, size: int, steps_only: bool = False) -> dict:
+        """Run the first ``size`` rows of the staging buffers (``steps_only``: a batch with no
+        reset, one row: :func:`step_tick`); host outputs ``[size, ...]``."""
         try:
-            self.carry, out = self._tick(self.carry, *args)
-            return jax.device_get(out)  # one transfer: the batch's rows only
+            if steps_only:
+                self.carry, out = self._step_tick(self.carry, self._rows[0], self._actions[:1])
+            else:
+                args = (self._rows[:size], self._actions[:size], self._is_reset[:size], self._seeds[:size])
+                self.carry, out = self._tick(self.carry, *args)
+            return unpack(np.asarray(out), self._layout, size)  # one transfer: the batch's rows only
         except Exception:
             if any(x.is_deleted() for x in jax.tree_util.tree_leaves(self.carry) if hasattr(x, "is_deleted")):
                 self.carry, self.generation = self._placeholders(), self.generation + 1  # donated, then failed
@@ -209,7 +261,7 @@ class SlotPool:
         for j in range(k, n):
             actions[j] = steps[order[j]]
         try:
-            out = self._call(size)
+            out = self._call(size, steps_only=n == 1 and k == 0)
         finally:
             rows[:n], is_reset[:n] = self.capacity, True  # padding again: the scratch row, reset
         out["done"] = np.logical_or(out["terminated"], out["truncated"])
