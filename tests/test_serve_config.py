@@ -62,7 +62,7 @@ def test_a_language_model_plays_a_served_text_task():
     pytest.importorskip("uvicorn")
     pytest.importorskip("websockets")
     from jaxrl.models.lm import load_lm
-    from jaxrl.run.eval_command import innermost, remote_completions
+    from jaxrl.run.eval_command import remote_completions
     from jaxrl.serve.app import Server
     from jaxrl.serve.main import Background
     from jaxrl.serve.pool import SlotPool
@@ -70,8 +70,8 @@ def test_a_language_model_plays_a_served_text_task():
     env_id, env, params, _ = resolve_env(_args("--config", SFT, "--held-out", *[a for s in SMALL for a in ("--set", s)]))
     model, weights = load_lm(os.path.join(ROOT, "envs", "assets", "text_model"))
     with Background(Server(SlotPool(env, params, 1), env_id, window_s=0.0)) as url:
-        as_text = remote_completions(model, weights, innermost(env), url, 2, seed=5, as_text=True)
-        as_ids = remote_completions(model, weights, innermost(env), url, 2, seed=5, as_text=False)
+        as_text = remote_completions(model, weights, env.unwrapped, url, 2, seed=5, as_text=True)
+        as_ids = remote_completions(model, weights, env.unwrapped, url, 2, seed=5, as_text=False)
     assert len(as_text) == 2 and as_text == as_ids and np.isfinite(as_text).all()
 
 

@@ -86,7 +86,7 @@ def main_remote(args, out_path: str) -> int:
     cfg, built, states, step = load_run(args.run_dir, step=getattr(args, "step", None))
     policy = built.program.policy
     lm = built.program.lm.model_params
-    if policy is None and (lm is None or lm.export is None or not isinstance(innermost(built.envs.env), TokenTask)):
+    if policy is None and (lm is None or lm.export is None or not isinstance(built.envs.env.unwrapped, TokenTask)):
         raise ConfigError(f"--remote: {cfg.algo} on {cfg.env.id} has no acting policy to step a remote env with")
     episodes = args.episodes if args.episodes is not None else int(getattr(cfg.algo_config, "eval_episodes", 10))
     if episodes < 2:
@@ -108,18 +108,16 @@ def main_remote(args, out_path: str) -> int:
         returns = remote_returns(act, args.remote, episodes, args.seed + EVAL_SEED_OFFSET, np.dtype(obs_space.dtype), action_map)
     except (ConnectionError, openenv.OpenEnvError, TimeoutError) as exc:
         raise ConfigError(f"--remote {args.remote}: {exc}") from None
-    stats = {**return_stats(returns), "label": "remote deterministic return"}
-    summary = {"policies": {"deterministic": stats}, "metric": "return", "remote": args.remote, "checkpoint_update": step}
+    return _report_remote(out_path, args.remote, step, returns, "deterministic")
+
+
+def _report_remote(out_path: str, url: str, step: int, returns: list[float], mode: str) -> int:
+    """Print the remote returns' summary and add it to ``eval.json`` under ``"remote"``."""
+    stats = {**return_stats(returns), "label": f"remote {mode} return"}
+    summary = {"policies": {mode: stats}, "metric": "return", "remote": url, "checkpoint_update": step}
     merge_summary(out_path, "remote", summary)
     print(format_summary(summary))
     return 0
-
-
-def innermost(env):
-    """The env under any wrappers (``.env`` chains)."""
-    while hasattr(env, "env"):
-        env = env.env
-    return env
 
 
 def _remote_lm(args, out_path: str, built, states, step: int, episodes: int, remote_space: dict) -> int:
@@ -132,7 +130,7 @@ def _remote_lm(args, out_path: str, built, states, step: int, episodes: int, rem
     from jaxrl.interop import openenv
     from jaxrl.models.lm import load_lm
 
-    task = innermost(built.envs.env)
+    task = built.envs.env.unwrapped
     vocab = task.action_space(built.envs.eval_params).n
     if remote_space.get("kind") != "Discrete" or remote_space.get("n") != vocab:
         raise ConfigError(f"--remote: the run's model writes tokens of a vocabulary of {vocab}, the server's action space is "
@@ -146,11 +144,7 @@ def _remote_lm(args, out_path: str, built, states, step: int, episodes: int, rem
         returns = remote_completions(model, params, task, args.remote, episodes, args.seed + EVAL_SEED_OFFSET)
     except (ConnectionError, openenv.OpenEnvError, TimeoutError) as exc:
         raise ConfigError(f"--remote {args.remote}: {exc}") from None
-    stats = {**return_stats(returns), "label": "remote greedy return"}
-    summary = {"policies": {"greedy": stats}, "metric": "return", "remote": args.remote, "checkpoint_update": step}
-    merge_summary(out_path, "remote", summary)
-    print(format_summary(summary))
-    return 0
+    return _report_remote(out_path, args.remote, step, returns, "greedy")
 
 
 def remote_completions(model, params, task, url: str, episodes: int, seed: int, as_text: bool | None = None) -> list[float]:
