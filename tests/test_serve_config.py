@@ -1,14 +1,13 @@
 """``jaxrl serve --config CONFIG`` / ``jaxrl serve RUN`` take the env section of the config
 (no ``--set env.*`` repeated), ``--held-out`` serves the evaluation params, bad combinations are
-one line; ``jaxrl eval RUN --remote`` plays a language model's completions against a served
-text task, as text (string actions) and token by token with the same returns."""
+one line (the language model's play of ``jaxrl eval RUN --remote`` is tested in
+tests/test_serve_text.py, beside the served text task it plays)."""
 
 from __future__ import annotations
 
 import argparse
 import os
 
-import numpy as np
 import pytest
 import yaml
 
@@ -53,26 +52,6 @@ def test_bad_combinations_are_one_line(argv, message):
         args = _args(*argv)
         config_source(args)
         resolve_env(args)
-
-
-def test_a_language_model_plays_a_served_text_task():
-    """Greedy completions of the shipped model sent as strings score as the same tokens sent one
-    by one (the string is re-tokenized with the task's tokenizer)."""
-    pytest.importorskip("fastapi")
-    pytest.importorskip("uvicorn")
-    pytest.importorskip("websockets")
-    from jaxrl.models.lm import load_lm
-    from jaxrl.run.eval_command import remote_completions
-    from jaxrl.serve.app import Server
-    from jaxrl.serve.main import Background
-    from jaxrl.serve.pool import SlotPool
-
-    env_id, env, params, _ = resolve_env(_args("--config", SFT, "--held-out", *[a for s in SMALL for a in ("--set", s)]))
-    model, weights = load_lm(os.path.join(ROOT, "envs", "assets", "text_model"))
-    with Background(Server(SlotPool(env, params, 1), env_id, window_s=0.0)) as url:
-        as_text = remote_completions(model, weights, env.unwrapped, url, 2, seed=5, as_text=True)
-        as_ids = remote_completions(model, weights, env.unwrapped, url, 2, seed=5, as_text=False)
-    assert len(as_text) == 2 and as_text == as_ids and np.isfinite(as_text).all()
 
 
 def test_serve_help_names_config_and_run(capsys):

@@ -1,5 +1,6 @@
 """``jaxrl serve`` on a text task speaks text: observations carry the decoded prompt, a string
-action is the completion (tokenized with the task's tokenizer), scored by the task's rubric."""
+action is the completion (tokenized with the task's tokenizer), scored by the task's rubric;
+a language model's completions (``jaxrl eval RUN --remote``) score the same as text or as ids."""
 
 from __future__ import annotations
 
@@ -18,14 +19,22 @@ from jaxrl.serve.pool import SlotPool  # noqa: E402
 ENV_ID = "text/WordProblems-v0"
 
 
-def test_text_in_text_out():
-    """The prompt comes back as text; the right answer as text earns the rubric's top
-    reward, a wrong one less; the completion is tokenized with the task's tokenizer."""
+@pytest.fixture(scope="module")
+def served_text():
+    """One served word-problems task (64 training rows) for the module's tests."""
     env, params, _ = env_from_args(ENV_ID, ["env.text.num_train=64", "env.text.num_held_out=8"])
     server = Server(SlotPool(env, params, 1), ENV_ID, window_s=0.001)
+    with Background(server) as url:
+        yield url, server, env
+
+
+def test_text_in_text_out(served_text):
+    """The prompt comes back as text; the right answer as text earns the rubric's top
+    reward, a wrong one less; the completion is tokenized with the task's tokenizer."""
+    url, server, env = served_text
     tokenizer, tables = server.codec.tokenizer, env.arrays("train")
     eos_text = tokenizer.decode([int(env.end_of_turn)])
-    with Background(server) as url, OpenEnvClient(url) as client:
+    with OpenEnvClient(url) as client:
         rewards = {}
         for kind in ("right", "wrong"):
             first = client.reset(seed=3)
@@ -43,3 +52,19 @@ def test_text_in_text_out():
         assert client.step(7).reward == 0.0  # token ids still work
         with pytest.raises(OpenEnvError, match="at most"):
             client.step("x" * 100_001)
+
+
+def test_a_language_model_plays_a_served_text_task(served_text):
+    """``jaxrl eval RUN --remote``'s play (:func:`jaxrl.run.eval_command.remote_completions`):
+    the shipped model's greedy completions sent as strings score as the same tokens sent one
+    by one (the string is re-tokenized with the task's tokenizer)."""
+    import os
+
+    from jaxrl.models.lm import load_lm
+    from jaxrl.run.eval_command import remote_completions
+
+    url, _, env = served_text
+    model, weights = load_lm(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "envs", "assets", "text_model"))
+    as_text = remote_completions(model, weights, env.unwrapped, url, 2, seed=5, as_text=True)
+    as_ids = remote_completions(model, weights, env.unwrapped, url, 2, seed=5, as_text=False)
+    assert len(as_text) == 2 and as_text == as_ids and np.isfinite(as_text).all()
