@@ -73,6 +73,24 @@ def test_digit_groups_are_found_and_warned_once(digits_dir, capsys):
     assert tok.encode(found.text) == found.ours
 
 
+def _with_added_token(dst) -> str:
+    """The qwen3 fixture (read as-is by transformers) whose tokenizer_config.json declares a token
+    and an end-of-sequence token that its tokenizer.json lacks."""
+    shutil.copytree(os.path.join(FIXTURES, "qwen3"), dst)
+    path = os.path.join(dst, "tokenizer_config.json")
+    cfg = json.loads(open(path, encoding="utf-8").read())
+    cfg["added_tokens_decoder"]["405"] = {"content": "<tool>", "special": False, "normalized": False}
+    cfg["eos_token"] = "<|eot|>"
+    open(path, "w", encoding="utf-8").write(json.dumps(cfg))
+    return str(dst)
+
+
+def test_added_tokens_the_config_declares_are_found(tmp_path):
+    found = tc.mismatch(_with_added_token(tmp_path / "added"))
+    assert found is not None and found.transformers_class == "TokenizersBackend" and "<tool>" in found.text
+    assert len(found.theirs) < len(found.ours) and "adds tokenizer_config.json's added" in found.line("X")
+
+
 def test_consistent_checkpoints_are_quiet():
     for name in ("qwen2", "qwen3", "llama3", "mistral"):
         assert tc.mismatch(os.path.join(FIXTURES, name), nfc=False) is None, name
@@ -111,12 +129,13 @@ def test_the_real_autotokenizer_agrees(digits_dir, llama, tmp_path):
         return tok.encode(text, add_special_tokens=False)
 
     src = _as_qwen2(digits_dir, tmp_path / "q2")
-    for path in (digits_dir, src, TEXT_MODEL, os.path.join(FIXTURES, "qwen2")):
+    added = _with_added_token(tmp_path / "added")
+    for path in (digits_dir, src, TEXT_MODEL, os.path.join(FIXTURES, "qwen2"), added):
         state = json.loads(open(os.path.join(path, "tokenizer.json"), encoding="utf-8").read())
         real = transformers.AutoTokenizer.from_pretrained(path)
         assert type(real).__name__ == tc.transformers_class(path)
         emulated = tc.emulate(path, type(real).__name__, state)
-        for text in tc.PROBES:
+        for text in [*tc.PROBES, "call <tool> now", "end <|eot|> x"]:
             assert emulated.encode(text, add_special_tokens=False).ids == ids(real, text), (path, text)
     model, params = llama
     out = save_hf(tmp_path / "out", model, params, source=digits_dir)

@@ -14,8 +14,9 @@ on another.
 5.23, ``models/auto/tokenization_auto.py``) for the model types jaxrl loads;
 :func:`emulate` builds what that class's ``__init__`` builds, with ``tokenizers`` alone
 (transformers need not be installed); :func:`mismatch` encodes :data:`PROBES` both ways and
-returns the first string whose ids differ. :func:`export_fix` makes an exported directory
-round-trip where the files can (``tokenizer_class: PreTrainedTokenizerFast``).
+returns the first string whose ids differ (the probes, and each token transformers would add
+that tokenizer.json lacks). :func:`export_fix` makes an exported directory round-trip where
+the files can (``tokenizer_class: PreTrainedTokenizerFast``).
 """
 
 from __future__ import annotations
@@ -60,9 +61,11 @@ class Mismatch(NamedTuple):
     theirs: list[int]
 
     def line(self, path: str) -> str:
-        return (f"{path}: transformers' AutoTokenizer builds {self.transformers_class} here, which rebuilds the "
-                f"pre-tokenizer and normalizer from its class defaults: {self.text!r} encodes to {_ids(self.theirs)} "
-                f"there but to {_ids(self.ours)} with tokenizer.json, which jaxrl uses")
+        how = ("which adds tokenizer_config.json's added and special tokens that tokenizer.json lacks"
+               if self.transformers_class == "TokenizersBackend" else
+               "which rebuilds the pre-tokenizer and normalizer from its class defaults (and adds the config's tokens)")
+        return (f"{path}: transformers' AutoTokenizer builds {self.transformers_class} here, {how}: {self.text!r} encodes "
+                f"to {_ids(self.theirs)} there but to {_ids(self.ours)} with tokenizer.json, which jaxrl uses")
 
 
 def _ids(ids: list[int]) -> str:
@@ -105,7 +108,9 @@ def transformers_class(path: str, tokenizer_json: dict | None = None) -> str | N
 
 def emulate(path: str, cls: str, state: dict):
     """A ``tokenizers.Tokenizer`` as transformers' ``cls`` builds it from ``path`` (``state``:
-    tokenizer.json's content), or None for a class not emulated here."""
+    tokenizer.json's content): the class's own normalizer, pre-tokenizer and model options,
+    then the added tokens transformers appends (:func:`extra_tokens`); None for a class not
+    emulated here."""
     import tokenizers
 
     cfg = _read(os.path.join(path, "tokenizer_config.json"))
@@ -115,7 +120,9 @@ def emulate(path: str, cls: str, state: dict):
     if isinstance(vocab, list):  # a Unigram list: [piece, score]
         vocab = {item[0] if isinstance(item, list) else item: i for i, item in enumerate(vocab)}
     merges = model.get("merges") or []
-    if cls == "Qwen2Tokenizer":
+    if cls == "TokenizersBackend":
+        defaults = {}
+    elif cls == "Qwen2Tokenizer":
         prefix = bool(cfg.get("add_prefix_space") or False)
         state["model"] = {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": "",
                           "end_of_word_suffix": "", "fuse_unk": False, "byte_fallback": False, "ignore_merges": False,
@@ -136,24 +143,37 @@ def emulate(path: str, cls: str, state: dict):
         defaults = {"unk_token": "<unk>", "bos_token": "<s>", "eos_token": "</s>"}
     else:
         return None
-    added = {int(t["id"]): t for t in state.get("added_tokens") or [] if isinstance(t, dict) and "id" in t}
-    for idx, token in (cfg.get("added_tokens_decoder") or {}).items():
-        if isinstance(token, dict) and str(idx).lstrip("-").isdigit():
-            added[int(idx)] = {"id": int(idx), "content": token.get("content", ""), "single_word": bool(token.get("single_word")),
-                               "lstrip": bool(token.get("lstrip")), "rstrip": bool(token.get("rstrip")),
-                               "normalized": bool(token.get("normalized", True)), "special": bool(token.get("special"))}
-    state["added_tokens"] = [added[i] for i in sorted(added)]
     tok = tokenizers.Tokenizer.from_str(json.dumps(state))
-    present = {t["content"] for t in state["added_tokens"]}
-    named = []
-    for key, value in defaults.items():
-        value = cfg.get(key, value)
-        value = value.get("content") if isinstance(value, dict) else value
-        if isinstance(value, str) and value and value not in present:
-            named.append(tokenizers.AddedToken(value, special=True, normalized=False))
-    if named:
-        tok.add_special_tokens(named)
+    for token in extra_tokens(state, cfg, defaults):  # one at a time: ids follow in this order, as transformers' add_tokens
+        (tok.add_special_tokens if token.special else tok.add_tokens)([token])
     return tok
+
+
+def extra_tokens(state: dict, cfg: dict, defaults: dict) -> list:
+    """The ``tokenizers.AddedToken`` s transformers appends to what tokenizer.json holds:
+    ``tokenizer_config.json``'s ``added_tokens_decoder`` entries it lacks (by id), then the
+    named special tokens (the config's, else the class's ``defaults``) it lacks."""
+    import tokenizers
+
+    present = {t.get("content") for t in state.get("added_tokens") or [] if isinstance(t, dict)}
+    model = (state.get("model") or {}).get("vocab")
+    out = []
+    decoder = cfg.get("added_tokens_decoder") or {}
+    for idx in sorted((k for k in decoder if str(k).isdigit()), key=int):
+        token = decoder[idx]
+        if isinstance(token, dict) and isinstance(token.get("content"), str) and token["content"] not in present:
+            present.add(token["content"])
+            out.append(tokenizers.AddedToken(token["content"], single_word=bool(token.get("single_word")),
+                                             lstrip=bool(token.get("lstrip")), rstrip=bool(token.get("rstrip")),
+                                             normalized=bool(token.get("normalized", not token.get("special"))),
+                                             special=bool(token.get("special"))))
+    for key in ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token"):
+        value = cfg.get(key, defaults.get(key))
+        value = value.get("content") if isinstance(value, dict) else value
+        if isinstance(value, str) and value and value not in present and not (isinstance(model, dict) and value in model):
+            present.add(value)
+            out.append(tokenizers.AddedToken(value, special=True, normalized=False))
+    return out
 
 
 def mismatch(path: str, tokenizer=None, probes=PROBES, nfc: bool = True) -> Mismatch | None:
@@ -171,16 +191,20 @@ def mismatch(path: str, tokenizer=None, probes=PROBES, nfc: bool = True) -> Mism
     if not state:
         return None
     cls = transformers_class(path, state)
-    if cls is None or cls == "TokenizersBackend":
+    if cls is None:
         return None
+    cfg = _read(os.path.join(path, "tokenizer_config.json"))
     try:
+        added = [t.content for t in extra_tokens(state, cfg, {})]
+        if cls == "TokenizersBackend" and not added:
+            return None  # tokenizer.json read as it is, nothing appended
         theirs = emulate(path, cls, state)
         ours = tokenizer if tokenizer is not None else tokenizers.Tokenizer.from_str(json.dumps(state))
     except Exception:  # noqa: BLE001 - a file tokenizers cannot rebuild this way: nothing to compare
         return None
     if theirs is None:
         return None
-    for text in probes:
+    for text in [*probes, *(f"call {token} now" for token in added)]:
         a = ours.encode(text, add_special_tokens=False).ids
         b = theirs.encode(text, add_special_tokens=False).ids
         if a != b:
@@ -207,8 +231,9 @@ def export_fix(out_dir: str, shown: str | None = None) -> str | None:
     if still is None:
         return None
     shown = shown or out_dir
-    return (f"{still.line(shown)}; transformers 5 picks that class for every {_model_type(out_dir)!r} checkpoint "
-            f"whatever tokenizer_config.json says, so load the tokenizer with transformers.PreTrainedTokenizerFast("
+    why = (f"transformers 5 picks that class for every {_model_type(out_dir)!r} checkpoint whatever tokenizer_config.json says"
+           if still.transformers_class != "TokenizersBackend" else "tokenizer_config.json names tokens tokenizer.json lacks")
+    return (f"{still.line(shown)}; {why}, so load the tokenizer with transformers.PreTrainedTokenizerFast("
             f"tokenizer_file={os.path.join(shown, 'tokenizer.json')!r}) to get jaxrl's ids")
 
 
