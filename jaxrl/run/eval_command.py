@@ -23,6 +23,7 @@ from jaxrl.run.evaluate import (
     remote_returns, render_frames, return_stats, sample_lines, write_summary,
 )
 from jaxrl.run.files import EVAL_FILE
+from jaxrl.text.task import TextTask
 
 __all__ = ["check_render_args", "main_eval", "main_remote", "main_render", "main_sampled", "remote_completions"]
 
@@ -171,7 +172,7 @@ def remote_completions(model, params, task, url: str, episodes: int, seed: int, 
             tokens = [int(t) for t in np.asarray(out)[0, task.prompt_len:]]
             tokens = tokens[: tokens.index(eot) + 1] if eot in tokens else tokens
             total = 0.0
-            speaks_text = isinstance(result.observation, dict) and "text" in result.observation and hasattr(task, "decode")
+            speaks_text = isinstance(task, TextTask) and isinstance(result.observation, dict) and "text" in result.observation
             if speaks_text if as_text is None else as_text:
                 result = client.step(task.decode(tokens[:-1] if tokens and tokens[-1] == eot else tokens))
                 total += float(result.reward)

@@ -112,8 +112,7 @@ def tick(venv: VectorEnv, params, trace_counter: list, carry: Carry, rows, actio
 def step_tick(venv: VectorEnv, params, trace_counter: list, carry: Carry, row, actions):
     """:func:`tick` for one step of pool row ``row`` (a scalar; ``actions`` ``[1, N, ...]``):
     no reset is computed and the row is sliced and updated in place rather than gathered and
-    scattered, so a lone session's step pays for the step alone (half the bucket program's
-    time for CartPole on a CPU)."""
+    scattered, so a lone session's step pays for the step alone."""
     trace_counter.append(1)
     take = lambda x: jax.lax.dynamic_index_in_dim(x, row, 0, keepdims=True)  # noqa: E731
     keys, state = take(carry.keys), jax.tree_util.tree_map(take, carry.state)
