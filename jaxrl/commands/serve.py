@@ -61,7 +61,7 @@ def resolve_env(args) -> tuple:
     held_out = getattr(args, "held_out", False)
     if source is None:
         if held_out:
-            raise ConfigError("--held-out: serve a run directory or --config CONFIG (an env id alone has no evaluation split)")
+            raise ConfigError("--held-out: serve a run directory or --config CONFIG (the evaluation params come from a config's env section)")
         env, params, description = env_from_args(args.env_id, args.set)
         return args.env_id, env, params, description
     overrides = list(args.set or ())
