@@ -87,6 +87,7 @@ def main_serve(args) -> int:
     config_source(args)  # a bad ENV_ID / RUN / --config combination: one line, before the port is bound
     compile_cache.enable()  # a restarted server loads its buckets' programs
     threefry.unroll_on_cpu()
+    synchronous_cpu_calls()
     try:
         sock = bind(args.host, args.port)
     except AddressUnavailable as exc:
@@ -124,6 +125,15 @@ def _serve(args, sock: socket.socket, uvicorn) -> int:
     why = f" on {userver.signal_name}" if userver.signal_name else ""
     print(f"jaxrl serve: stopped{why} after {server.batcher.batches if server.batcher else 0} batches", flush=True)
     return 0
+
+
+def synchronous_cpu_calls() -> None:
+    """Run CPU programs on the calling thread (JAX's ``jax_cpu_enable_async_dispatch`` off):
+    every tick's results are read back at once anyway, and a lone session's small program
+    then skips the hand-over to XLA's thread and back."""
+    import jax
+
+    jax.config.update("jax_cpu_enable_async_dispatch", False)
 
 
 def _seconds(s: float) -> str:
