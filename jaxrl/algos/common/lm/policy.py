@@ -97,13 +97,8 @@ class LMSpec(NamedTuple):
     remat: bool = True  # the loss pass recomputes each layer's inside in its backward pass
 
 
-def _split(spec: LMSpec, params) -> tuple[Any, Any]:
-    """``(base weights, adapters or None)`` in the model's compute dtype."""
-    return split(spec.model, params)
-
-
 def _start(spec: LMSpec, params, obs):
-    base, adapters = _split(spec, params)
+    base, adapters = split(spec.model, params)
     prompt = obs[:, : spec.prompt_len].astype(jnp.int32)
     logits, cache = spec.model.prefill(base, prompt, prompt != spec.pad_id, spec.dialogue_len, lora=adapters)
     return cache, logits[:, -1]
@@ -118,7 +113,7 @@ def _start_grouped(spec: LMSpec, params, obs, group: int):
 
 
 def _extend(spec: LMSpec, params, cache, tokens, pos):
-    base, adapters = _split(spec, params)
+    base, adapters = split(spec.model, params)
     tokens = tokens.astype(jnp.int32)
     logits, cache = spec.model.extend(base, cache, tokens, pos, tokens != spec.pad_id, lora=adapters)
     return cache, logits
@@ -150,20 +145,20 @@ def _shared_hidden(spec: LMSpec, base, adapters, obs, group: int) -> Array:
 
 
 def _token_logp(spec: LMSpec, params, obs, actions, temperature):
-    base, adapters = _split(spec, params)
+    base, adapters = split(spec.model, params)
     hidden = _dialogue_hidden(spec, base, adapters, obs)
     return lm.token_logprobs(spec.model, base, hidden, actions.astype(jnp.int32), temperature, chunk_size=spec.head_chunk)
 
 
 def _token_logp_shared(spec: LMSpec, params, obs, actions, temperature, group: int):
-    base, adapters = _split(spec, params)
+    base, adapters = split(spec.model, params)
     hidden = _shared_hidden(spec, base, adapters, obs, group)
     return lm.token_logprobs(spec.model, base, hidden, actions.astype(jnp.int32), temperature, chunk_size=spec.head_chunk)
 
 
 def _sequence_logits(spec: LMSpec, params, obs, actions):
     del actions
-    base, adapters = _split(spec, params)
+    base, adapters = split(spec.model, params)
     ids = obs[:, :-1].astype(jnp.int32)
     return spec.model.apply(base, ids, ids != spec.pad_id, lora=adapters)[:, spec.prompt_len - 1 :]
 
