@@ -62,6 +62,16 @@ def test_data_2_model_2_trains_like_one_device(report):
         assert report[f"{strategy}_losses"][-1] < report[f"{strategy}_losses"][0]
 
 
+def test_the_memory_estimate_holds_on_one_and_two_devices(report):
+    """The program's per-device estimate within 20% of XLA's figure for the compiled chunk of
+    the GRPO LoRA recipe with 4 micro-batches: one device, data split over two (each device
+    takes its rows of every micro-batch), and the weights split over a model axis of two."""
+    for name in ("one", "data", "tp"):
+        m = report[f"memory_{name}"]
+        assert 0.8 <= m["estimate"] / m["xla"] <= 1.2, (name, m)
+    assert report["memory_data"]["xla"] < 0.75 * report["memory_one"]["xla"]  # the data split halves the activations
+
+
 def test_parameters_and_adam_moments_really_are_split(report):
     tp = report["tp_specs"]
     assert tp["q_kernel"] == tp["mu_q_kernel"] == "P(None, None, 'model')"  # column: output dim
@@ -181,6 +191,10 @@ def test_estimate_matches_a_hand_computation():
     assert no_remat.activations == int(2 * per_layer + logits)  # every layer's inside kept through the head
     # generation's KV cache and the loss pass's activations are not alive at once
     assert e.total == e.weights + e.grads + e.optimizer + max(e.kv_cache, e.activations)
+    # an evaluation of 5 rows inside the update (completion 2 of 3 tokens: a 1-token prompt): its
+    # cache and one layer of its prefill (2 D + 2 F per prompt token, the attention probabilities)
+    ev = estimate_memory(c, batch=2, seq_len=3, param_dtype_bytes=4, full_finetune=True, completion_len=2, eval_rows=5)
+    assert ev.kv_cache == 2 * 2 * 5 * 3 * 1 * 2 * 4 + 5 * 1 * (2 * 4 + 2 * 6) * 4 + 5 * 2 * 1 * 1 * 4
     shared = estimate_memory(c, batch=8, seq_len=3, param_dtype_bytes=4, full_finetune=True, remat=False,
                              completion_len=2, group=4)
     unshared = estimate_memory(c, batch=8, seq_len=3, param_dtype_bytes=4, full_finetune=True, remat=False,

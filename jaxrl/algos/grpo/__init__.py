@@ -111,6 +111,7 @@ def _memory(lm_config, cfg: GRPOConfig, seq_len: int, data: int, model: int, str
         vocab_chunk=rows * min(head_chunk or completion, completion), remat=remat, completion_len=completion,
         group=update.whole_groups(cfg),
         reference=m.lora.rank == 0 and cfg.loss.beta > 0, platform=_platform(),
+        eval_rows=cfg.eval_every_episodes if cfg.eval_every else 0,
     )
 
 

@@ -201,6 +201,7 @@ def _micro_grads(setup: Setup, hyper: GRPOHyper, frozen, params, batch: Batch):
     if k == 1:
         return grad_fn(params, batch)
     micro = jax.tree_util.tree_map(lambda x: x.reshape((k, x.shape[0] // k) + x.shape[1:]), batch)
+    micro = batching.constrain_batch(micro, axis=1)  # data mesh: each device takes its rows of every slice
 
     def body(acc, mb):
         (loss, metrics), grads = grad_fn(params, mb)

@@ -150,7 +150,7 @@ def estimate_memory(
     cfg: "LMConfig", *, batch: int, seq_len: int, param_dtype_bytes: int, full_finetune: bool, lora_rank: int = 0,
     lora_targets=LORA_TARGETS, data: int = 1, model: int = 1, strategy: str = "tp", grad_accum: int = 1,
     vocab_chunk: int = 1024, remat: bool = True, completion_len: int = 0, group: int = 1, reference: bool = False,
-    platform: str = "gpu",
+    platform: str = "gpu", eval_rows: int = 0,
 ) -> MemoryEstimate:
     """The per-device :class:`MemoryEstimate` of training ``cfg`` on ``batch`` sequences.
 
@@ -170,6 +170,9 @@ def estimate_memory(
       group: sequences sharing a prompt that the loss pass computes once (1: none).
       reference: a frozen float32 copy of the trained weights is kept for the KL term (full
         fine-tuning with ``beta > 0``).
+      eval_rows: sequences of an evaluation inside the update (GRPO's ``eval_every``), on
+        every device (the evaluation is not split): their KV cache and one layer of their
+        prompts' prefill are a phase of their own (counted in ``kv_cache`` when larger).
       platform: the device kind (``jax.Device.platform``). On ``"cpu"`` XLA computes bfloat16
         in float32: a bf16 model's activations take 4 bytes and its weights get a float32 copy
         among the temporaries (measured: ``bench/results/lm_memory_grid.md``).
@@ -203,6 +206,10 @@ def estimate_memory(
     micro = -(-seqs // grad_accum)
     scored = min(completion_len or seq_len, seq_len)
     prompt = seq_len - scored
+    if eval_rows:  # its cache, and one layer of its prompts' prefill (the MLP's and attention's insides)
+        evaluation = (2 * L * eval_rows * seq_len * hkv * hd * param_dtype_bytes
+                      + eval_rows * prompt * (2 * D + 2 * F) * act + eval_rows * hq * prompt * prompt * F32)
+        kv = max(kv, evaluation)
     tokens = (-(-micro // group) * prompt + micro * scored) if group > 1 else micro * seq_len
     per_layer = (KEEP_FACTOR * tokens * (4 * D + (2 * hq + 2 * hkv) * hd + 3 * F) * act
                  + micro * hq * scored * seq_len * F32)  # + the float32 attention probabilities
