@@ -139,7 +139,7 @@ def make_setup(model, weights, prompts, samples, prompt_len, new_tokens, head_ch
     (what ``grpo.make_setup`` builds from a checkpoint directory)."""
     from jaxrl.algos import grpo
     from jaxrl.algos.grpo import update as update_lib
-    from jaxrl.algos.grpo.lm_policy import LMSpec, lm_policy
+    from jaxrl.algos.common.lm.policy import LMSpec, lm_policy
     from jaxrl.models import lm
 
     task = task_cls(model.config.vocab_size, prompt_len, new_tokens)

@@ -55,7 +55,7 @@ def point(shape: str, rank: int, dtype: str, micro: int, prompts=4, samples=4, p
 
     from jaxrl.algos import grpo
     from jaxrl.algos.grpo import update as U
-    from jaxrl.algos.grpo.lm_policy import LMSpec, lm_policy
+    from jaxrl.algos.common.lm.policy import LMSpec, lm_policy
     from jaxrl.models import lm
     from jaxrl.models.lm.config import LMConfig
 
