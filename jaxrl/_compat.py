@@ -58,6 +58,7 @@ MOVED_MODULES: dict[str, tuple[str, ...]] = {
     # the command handlers' floor (0.6.0): jaxrl.commands
     "jaxrl.run.commands": ("jaxrl.commands.train",),
     "jaxrl.run.check_command": ("jaxrl.commands.check_env",),
+    "jaxrl.run.eval_command": ("jaxrl.commands.eval", "jaxrl.commands.render", "jaxrl.run.remote"),
     # the text wing (0.6.0): text configuration and tokenization in jaxrl.text
     "jaxrl.run.text_config": ("jaxrl.text.config",),
     "jaxrl.run.tokenized": ("jaxrl.text.tokenized",),
@@ -72,6 +73,7 @@ MOVED_LATER: dict[str, tuple[str, str]] = {
     "jaxrl.adapters.reset_pool": ("0.4.0", "0.6.0"),
     "jaxrl.run.commands": ("0.6.0", "0.7.0"),
     "jaxrl.run.check_command": ("0.6.0", "0.7.0"),
+    "jaxrl.run.eval_command": ("0.6.0", "0.7.0"),
     "jaxrl.run.text_config": ("0.6.0", "0.7.0"),
     "jaxrl.run.tokenized": ("0.6.0", "0.7.0"),
     "jaxrl.adapters.tokenized": ("0.6.0", "0.7.0"),
@@ -83,8 +85,9 @@ MOVED_LATER: dict[str, tuple[str, str]] = {
 #: module which still exists; that module's ``__getattr__`` calls :func:`moved_name`.
 MOVED_NAMES: dict[str, tuple[str, str, str]] = {
     **{
-        f"jaxrl.run.evaluate.{name}": (f"jaxrl.run.eval_command.{name}", "0.5.0", "0.6.0")
-        for name in ("main_eval", "main_sampled", "main_remote", "main_render", "check_render_args")
+        f"jaxrl.run.evaluate.{name}": (f"jaxrl.commands.{module}.{name}", "0.5.0", "0.6.0")
+        for module, names in (("eval", ("main_eval", "main_sampled", "main_remote")), ("render", ("main_render", "check_render_args")))
+        for name in names
     },
     "jaxrl.cli.check_env_main": ("jaxrl.commands.check_env.main_check_env", "0.5.0", "0.6.0"),
     # the command handlers' floor (0.6.0): every handler in jaxrl.commands

@@ -3,8 +3,8 @@
 This module is the parser only. Each sub-command is one small ``_add_<name>(subparsers)``
 function that declares its arguments and sets ``func`` to the handler, plus one line in
 :data:`COMMANDS`. Handlers take the parsed ``argparse.Namespace`` and return an exit code;
-they live in :mod:`jaxrl.commands` (``jaxrl.commands.config.main_config`` for ``config``;
-``eval`` and ``render`` in :mod:`jaxrl.run.eval_command`), imported lazily so that
+they live in :mod:`jaxrl.commands` (``jaxrl.commands.config.main_config`` for ``config``),
+imported lazily so that
 ``jaxrl --help`` does not pay for importing JAX.
 
 To add a command::
@@ -147,7 +147,7 @@ def _add_eval(sub) -> None:
         help="step the policy against an env served at URL (e.g. ws://host:8000 from `jaxrl serve RUN --held-out`), "
         "host-stepped; a language-model run sends its greedy completions",
     )
-    p.set_defaults(func=_lazy("jaxrl.run.eval_command", "main_eval"))
+    p.set_defaults(func=_lazy("jaxrl.commands.eval", "main_eval"))
 
 
 def _add_render(sub) -> None:
@@ -159,7 +159,7 @@ def _add_render(sub) -> None:
     p.add_argument("--seed", type=int, default=0, help="PRNG seed of the episode")
     p.add_argument("--fps", type=int, default=30, help="frames per second of the GIF, >= 1 (default 30)")
     p.add_argument("--step", type=count, metavar="N", help="roll checkpoint N (updates done) instead of the newest")
-    p.set_defaults(func=_lazy("jaxrl.run.eval_command", "main_render"))
+    p.set_defaults(func=_lazy("jaxrl.commands.render", "main_render"))
 
 
 def _add_export_hf(sub) -> None:

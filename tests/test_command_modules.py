@@ -1,7 +1,7 @@
-"""The command handlers live in their command modules (:mod:`jaxrl.commands`, and
-``jaxrl.run.eval_command`` for eval and render), the CLI table reaches them lazily, and their
-old import paths (``jaxrl.run.evaluate.main_eval``, ``jaxrl.cli.check_env_main``,
-``jaxrl.run.commands.main_train``, ...) still give the same objects with a
+"""The command handlers live in their command modules (:mod:`jaxrl.commands`), the CLI
+table reaches them lazily, and their old import paths (``jaxrl.run.evaluate.main_eval``,
+``jaxrl.cli.check_env_main``, ``jaxrl.run.commands.main_train``,
+``jaxrl.run.eval_command.main_render``, ...) still give the same objects with a
 ``DeprecationWarning`` naming the new path (:data:`jaxrl._compat.MOVED_NAMES`,
 :data:`jaxrl._compat.MOVED_MODULES`).
 The handlers' behaviour and messages are tested through the CLI (tests/test_cli.py,
@@ -33,6 +33,24 @@ def test_moved_name_warns_and_gives_the_new_object(old):
     assert caught[0].filename == __file__  # the warning points at the caller's line
 
 
+def test_the_old_eval_command_module_gives_every_old_name():
+    """0.5.0's ``jaxrl.run.eval_command`` names (handlers and the remote play) load from their
+    new modules with a warning naming them."""
+    from jaxrl.commands import eval as eval_cmd, render
+    from jaxrl.run import remote
+
+    sys.modules.pop("jaxrl.run.eval_command", None)
+    vars(sys.modules["jaxrl.run"]).pop("eval_command", None)
+    with pytest.warns(DeprecationWarning, match=r"jaxrl\.run\.eval_command moved to jaxrl\.commands\.eval / "
+                                                r"jaxrl\.commands\.render / jaxrl\.run\.remote in jaxrl 0\.6\.0"):
+        from jaxrl.run.eval_command import (
+            check_render_args, main_eval, main_remote, main_render, main_sampled, remote_completions,
+        )
+    assert (main_eval, main_sampled, main_remote) == (eval_cmd.main_eval, eval_cmd.main_sampled, eval_cmd.main_remote)
+    assert (main_render, check_render_args) == (render.main_render, render.check_render_args)
+    assert remote_completions is remote.remote_completions
+
+
 def test_other_missing_names_are_still_attribute_errors():
     from jaxrl.run import evaluate
 
@@ -49,8 +67,8 @@ HANDLERS = {
     "list": ("jaxrl.commands.listing", "main_list"),
     "check-env": ("jaxrl.commands.check_env", "main_check_env"),
     "train": ("jaxrl.commands.train", "main_train"),
-    "eval": ("jaxrl.run.eval_command", "main_eval"),
-    "render": ("jaxrl.run.eval_command", "main_render"),
+    "eval": ("jaxrl.commands.eval", "main_eval"),
+    "render": ("jaxrl.commands.render", "main_render"),
     "export-hf": ("jaxrl.commands.export_hf", "main_export_hf"),
     "config": ("jaxrl.commands.config", "main_config"),
     "serve": ("jaxrl.commands.serve", "main_serve"),
@@ -67,7 +85,7 @@ def test_the_cli_table_reaches_the_command_modules():
 
 
 def test_every_main_handler_lives_on_the_commands_floor():
-    """``def main_*`` only in :mod:`jaxrl.commands` (and ``run/eval_command.py``, not moved yet)."""
+    """``def main_*`` only in :mod:`jaxrl.commands`."""
     import pathlib
 
     root = pathlib.Path(cli.__file__).parent
@@ -75,7 +93,7 @@ def test_every_main_handler_lives_on_the_commands_floor():
         p.relative_to(root).as_posix() for p in root.rglob("*.py")
         if re.search(r"^def main_", p.read_text(), re.M) and p.parent.name != "commands"
     )
-    assert found == ["run/eval_command.py"]
+    assert found == []
 
 
 def test_the_handler_modules_import_no_jax():

@@ -55,13 +55,13 @@ def test_text_in_text_out(served_text):
 
 
 def test_a_language_model_plays_a_served_text_task(served_text):
-    """``jaxrl eval RUN --remote``'s play (:func:`jaxrl.run.eval_command.remote_completions`):
+    """``jaxrl eval RUN --remote``'s play (:func:`jaxrl.run.remote.remote_completions`):
     the shipped model's greedy completions sent as strings score as the same tokens sent one
     by one (the string is re-tokenized with the task's tokenizer)."""
     import os
 
     from jaxrl.models.lm import load_lm
-    from jaxrl.run.eval_command import remote_completions
+    from jaxrl.run.remote import remote_completions
 
     url, _, env = served_text
     model, weights = load_lm(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "envs", "assets", "text_model"))

@@ -1,5 +1,5 @@
 """Evaluating and rendering a trained run, as library functions (the commands ``jaxrl eval``
-and ``jaxrl render`` are their callers in :mod:`jaxrl.run.eval_command`).
+and ``jaxrl render``, :mod:`jaxrl.commands.eval` and :mod:`jaxrl.commands.render`, call them).
 
 Evaluation runs the program's own ``evaluate(state, key)`` (jitted, vmapped over the run's
 seeds) and summarises the per-episode arrays its :class:`~jaxrl.algos.contract.EvalReport`
@@ -397,8 +397,20 @@ def render_frames(built: Built, states: Any, steps: int, deterministic: bool = T
     return render.rollout_frames(policy.env, built.envs.eval_params, rollout_states)
 
 
+def save_run_gif(built: Built, states: Any, path: str, steps: int, deterministic: bool = True, seed: int = 0,
+                 fps: int = 30) -> tuple[int, int]:
+    """One episode of seed 0's trained policy (:func:`render_frames`) written to ``path`` as a
+    GIF; returns the states rendered and the frames stored (a frame equal to the one before
+    lengthens that one instead)."""
+    from jaxrl.core import render
+
+    frames = render_frames(built, states, steps, deterministic, seed)
+    render.save_gif(frames, path, fps=fps)
+    return len(frames), render.gif_frame_count(path)
+
+
 def __getattr__(name: str):
-    """The command handlers that moved to :mod:`jaxrl.run.eval_command` (with a warning)."""
+    """The command handlers that moved to :mod:`jaxrl.commands` (with a warning)."""
     from jaxrl import _compat
 
     return _compat.moved_name(__name__, name)
