@@ -7,7 +7,7 @@ loadfile`` can run them on one worker while the other cases run on the other.
 from __future__ import annotations
 
 import pytest
-from test_algo_conformance import CASES, HERE, check_case, run_report
+from test_algo_conformance import CASES, HERE, case_checks, check_case, run_report
 
 #: The cases this file checks.
 THERE = tuple(case for case in CASES if case not in HERE)
@@ -18,6 +18,6 @@ def report(tmp_path_factory) -> dict:
     return run_report(tmp_path_factory, THERE)
 
 
-@pytest.mark.parametrize("case", THERE)
-def test_algorithm_conforms(report, case):
-    check_case(report, case)
+@pytest.mark.parametrize("case, check", case_checks(THERE))
+def test_algorithm_conforms(report, case, check):
+    check_case(report, case, check)
