@@ -59,11 +59,11 @@ MOVED_MODULES: dict[str, tuple[str, ...]] = {
     "jaxrl.run.commands": ("jaxrl.commands.train",),
     "jaxrl.run.check_command": ("jaxrl.commands.check_env",),
     "jaxrl.run.eval_command": ("jaxrl.commands.eval", "jaxrl.commands.render", "jaxrl.run.remote"),
-    # the text wing (0.6.0): text configuration and tokenization in jaxrl.text
+    # the text wing (0.7.0): text configuration and tokenization in jaxrl.text
     "jaxrl.run.text_config": ("jaxrl.text.config",),
     "jaxrl.run.tokenized": ("jaxrl.text.tokenized",),
     "jaxrl.adapters.tokenized": ("jaxrl.text.tokenized",),
-    # the language-model wing (0.6.0): jaxrl.algos.common.lm
+    # the language-model wing (0.7.0): jaxrl.algos.common.lm
     "jaxrl.algos.common.lm_program": ("jaxrl.algos.common.lm.program",),
     "jaxrl.algos.grpo.lm_policy": ("jaxrl.algos.common.lm.policy",),
 }
@@ -73,12 +73,12 @@ MOVED_LATER: dict[str, tuple[str, str]] = {
     "jaxrl.adapters.reset_pool": ("0.4.0", "0.6.0"),
     "jaxrl.run.commands": ("0.6.0", "0.7.0"),
     "jaxrl.run.check_command": ("0.6.0", "0.7.0"),
-    "jaxrl.run.eval_command": ("0.6.0", "0.7.0"),
-    "jaxrl.run.text_config": ("0.6.0", "0.7.0"),
-    "jaxrl.run.tokenized": ("0.6.0", "0.7.0"),
-    "jaxrl.adapters.tokenized": ("0.6.0", "0.7.0"),
-    "jaxrl.algos.common.lm_program": ("0.6.0", "0.7.0"),
-    "jaxrl.algos.grpo.lm_policy": ("0.6.0", "0.7.0"),
+    "jaxrl.run.eval_command": ("0.7.0", "0.8.0"),
+    "jaxrl.run.text_config": ("0.7.0", "0.8.0"),
+    "jaxrl.run.tokenized": ("0.7.0", "0.8.0"),
+    "jaxrl.adapters.tokenized": ("0.7.0", "0.8.0"),
+    "jaxrl.algos.common.lm_program": ("0.7.0", "0.8.0"),
+    "jaxrl.algos.grpo.lm_policy": ("0.7.0", "0.8.0"),
 }
 
 #: ``old module.name`` -> ``(new module.name, moved in, removed in)`` for names that left a
@@ -98,11 +98,11 @@ MOVED_NAMES: dict[str, tuple[str, str, str]] = {
     "jaxrl.run.export.main_export_hf": ("jaxrl.commands.export_hf.main_export_hf", "0.6.0", "0.7.0"),
     "jaxrl.run.aggregate.main_compare": ("jaxrl.commands.compare.main_compare", "0.6.0", "0.7.0"),
     "jaxrl.serve.main.main_serve": ("jaxrl.commands.serve.main_serve", "0.6.0", "0.7.0"),
-    # the text wing (0.6.0): the rubric above the byte rules (no import circle)
-    **{f"jaxrl.text.verifiers.{name}": (f"jaxrl.text.rubric.{name}", "0.6.0", "0.7.0") for name in ("rubric", "RUBRIC_KEYS")},
-    # the language-model wing (0.6.0): one token policy, one model section
-    "jaxrl.algos.grpo.policy.Policy": ("jaxrl.algos.common.lm.policy.TokenPolicy", "0.6.0", "0.7.0"),
-    "jaxrl.algos.sft.config.ModelConfig": ("jaxrl.algos.common.lm.config.ModelSection", "0.6.0", "0.7.0"),
+    # the text wing (0.7.0): the rubric above the byte rules (no import circle)
+    **{f"jaxrl.text.verifiers.{name}": (f"jaxrl.text.rubric.{name}", "0.7.0", "0.8.0") for name in ("rubric", "RUBRIC_KEYS")},
+    # the language-model wing (0.7.0): one token policy, one model section
+    "jaxrl.algos.grpo.policy.Policy": ("jaxrl.algos.common.lm.policy.TokenPolicy", "0.7.0", "0.8.0"),
+    "jaxrl.algos.sft.config.ModelConfig": ("jaxrl.algos.common.lm.config.ModelSection", "0.7.0", "0.8.0"),
     **{
         f"jaxrl.core.render.{name}": (f"jaxrl.core.raster.{name}", "0.5.0", "0.6.0")
         for name in ("Color", "blank", "rect", "circle", "line", "polyline")

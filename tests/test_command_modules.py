@@ -42,7 +42,7 @@ def test_the_old_eval_command_module_gives_every_old_name():
     sys.modules.pop("jaxrl.run.eval_command", None)
     vars(sys.modules["jaxrl.run"]).pop("eval_command", None)
     with pytest.warns(DeprecationWarning, match=r"jaxrl\.run\.eval_command moved to jaxrl\.commands\.eval / "
-                                                r"jaxrl\.commands\.render / jaxrl\.run\.remote in jaxrl 0\.6\.0"):
+                                                r"jaxrl\.commands\.render / jaxrl\.run\.remote in jaxrl 0\.7\.0"):
         from jaxrl.run.eval_command import (
             check_render_args, main_eval, main_remote, main_render, main_sampled, remote_completions,
         )
