@@ -129,7 +129,7 @@ NOTES = [
     "on top of the kept layer activations (every layer's without remat, each layer's input with remat; "
     "`KEEP_FACTOR` x the named per-token tensors, fitted on the small shape). On XLA:CPU bf16 is computed in "
     "float32: activations at 4 bytes and a float32 copy of the weights.",
-    "- Not in this grid: more than one device, and GPU (no GPU was lent to this task).",
+    "- Not in this grid: more than one device (`bench/results/lm_memory_devices.md`: 1 device, 2 (data) and 2 x model 2 through `jaxrl train`'s own build), and GPU.",
 ]
 
 
