@@ -101,7 +101,44 @@ def measure(new_tokens: int, bias: float, repeats: int) -> dict:
                      "useful_tokens_per_s_wall": tokens / med_w, "useful_tokens_per_s_cpu": tokens / med_c}
     row["speedup_wall"] = row["fixed"]["median_wall_s"] / row["ragged"]["median_wall_s"]
     row["speedup_cpu"] = row["fixed"]["median_cpu_s"] / row["ragged"]["median_cpu_s"]
+    row["loss_pass"] = measure_loss(setup, state, b, repeats)
     return row
+
+
+def measure_loss(setup, state, ro, repeats: int) -> dict:
+    """The loss pass (value and gradients of one micro-batch of every row) on the ragged
+    rollout ``ro``, over the whole completion and with ``grpo.model.length_buckets`` auto
+    (:func:`jaxrl.algos.grpo.update.loss_lengths`); interleaved, medians, gradients read back."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from jaxrl.algos import grpo
+
+    lengths = grpo.update.loss_lengths(setup.cfg, setup.num_steps) or (setup.num_steps,)
+    adv = jnp.where(jnp.arange(ro.mask.shape[0]) % 2 == 0, 1.0, -1.0)
+    batch = grpo.update.Batch(ro.obs, ro.actions, ro.logp, jnp.zeros_like(ro.logp), ro.mask, adv)
+    fns = {name: jax.jit(lambda b, lens=lens: grpo.update._micro_grads(
+        setup._replace(loss_lengths=lens), state.hyper, state.frozen, state.params, b))
+        for name, lens in (("whole", ()), ("buckets", lengths))}
+    outs = {name: jax.block_until_ready(fn(batch)) for name, fn in fns.items()}
+    diff = max(float(jnp.max(jnp.abs(x - y))) for x, y in zip(jax.tree_util.tree_leaves(outs["whole"]),
+                                                             jax.tree_util.tree_leaves(outs["buckets"])))
+    wall = {k: [] for k in fns}
+    cpu = {k: [] for k in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            t0, c0 = time.perf_counter(), time.process_time()
+            total = sum(float(jnp.sum(x)) for x in jax.tree_util.tree_leaves(fn(batch)))  # every output read back
+            wall[name].append(time.perf_counter() - t0)
+            cpu[name].append(time.process_time() - c0)
+        assert np.isfinite(total)
+    used = int(grpo.update.used_length(ro.mask))
+    return {"lengths": list(lengths), "longest_scored": used, "max_abs_diff": diff,
+            **{name: {"median_wall_s": statistics.median(wall[name]), "median_cpu_s": statistics.median(cpu[name])}
+               for name in fns},
+            "speedup_cpu": statistics.median(cpu["whole"]) / statistics.median(cpu["buckets"]),
+            "speedup_wall": statistics.median(wall["whole"]) / statistics.median(wall["buckets"])}
 
 
 def write_markdown(record: dict, path: str) -> None:
@@ -124,6 +161,16 @@ def write_markdown(record: dict, path: str) -> None:
             f"{min(r['longest_row_per_repeat'])}-{max(r['longest_row_per_repeat'])} | "
             f"{r['fixed']['useful_tokens_per_s_cpu']:,.0f} | {r['ragged']['useful_tokens_per_s_cpu']:,.0f} | "
             f"**{r['speedup_cpu']:.2f}x** | {r['speedup_wall']:.2f}x | {r['same_samples']} |")
+    lines += ["", "The loss pass (value and gradients, one micro-batch of every row) on the ragged rollout, over the "
+              "whole completion and at the length buckets (`grpo.model.length_buckets: auto`):", "",
+              "| cap | buckets | longest scored completion | whole: CPU s | buckets: CPU s | whole / buckets (CPU) | "
+              "(wall) | max abs difference |", "|---|---|---|---|---|---|---|---|"]
+    for r in record["rows"]:
+        lp = r.get("loss_pass")
+        if lp:
+            lines.append(f"| {r['new_tokens']} | {', '.join(map(str, lp['lengths']))} | {lp['longest_scored']} | "
+                         f"{lp['whole']['median_cpu_s']:.4f} | {lp['buckets']['median_cpu_s']:.4f} | "
+                         f"**{lp['speedup_cpu']:.2f}x** | {lp['speedup_wall']:.2f}x | {lp['max_abs_diff']:.1e} |")
     lines += ["", *record["notes"]]
     with open(path, "w") as f:
         f.write("\n".join(lines) + "\n")
