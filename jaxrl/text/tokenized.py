@@ -11,14 +11,11 @@ tokenizer's ids. :class:`TokenizedTask` sits between them, inside the program:
   becomes the task's ``unknown`` symbol, one that is never part of an answer), the task
   answers, and its reply is mapped forward.
 
-Rewards, flags and info are the task's own. Each symbol must be exactly one id of the
-tokenizer (a byte-level BPE keeps every single byte: digits, letters and punctuation are);
-the mapping is checked when the wrapper is made. The tables are static (bytes), so the
-wrapper stays hashable and jit-friendly like every env. :func:`tokenizer_task` reads the
-tokenizer from a local Hugging Face directory (``tokenizer.json``, ``tokenizer_config.json``
-and, when present, ``config.json`` for the model's vocabulary size); the chat template is
-rendered once on the host around a placeholder user message and split into the prefix and
-suffix ids.
+Rewards, flags and info are the task's own. Each symbol must be exactly one tokenizer id
+(checked when the wrapper is made); the tables are static, so the wrapper stays hashable.
+:func:`tokenizer_task` reads the tokenizer from a local Hugging Face directory
+(``tokenizer.json``, ``tokenizer_config.json``, ``config.json`` for the vocabulary size) and
+renders the chat template once on the host into the prefix and suffix ids.
 
 :func:`registered` builds a registered env once as ``env.tokenizer`` and ``env.text`` ask
 (:class:`Wording`): each kind of token task says how with one classmethod,

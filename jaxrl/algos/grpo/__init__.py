@@ -20,7 +20,8 @@ import jax.numpy as jnp
 
 from jaxrl.algos.common.lm import program as lm_program
 from jaxrl.algos.common.lm.model import load_model, lora_config
-from jaxrl.algos.common.lm.policy import LMSpec, TokenPolicy, lm_policy
+from jaxrl.algos.common.lm import policy as token_policy  # not `lm_policy`: jaxrl.algos.grpo.lm_policy is a moved module's path
+from jaxrl.algos.common.lm.policy import LMSpec, TokenPolicy
 from jaxrl.algos.common.masks import action_mask_fn, mask_logits
 from jaxrl.algos.contract import (
     Alert, AlgoEntry, BatchSize, Curve, EnvSetup, LMHooks, ModelParams, Monitor, Plan, Policy, Program, no_carry,
@@ -63,7 +64,7 @@ def _hf_policy(env: Environment, cfg: GRPOConfig) -> tuple[TokenPolicy, str]:
     model, weights = load_model(m, env.vocab_size, env.name)
     plan = loss_pass_plan(model.config, cfg, env.dialogue_len, env.prompt_len)
     spec = LMSpec(model, lora_config(m.lora), env.pad_id, env.prompt_len, env.dialogue_len, plan.head_chunk, plan.remat)
-    return lm_policy(spec, weights), plan.reason
+    return token_policy.lm_policy(spec, weights), plan.reason
 
 
 def loss_pass_plan(lm_config, cfg: GRPOConfig, seq_len: int, prompt_len: int = 0):
