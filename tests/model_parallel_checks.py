@@ -202,32 +202,29 @@ def checks() -> dict:
 
 def memory_checks() -> dict:
     """The GRPO LoRA recipe (Reverse with 8 digits, 8 prompts x 8 samples, 4 micro-batches)
-    compiled as jaxrl train compiles its chunk on 1 device, 2 (data) and 2 x model 2: XLA's
-    per-device argument + output + temporary - aliased bytes and the program's own per-device
-    estimate (the one the memory guard and the loss-pass plan read)."""
+    compiled as jaxrl train compiles its chunk on 2 devices (data): XLA's per-device argument +
+    output + temporary - aliased bytes, and the program's own per-device estimate (the one
+    the memory guard and the loss-pass plan read) for data 2 and for one device."""
     from jaxrl.run.build import build, seed_keys
     from jaxrl.run.config import load_config
     from jaxrl.run.program import make_chunk, make_layout, trace_mesh
 
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "configs", "grpo_lm_reverse.yaml")
-    base = ["env.params.num_digits=8", "grpo.num_prompts=8", "grpo.group_size=8", "grpo.micro_batches=4",
-            "train.checkpoint_every=0"]
-    out = {}
-    for name, extra in (("one", ["devices=1"]), ("data", ["devices=2"]), ("tp", ["devices=2", "mesh.model=2"])):
-        cfg = load_config(path, base + extra)
-        built = build(cfg)
-        keys = seed_keys(0, 1)
-        layout = make_layout(cfg, built, keys)
-        shapes = jax.eval_shape(jax.vmap(built.program.init), keys)
-        state = jax.tree_util.tree_map(lambda a, sh: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sh), shapes, layout.state)
-        n_active = jax.ShapeDtypeStruct((), np.int32, sharding=layout.replicated)
-        with sharding.use_mesh(trace_mesh(layout)):
-            m = make_chunk(built.program.update, 1, layout).lower(state, n_active).compile().memory_analysis()
-        xla = m.argument_size_in_bytes + m.output_size_in_bytes + m.temp_size_in_bytes - m.alias_size_in_bytes
-        n_dev = sharding.mesh_size(layout.mesh)
-        est = built.program.lm.model_params.estimate(max(1, n_dev // cfg.mesh.model), cfg.mesh.model, cfg.mesh.strategy)
-        out[f"memory_{name}"] = {"xla": int(xla), "estimate": int(est.total)}
-    return out
+    cfg = load_config(path, ["env.params.num_digits=8", "grpo.num_prompts=8", "grpo.group_size=8", "grpo.micro_batches=4",
+                             "train.checkpoint_every=0", "devices=2"])
+    built = build(cfg)
+    keys = seed_keys(0, 1)
+    layout = make_layout(cfg, built, keys)
+    shapes = jax.eval_shape(jax.vmap(built.program.init), keys)
+    state = jax.tree_util.tree_map(lambda a, sh: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sh), shapes, layout.state)
+    n_active = jax.ShapeDtypeStruct((), np.int32, sharding=layout.replicated)
+    with sharding.use_mesh(trace_mesh(layout)):
+        m = make_chunk(built.program.update, 1, layout).lower(state, n_active).compile().memory_analysis()
+    estimate = built.program.lm.model_params.estimate
+    return {"memory_devices": sharding.mesh_size(layout.mesh),
+            "memory_xla": int(m.argument_size_in_bytes + m.output_size_in_bytes + m.temp_size_in_bytes
+                              - m.alias_size_in_bytes),
+            "memory_estimate": int(estimate(2, 1, "tp").total), "memory_estimate_one": int(estimate(1, 1, "tp").total)}
 
 
 def trainer_checks() -> dict:

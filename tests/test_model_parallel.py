@@ -62,14 +62,14 @@ def test_data_2_model_2_trains_like_one_device(report):
         assert report[f"{strategy}_losses"][-1] < report[f"{strategy}_losses"][0]
 
 
-def test_the_memory_estimate_holds_on_one_and_two_devices(report):
+def test_the_memory_estimate_holds_on_two_devices(report):
     """The program's per-device estimate within 20% of XLA's figure for the compiled chunk of
-    the GRPO LoRA recipe with 4 micro-batches: one device, data split over two (each device
-    takes its rows of every micro-batch), and the weights split over a model axis of two."""
-    for name in ("one", "data", "tp"):
-        m = report[f"memory_{name}"]
-        assert 0.8 <= m["estimate"] / m["xla"] <= 1.2, (name, m)
-    assert report["memory_data"]["xla"] < 0.75 * report["memory_one"]["xla"]  # the data split halves the activations
+    the GRPO LoRA recipe with 4 micro-batches, its prompt groups split over two devices (each
+    device takes its rows of every micro-batch: well under one device's estimate).
+    bench/results/lm_memory_devices.md holds the wider grid (1 device, model axis, full)."""
+    assert report["memory_devices"] == 2
+    assert 0.8 <= report["memory_estimate"] / report["memory_xla"] <= 1.2, report
+    assert report["memory_xla"] < 0.75 * report["memory_estimate_one"], report
 
 
 def test_parameters_and_adam_moments_really_are_split(report):
