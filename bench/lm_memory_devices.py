@@ -51,22 +51,19 @@ def point(path: str, overrides: list[str]) -> dict:
     from jaxrl.parallel import sharding
     from jaxrl.run.build import build, seed_keys
     from jaxrl.run.config import load_config
-    from jaxrl.run.program import make_chunk, make_layout, trace_mesh
+    from jaxrl.run.guards import compiled_bytes
+    from jaxrl.run.program import chunk_args, compile_chunk, make_chunk, make_layout
 
     cfg = load_config(os.path.join(ROOT, path), overrides + ["train.seeds=1", "train.checkpoint_every=0"])
     built = build(cfg)
     keys = seed_keys(cfg.train.seed, cfg.train.seeds)
     layout = make_layout(cfg, built, keys)
     chunk = make_chunk(built.program.update, 1, layout)
-    shapes = jax.eval_shape(jax.vmap(built.program.init), keys)
-    state = jax.tree_util.tree_map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), shapes, layout.state)
-    n_active = jax.ShapeDtypeStruct((), jax.numpy.int32, sharding=layout.replicated)
     t0 = time.perf_counter()
-    with sharding.use_mesh(trace_mesh(layout)):
-        compiled = chunk.lower(state, n_active).compile()
+    compiled = compile_chunk(chunk, *chunk_args(built, keys, layout), layout)
     compile_s = time.perf_counter() - t0
+    xla = sum(compiled_bytes(compiled))  # what the run's memory guard reads
     m = compiled.memory_analysis()
-    xla = int(m.argument_size_in_bytes) + int(m.output_size_in_bytes) + int(m.temp_size_in_bytes) - int(m.alias_size_in_bytes)
     n_dev = sharding.mesh_size(layout.mesh)
     model = cfg.mesh.model
     est = built.program.lm.model_params.estimate(max(1, n_dev // model), model, cfg.mesh.strategy)

@@ -207,7 +207,8 @@ def memory_checks() -> dict:
     the memory guard and the loss-pass plan read) for data 2 and for one device."""
     from jaxrl.run.build import build, seed_keys
     from jaxrl.run.config import load_config
-    from jaxrl.run.program import make_chunk, make_layout, trace_mesh
+    from jaxrl.run.guards import compiled_bytes
+    from jaxrl.run.program import chunk_args, compile_chunk, make_chunk, make_layout
 
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "configs", "grpo_lm_reverse.yaml")
     cfg = load_config(path, ["env.params.num_digits=8", "grpo.num_prompts=8", "grpo.group_size=8", "grpo.micro_batches=4",
@@ -215,15 +216,9 @@ def memory_checks() -> dict:
     built = build(cfg)
     keys = seed_keys(0, 1)
     layout = make_layout(cfg, built, keys)
-    shapes = jax.eval_shape(jax.vmap(built.program.init), keys)
-    state = jax.tree_util.tree_map(lambda a, sh: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sh), shapes, layout.state)
-    n_active = jax.ShapeDtypeStruct((), np.int32, sharding=layout.replicated)
-    with sharding.use_mesh(trace_mesh(layout)):
-        m = make_chunk(built.program.update, 1, layout).lower(state, n_active).compile().memory_analysis()
+    compiled = compile_chunk(make_chunk(built.program.update, 1, layout), *chunk_args(built, keys, layout), layout)
     estimate = built.program.lm.model_params.estimate
-    return {"memory_devices": sharding.mesh_size(layout.mesh),
-            "memory_xla": int(m.argument_size_in_bytes + m.output_size_in_bytes + m.temp_size_in_bytes
-                              - m.alias_size_in_bytes),
+    return {"memory_devices": sharding.mesh_size(layout.mesh), "memory_xla": sum(compiled_bytes(compiled)),
             "memory_estimate": int(estimate(2, 1, "tp").total), "memory_estimate_one": int(estimate(1, 1, "tp").total)}
 
 

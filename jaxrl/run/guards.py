@@ -205,19 +205,29 @@ def check_memory(cfg, built, available: tuple[int, str] | None = None) -> None:
     raise not_enough_memory(parts, have, where, f"train.seeds or the sizes in the {cfg.algo} section")
 
 
+def compiled_bytes(compiled) -> tuple[int, int] | None:
+    """``(arguments, the rest)`` one device of a compiled program holds, from XLA's buffer
+    assignment: the rest is its temporaries and the outputs not written in place of an
+    argument. ``None`` where the backend has no memory analysis."""
+    try:
+        stats = compiled.memory_analysis()
+    except Exception:  # noqa: BLE001 -- a backend without memory analysis
+        return None
+    if stats is None:
+        return None
+    temps = int(stats.temp_size_in_bytes) + int(stats.output_size_in_bytes) - int(stats.alias_size_in_bytes)
+    return int(stats.argument_size_in_bytes), temps
+
+
 def check_compiled_memory(cfg, compiled, n_devices: int = 1, available: tuple[int, str] | None = None) -> None:
     """Raise :class:`ResourceError` when the compiled chunk's buffers on each of ``n_devices``
     (its arguments, the outputs not written in place of them, and its temporaries: the
     rollout, the minibatches) need more than the memory available. The train-state estimate
     of :func:`check_memory` cannot see the temporaries; XLA's buffer assignment can."""
-    try:
-        stats = compiled.memory_analysis()
-    except Exception:  # a backend without memory analysis: the state estimate stands alone
+    sizes = compiled_bytes(compiled)
+    if sizes is None:  # a backend without memory analysis: the state estimate stands alone
         return
-    if stats is None:
-        return
-    state = int(stats.argument_size_in_bytes)
-    temps = int(stats.temp_size_in_bytes) + int(stats.output_size_in_bytes) - int(stats.alias_size_in_bytes)
+    state, temps = sizes
     need = (state + max(0, temps)) * max(1, n_devices)
     have, where = available or available_memory(cfg.devices)
     if need <= have:

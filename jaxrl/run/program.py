@@ -29,7 +29,8 @@ from jaxrl.run import guards
 from jaxrl.run.build import Built, build
 from jaxrl.run.config import ConfigError, RunConfig
 
-__all__ = ["chunk_fn", "make_chunk", "make_layout", "make_train", "no_nan", "prepare_chunk", "trace_mesh"]
+__all__ = ["chunk_args", "chunk_fn", "compile_chunk", "make_chunk", "make_layout", "make_train", "no_nan", "prepare_chunk",
+           "trace_mesh"]
 
 
 def make_train(cfg: RunConfig, num_updates: int | None = None) -> Callable[..., tuple[Any, dict]]:
@@ -156,18 +157,28 @@ def trace_mesh(layout: sharding.Layout | None):
     return layout.mesh if layout is not None and layout.mode == "envs" else None
 
 
+def chunk_args(built: Built, keys: jax.Array, layout: sharding.Layout) -> tuple[Any, jax.ShapeDtypeStruct]:
+    """The chunk's abstract arguments on ``layout``: the ``[S, ...]`` seed states and ``n_active``."""
+    shapes = jax.eval_shape(jax.vmap(built.program.init), keys)
+    state = jax.tree_util.tree_map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), shapes, layout.state)
+    return state, jax.ShapeDtypeStruct((), jnp.int32, sharding=layout.replicated)
+
+
+def compile_chunk(chunk: Callable, state: Any, n_active: jax.ShapeDtypeStruct, layout: sharding.Layout):
+    """``chunk`` (:func:`make_chunk`) compiled for its abstract arguments (:func:`chunk_args`),
+    traced under :func:`trace_mesh`; nothing is allocated."""
+    with sharding.use_mesh(trace_mesh(layout)):
+        return chunk.lower(state, n_active).compile()
+
+
 def prepare_chunk(cfg: RunConfig, built: Built, keys: jax.Array, layout: sharding.Layout) -> Callable:
     """The run's chunk (:func:`make_chunk`), compiled now for the abstract state: the first
     call reuses the executable. Refuses a ``train.stop_at`` metric the records never hold
     and a program whose compiled buffers need more memory than the devices have
     (:func:`jaxrl.run.guards.check_compiled_memory`); nothing is allocated before that."""
     chunk = make_chunk(built.program.update, built.derived.updates_per_chunk, layout)
-    shapes = jax.eval_shape(jax.vmap(built.program.init), keys)
-    state = jax.tree_util.tree_map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), shapes, layout.state)
-    n_active = jax.ShapeDtypeStruct((), jnp.int32, sharding=layout.replicated)
-    mesh = trace_mesh(layout)
-    guards.check_stop_metric(cfg.train.stop_at, chunk, state, n_active, mesh)
-    with sharding.use_mesh(mesh):
-        compiled = chunk.lower(state, n_active).compile()
+    state, n_active = chunk_args(built, keys, layout)
+    guards.check_stop_metric(cfg.train.stop_at, chunk, state, n_active, trace_mesh(layout))
+    compiled = compile_chunk(chunk, state, n_active, layout)
     guards.check_compiled_memory(cfg, compiled, sharding.mesh_size(layout.mesh))
     return chunk
