@@ -261,6 +261,15 @@ def git_rev(root: Path | str = Path(__file__).resolve().parent.parent) -> str:
     return rev + ("+dirty" if dirty else "")
 
 
+def measured(meta: dict[str, Any], setting: str = "") -> str:
+    """The first line of a record's markdown: when, on what (and ``setting``), under which load,
+    at which commit (``meta`` from :func:`metadata` with ``load_before``, ``load_after``, ``git``)."""
+    machine = meta["machine"]
+    where = f"{machine['cpus_usable']} cores usable" + (f", {setting}" if setting else "")
+    return (f"Measured {meta['utc']} on {machine['cpu_model']} ({where}; load average {meta['load_before']:.1f} "
+            f"before, {meta['load_after']:.1f} after); jaxrl at {meta['git']}.")
+
+
 def write_record(stem: str, record: dict[str, Any], markdown: Callable[[dict, str], None]) -> None:
     """``<stem>.json`` (the record) and ``<stem>.md`` (``markdown(record, path)``)."""
     with open(stem + ".json", "w") as f:

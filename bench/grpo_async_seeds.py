@@ -56,8 +56,7 @@ def write_markdown(record: dict, path: str) -> None:
     m = record["meta"]
     seeds = record["seeds"]
     lines = ["# Asynchronous GRPO: updates to the reverse recipe's target over seeds", "",
-             f"Measured {m['utc']} on {m['machine']['cpu_model']} ({m['machine']['cpus_usable']} cores usable; load "
-             f"average {m['load_before']:.1f} before, {m['load_after']:.1f} after); jaxrl at {m['git']}.", "",
+             common.measured(m), "",
              f"Command: `{m.get('command', '')}` (each run: `jaxrl train configs/grpo_reverse.yaml --set "
              "grpo.off_policy.staleness=K --set grpo.off_policy.correction=C --set train.seed=S`)", "",
              f"| staleness k | correction | updates to the target, seeds {' / '.join(map(str, seeds))} | mean | "

@@ -81,9 +81,7 @@ def write_markdown(record: dict, path: str) -> None:
     m = record["meta"]
     lines = [
         "# The memory estimate against XLA's figure on 1 and 2 devices (jaxrl train's own build)", "",
-        f"Measured {m['utc']} on {m['machine']['cpu_model']} ({m['machine']['cpus_usable']} cores usable, two forced "
-        f"XLA host devices; load average {m['load_before']:.1f} before, {m['load_after']:.1f} after); jaxrl at "
-        f"{m['git']}.", "", "Command: `python3 bench/lm_memory_devices.py`", "",
+        common.measured(m, "two forced XLA host devices"), "", "Command: `python3 bench/lm_memory_devices.py`", "",
         "| point | config overrides | layout | XLA per device (MiB) | estimate per device (MiB) | estimate / XLA |",
         "|---|---|---|---|---|---|",
     ]

@@ -96,9 +96,7 @@ def write_markdown(record: dict, path: str) -> None:
     lines = [
         "# The memory estimate against XLA's figure for one compiled GRPO update",
         "",
-        f"Measured {m['utc']} on {m['machine']['cpu_model']} ({m['machine']['cpus_usable']} cores usable, "
-        f"{m['machine'].get('jax_backend', '')}; load average {m['load_before']:.1f} before, {m['load_after']:.1f} "
-        f"after); jaxrl at {m['git']}.",
+        common.measured(m, m["machine"].get("jax_backend", "")),
         "",
         f"Command: `{m['command']}`",
         "",

@@ -146,8 +146,7 @@ def write_markdown(record: dict, path: str) -> None:
     lines = [
         "# Ragged generation: the decode loop stops when every row has stopped",
         "",
-        f"Measured {m['utc']} on {m['machine']['cpu_model']} ({m['machine']['cpus_usable']} cores usable; load average "
-        f"{m['load_before']:.1f} before, {m['load_after']:.1f} after); jaxrl at {m['git']}.",
+        common.measured(m),
         "",
         f"Command: `{m.get('command', '')}`",
         "",
