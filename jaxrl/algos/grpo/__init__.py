@@ -234,24 +234,32 @@ def build(envs: EnvSetup, cfg: GRPOConfig) -> Program:
         init_with=functools.partial(update.init, setup),
         batch=BatchSize("num_prompts", cfg.num_prompts, "prompt groups"),
         policy=_acting_policy(envs, cfg),
-        load_params=load_params,
+        load_params=functools.partial(load_params, setup=setup),
         monitor=Monitor(Curve("return_mean", "sampled reward" if token else "sampled return"), alerts(envs, cfg, info)),
         lm=lm,
     )
 
 
-def load_params(fresh: update.GRPOState, trained) -> update.GRPOState:
+def load_params(fresh: update.GRPOState, trained, setup: Setup | None = None) -> update.GRPOState:
     """``fresh`` starting from ``trained``'s policy, which is also the KL reference.
 
     ``trained`` is a GRPO state or another algorithm's over the same loaded model (an SFT
     run: ``jaxrl train --init-from``), read through the two fields every such state has:
     ``params`` (the trained weights or LoRA adapters) and ``frozen`` (the base under LoRA).
-    With ``off_policy.staleness > 0`` every slot of the parameter ring starts from them too.
+    With ``off_policy.staleness > 0`` every slot of the parameter ring starts from them too,
+    and with ``off_policy.overlap`` update 0's rollout in flight is sampled again with them
+    (``setup``: the run's, needed then).
     """
     ref = trained.params if fresh.ref_params is not None else None
     ring = None if fresh.behaviour is None else jax.tree_util.tree_map(
         lambda r, p: jnp.broadcast_to(p[None], r.shape).astype(r.dtype), fresh.behaviour, trained.params)
-    return fresh.replace(params=trained.params, ref_params=ref, frozen=trained.frozen, behaviour=ring)
+    loaded = fresh.replace(params=trained.params, ref_params=ref, frozen=trained.frozen, behaviour=ring)
+    if fresh.pending is None:
+        return loaded
+    if setup is None:
+        raise ValueError("load_params: off_policy.overlap's rollout in flight is sampled again from the loaded "
+                         "parameters, which needs the run's setup")
+    return update.with_pending(setup, loaded)
 
 
 ENTRY = AlgoEntry(

@@ -103,7 +103,9 @@ class OffPolicyConfig:
     """Asynchronous GRPO (``grpo.off_policy``; ``docs/async_grpo.md``): update ``t`` trains on
     rollouts sampled with the parameters of update ``t - staleness`` (the initial ones for the
     first ``staleness`` updates), importance-corrected toward the parameters at the start of
-    update ``t``. ``staleness: 0`` is on-policy GRPO, bit for bit (the other keys do nothing)."""
+    update ``t``. ``staleness: 0`` is on-policy GRPO, bit for bit (the other keys do nothing).
+    ``overlap: true`` runs the generation of the next batch beside the update on the last one
+    (:func:`~jaxrl.algos.grpo.update.overlapped_update`)."""
 
     staleness: int = 0  # k: updates between the parameters that sample a batch and the update that trains on it (static)
     # the importance-sampling correction pi_old / pi_behaviour of each sample: tis truncates it at
@@ -111,6 +113,9 @@ class OffPolicyConfig:
     correction: Literal["tis", "mis", "none"] = "tis"
     level: Literal["token", "sequence"] = "token"  # one weight per token, or per sequence (the product of its tokens')
     cap: float = 3.0  # C of the correction (TRL's vllm_importance_sampling_cap; static)
+    # generate update t + 1's batch while update t learns, on the other device of a 2-device data mesh
+    # (devices: 2), the batch in flight kept in the state; needs staleness >= 1; same figures as without
+    overlap: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -209,6 +214,9 @@ def _validate_off_policy(op: OffPolicyConfig) -> None:
     check(op.correction in ("tis", "mis", "none"), "off_policy.correction", f"expected tis, mis or none, got {op.correction!r}")
     check(op.level in ("token", "sequence"), "off_policy.level", f"expected token or sequence, got {op.level!r}")
     check(1.0 <= op.cap < math.inf, "off_policy.cap", f"must be a finite number >= 1 (weights above it are truncated or masked), got {op.cap}")
+    check(isinstance(op.overlap, bool), "off_policy.overlap", f"expected true or false, got {op.overlap!r}")
+    check(not op.overlap or k >= 1, "off_policy.overlap",
+          "needs staleness >= 1: the batch generated beside update t is trained on by update t + 1")
 
 
 @struct.dataclass

@@ -12,7 +12,9 @@
 With ``off_policy.staleness: k > 0`` (:mod:`~jaxrl.algos.grpo.offpolicy`) step 1 samples
 with the parameters of update ``t - k`` from a ring in the state, and the batch carries the
 log-probs of the parameters at the update's start (the ratio's denominator) and the
-importance weights that correct toward them.
+importance weights that correct toward them. With ``off_policy.overlap`` the rollout of
+update ``t + 1`` is generated during update ``t`` (:func:`overlapped_update`), on its own device
+when the run has a 2-device data mesh, and waits in the state (``GRPOState.pending``).
 """
 
 from __future__ import annotations
@@ -55,6 +57,9 @@ class GRPOState:
     frozen: Any = None  # weights the policy reads but never trains (a loaded model's base under LoRA)
     # off_policy.staleness k > 0: [k, ...] snapshots of params, the ring that samples (offpolicy); None for k = 0
     behaviour: Any = None
+    # off_policy.overlap: the Rollout of update update_step, generated during the update before (or
+    # by init for update 0) and not trained on yet; None without overlap
+    pending: Any = None
 
 
 class Setup(NamedTuple):
@@ -282,15 +287,27 @@ def rollout_keys(setup: Setup, key: Array) -> tuple[Array, Array]:
 
 def collect(setup: Setup, state: GRPOState, key: Array) -> tuple[Rollout, Batch, dict]:
     """Group rollout, shaping, selection and advantages: the batch of one update."""
+    return shape_batch(setup, state, _group_rollout(setup, state, key))
+
+
+def _group_rollout(setup: Setup, state: GRPOState, key: Array) -> Rollout:
+    """The group rollout of update ``state.update_step`` with the collect key ``key``."""
     reset_keys, k_roll = rollout_keys(setup, key)
     env_params = _env_params_at(setup, state.level)
-    ro = group_rollout(setup.policy, setup.env, env_params, sampling_params(setup, state), reset_keys, k_roll, setup.num_steps,
-                       state.hyper.temperature, group=setup.cfg.group_size)
-    return shape_batch(setup, state, ro)
+    return group_rollout(setup.policy, setup.env, env_params, sampling_params(setup, state), reset_keys, k_roll,
+                         setup.num_steps, state.hyper.temperature, group=setup.cfg.group_size)
 
 
-def shape_batch(setup: Setup, state: GRPOState, ro: Rollout) -> tuple[Rollout, Batch, dict]:
-    """Overlong shaping, group selection and advantages of a group rollout ``ro``."""
+def sample(setup: Setup, state: GRPOState) -> Rollout:
+    """The group rollout :func:`update` collects from ``state`` (its collect key and sampling
+    parameters), before shaping: what :func:`overlapped_update` keeps in flight."""
+    _, k_collect, _ = jax.random.split(state.key, 3)
+    return _group_rollout(setup, state, k_collect)
+
+
+def _select(setup: Setup, ro: Rollout) -> tuple[Rollout, Array, Array, Array, Array]:
+    """``(ro's kept groups' rows, their rewards [P, G], group_valid [P], members, penalty [N'])``:
+    overlong shaping and (dynamic sampling) group selection of a group rollout."""
     cfg = setup.cfg
     p_all, g = cfg.sampling.oversample * cfg.num_prompts, cfg.group_size
     penalty = cfg.sampling.overlong_penalty * overlong_shaping(ro.length, setup.num_steps, cfg.sampling.overlong_buffer)
@@ -301,8 +318,14 @@ def shape_batch(setup: Setup, state: GRPOState, ro: Rollout) -> tuple[Rollout, B
     else:
         idx, group_valid = jnp.arange(cfg.num_prompts), jnp.ones((cfg.num_prompts,), jnp.bool_)
     members = (idx[:, None] * g + jnp.arange(g)[None]).reshape(-1)
-    ro = jax.tree_util.tree_map(lambda x: x[members], ro)
-    grouped = grouped[idx]
+    return jax.tree_util.tree_map(lambda x: x[members], ro), grouped[idx], group_valid, members, penalty
+
+
+def shape_batch(setup: Setup, state: GRPOState, ro: Rollout) -> tuple[Rollout, Batch, dict]:
+    """Overlong shaping, group selection and advantages of a group rollout ``ro``."""
+    cfg = setup.cfg
+    g = cfg.group_size
+    ro, grouped, group_valid, members, penalty = _select(setup, ro)
     valid = jnp.broadcast_to(group_valid[:, None], grouped.shape)
     if cfg.loss.token_credit:
         last = jnp.arange(setup.num_steps)[None] == (ro.length - 1)[:, None]  # the penalty lands on the last step
@@ -340,31 +363,101 @@ def _off_policy_batch(setup: Setup, state: GRPOState, batch: Batch) -> tuple[Bat
 
 
 def update(setup: Setup, state: GRPOState) -> tuple[GRPOState, dict]:
-    """One GRPO update: collect a group batch, then epochs x minibatches of gradient steps."""
+    """One GRPO update: collect a group batch, then epochs x minibatches of gradient steps
+    (with ``off_policy.overlap``: :func:`overlapped_update`)."""
+    if setup.cfg.off_policy.overlap:
+        return overlapped_update(setup, state)
     _, k_collect, _ = jax.random.split(state.key, 3)
     return learn(setup, state, collect(setup, state, k_collect))
+
+
+def _advance(setup: Setup, state: GRPOState, ro: Rollout) -> GRPOState:
+    """Every field of the state after update ``state.update_step`` but the learned ones
+    (``params``, ``opt_state``): the key, the counter, the curriculum level (from ``ro``, the
+    update's kept rows) and the parameter ring; none of them waits for a gradient."""
+    key, _, _ = jax.random.split(state.key, 3)
+    level = _next_level(setup, state.level, ro)
+    behaviour = offpolicy.push(state.behaviour, state.update_step, state.params, setup.cfg.off_policy.staleness)
+    return state.replace(key=key, update_step=state.update_step + 1, level=level, behaviour=behaviour)
+
+
+#: The mesh :func:`overlapped_update` runs its two halves on: one device per half.
+OVERLAP_DEVICES = 2
+
+
+def overlapped_update(setup: Setup, state: GRPOState) -> tuple[GRPOState, dict]:
+    """One update with the next batch's generation beside it (``off_policy.overlap``).
+
+    ``state.pending`` is update ``t``'s rollout, sampled earlier. The step learns on it
+    (:func:`shape_batch`, :func:`learn`) and, independently, samples update ``t + 1``'s rollout
+    (:func:`sample` of the state after ``t`` but for its learned parameters: with staleness
+    ``k >= 1`` the parameters that sample ``t + 1`` are in the ring, or for ``k = 1`` the ones at
+    ``t``'s start, before the step learns anything). The values are those of :func:`update`
+    at the same staleness: the same rollouts, the same keys, the same parameters.
+
+    Traced under a 2-device data mesh (``devices: 2``; :func:`jaxrl.algos.common.batching.
+    constrain_batch`'s), the halves run on disjoint devices inside one program: a
+    ``shard_map`` over the data axis in which device 0 takes the generation branch of a
+    ``lax.cond`` and device 1 the learning branch, each returning zeros for the other's
+    outputs, combined by one ``psum`` (``x + 0``: exact). On one device they run one after
+    the other, the same values; other meshes are refused.
+    """
+    def learner(s: GRPOState):
+        new, metrics = learn(setup, s, shape_batch(setup, s, s.pending))
+        return new.replace(pending=None), metrics
+
+    def generator(s: GRPOState) -> Rollout:
+        return sample(setup, _advance(setup, s, _select(setup, s.pending)[0]))
+
+    mesh = jax.sharding.get_abstract_mesh()
+    sizes = {} if mesh.empty else dict(mesh.shape)
+    if sizes.get(batching.DATA, 1) == 1 and all(n == 1 for n in sizes.values()):  # one device
+        (new, metrics), ro = learner(state), generator(state)
+        return new.replace(pending=ro), metrics
+    if sizes.get(batching.DATA) != OVERLAP_DEVICES or any(n > 1 for a, n in sizes.items() if a != batching.DATA):
+        raise ValueError(f"off_policy.overlap: generation and learning take one device each of a {OVERLAP_DEVICES}-device "
+                         f"data mesh (devices: {OVERLAP_DEVICES}, mesh.model: 1); this run's mesh is "
+                         f"{' x '.join(f'{a}={n}' for a, n in sizes.items())}")
+
+    def halves(s: GRPOState):
+        with jax.sharding.use_abstract_mesh(jax.sharding.AbstractMesh((), ())):  # inside: whole batches, no pinning
+            learned, generated = jax.eval_shape(learner, s), jax.eval_shape(generator, s)
+            zeros = lambda shapes: jax.tree_util.tree_map(lambda a: jnp.zeros(a.shape, a.dtype), shapes)  # noqa: E731
+            out = jax.lax.cond(jax.lax.axis_index(batching.DATA) == 0, lambda s: (zeros(learned), generator(s)),
+                               lambda s: (learner(s), zeros(generated)), s)
+        return jax.tree_util.tree_map(_psum_exact, out)
+
+    spec = jax.sharding.PartitionSpec()
+    (new, metrics), ro = jax.shard_map(halves, in_specs=spec, out_specs=spec, axis_names={batching.DATA})(state)
+    return new.replace(pending=ro), metrics
+
+
+def _psum_exact(x: Array) -> Array:
+    """The sum over the data axis of a value that is zero on all devices but one: exact
+    (bools as int32 and back)."""
+    if x.dtype == jnp.bool_:
+        return jax.lax.psum(x.astype(jnp.int32), batching.DATA).astype(jnp.bool_)
+    return jax.lax.psum(x, batching.DATA)
 
 
 def learn(setup: Setup, state: GRPOState, collected: tuple[Rollout, Batch, dict]) -> tuple[GRPOState, dict]:
     """The optimisation half of :func:`update` on a collected ``(rollout, batch, metrics)``
     (a host-driven loop can collect its own and learn from it)."""
-    key, _, k_epochs = jax.random.split(state.key, 3)
+    _, _, k_epochs = jax.random.split(state.key, 3)
     ro, batch, metrics = collected
     metrics["lr"] = optim.current_lr(state.opt_state, setup.schedule)
     epoch = functools.partial(_epoch, setup, state.hyper, state.frozen, batch)
     (params, opt_state), losses = epochs(epoch, (state.params, state.opt_state), k_epochs, setup.cfg.num_epochs)
     metrics.update(jax.tree_util.tree_map(jnp.mean, losses))
-    level = _next_level(setup, state.level, ro)
     metrics["curriculum_level"] = state.level.astype(jnp.float32)
-    behaviour = offpolicy.push(state.behaviour, state.update_step, state.params, setup.cfg.off_policy.staleness)
-    new = state.replace(params=params, opt_state=opt_state, key=key, update_step=state.update_step + 1, level=level,
-                        behaviour=behaviour)
+    new = _advance(setup, state, ro).replace(params=params, opt_state=opt_state)
     return new, {k: jnp.asarray(v, jnp.float32) for k, v in metrics.items()}
 
 
 def init(setup: Setup, key: Array, hyper: dict | None = None) -> GRPOState:
     """A fresh state: random policy, reference = a copy of it, optimiser state, counters at 0,
-    and with ``off_policy.staleness: k > 0`` a ring of ``k`` copies of the parameters.
+    and with ``off_policy.staleness: k > 0`` a ring of ``k`` copies of the parameters (with
+    ``off_policy.overlap`` also update 0's rollout, in flight).
 
     ``hyper``: traced hyperparameters from :func:`~jaxrl.algos.grpo.config.hyperparams`
     (default: the config's values).
@@ -379,8 +472,15 @@ def init(setup: Setup, key: Array, hyper: dict | None = None) -> GRPOState:
     level = setup.curriculum.first_level() if setup.curriculum is not None else jnp.zeros((), jnp.int32)
     optimizer = make_optimizer(cfg, optim_hyper["lr"], optim_hyper["max_grad_norm"])
     ring = offpolicy.init_ring(params, cfg.off_policy.staleness)
-    return GRPOState(params, ref, optimizer.init(params), GRPOHyper(**rest), key, jnp.zeros((), jnp.int32), level, frozen,
-                     ring)
+    state = GRPOState(params, ref, optimizer.init(params), GRPOHyper(**rest), key, jnp.zeros((), jnp.int32), level, frozen,
+                      ring)
+    return with_pending(setup, state)
+
+
+def with_pending(setup: Setup, state: GRPOState) -> GRPOState:
+    """``state`` with update ``state.update_step``'s rollout in flight (``off_policy.overlap``;
+    :func:`sample`), else unchanged."""
+    return state.replace(pending=sample(setup, state)) if setup.cfg.off_policy.overlap else state
 
 
 def schedule(cfg: GRPOConfig) -> Schedule:
