@@ -131,6 +131,13 @@ class Alert(NamedTuple):
     ``(metric, level)`` has that metric at or above ``level`` (e.g. the task is solved)
     empties the window.
     ``says`` is what it means, ``hint`` what to try; both are printed and recorded.
+
+    ``gain_from > 0`` makes it a *gain* alert (a metric that should rise, e.g. SFT's token
+    accuracy): from update ``gain_from`` on, the value compared with ``threshold`` is the
+    mean over the last ``patience`` updates minus the mean over the ``patience`` updates
+    that ended halfway through the updates watched so far (halfway, not the first window,
+    so a fast early rise, such as learning a completion's fixed format, is not taken for
+    progress); with ``above=False`` it fires when that rise is below ``threshold``.
     """
 
     metric: str
@@ -140,6 +147,7 @@ class Alert(NamedTuple):
     says: str
     hint: str
     unless: tuple[str, float] | None = None
+    gain_from: int = 0
 
 
 class ModelParams(NamedTuple):

@@ -6,7 +6,9 @@ when its metric's mean over the last ``patience`` updates crosses its threshold 
 mean, since per-update fractions of 32 groups are noisy); what fired is appended to the
 run's ``alerts.jsonl`` and the trainer prints ONE console line for the run (the first chunk
 in which anything fired; later alerts go to the file only), so a long collapsed run does
-not repeat itself every chunk. Counting restarts on resume.
+not repeat itself every chunk. A *gain* alert (``Alert.gain_from``: SFT's "token accuracy
+has not moved") compares the last window's mean with the window that ended halfway through
+the updates watched so far, from update ``gain_from`` on. Counting restarts on resume.
 """
 
 from __future__ import annotations
@@ -40,10 +42,28 @@ def _value(alert: Alert, record: dict) -> float | None:
 def describe(alert: Alert, event: dict) -> str:
     """One line: what was seen, what it means, what to try."""
     side = "above" if alert.above else "below"
+    if alert.gain_from:
+        a, b = event["reference_updates"]
+        return (
+            f"{alert.metric} moved {event['value']:+.3g} ({side} {alert.threshold:+g}) from updates {a}-{b} "
+            f"({event['reference']:.3g}) to {event['update'] - alert.patience + 1}-{event['update']} "
+            f"({event['reference'] + event['value']:.3g}): {alert.says}"
+        )
     return (
         f"{alert.metric} averaged {event['value']:.3g} ({side} {alert.threshold:g}) over updates "
         f"{event['update'] - alert.patience + 1}-{event['update']}: {alert.says}"
     )
+
+
+def _reference(seen: list[tuple[int, float | None]], alert: Alert) -> dict | None:
+    """A gain alert's reference: the mean over the ``patience`` updates that ended halfway
+    through ``seen`` (excused updates left out), with their first and last update; None
+    while there is no such update."""
+    half = seen[max(0, len(seen) // 2 - alert.patience): len(seen) // 2]
+    values = [v for _, v in half if v is not None]
+    if not values:
+        return None
+    return {"reference": float(np.mean(values)), "reference_updates": [half[0][0], half[-1][0]]}
 
 
 class Watch:
@@ -52,6 +72,7 @@ class Watch:
     def __init__(self, alerts, run_dir: str | None, primary: bool = True):
         self.alerts = tuple(alerts)
         self.window: list[list[float]] = [[] for _ in self.alerts]
+        self.seen: list[list[tuple[int, float | None]]] = [[] for _ in self.alerts]  # gain alerts: (update, value)
         self.fired: list[dict] = []
         self.printed = False
         self.path = os.path.join(run_dir, ALERTS_FILE) if run_dir and primary else None
@@ -64,13 +85,22 @@ class Watch:
             for i, alert in enumerate(self.alerts):
                 value = _value(alert, rec)
                 window = self.window[i] = [] if value is None else (self.window[i] + [value])[-alert.patience:]
+                if alert.gain_from:
+                    self.seen[i].append((rec["update"], value))
                 if len(window) < alert.patience or alert.metric in done:
                     continue
-                mean = float(np.mean(window))
+                extra = {}
+                if alert.gain_from:
+                    extra = _reference(self.seen[i], alert) if rec["update"] >= alert.gain_from else None
+                    if extra is None:
+                        continue
+                    mean = float(np.mean(window)) - extra["reference"]
+                else:
+                    mean = float(np.mean(window))
                 if (mean > alert.threshold) if alert.above else (mean < alert.threshold):
                     done.add(alert.metric)
                     event = {"update": rec["update"], "metric": alert.metric, "value": mean,
-                             "threshold": alert.threshold, "above": alert.above, "patience": alert.patience}
+                             "threshold": alert.threshold, "above": alert.above, "patience": alert.patience, **extra}
                     event.update(message=describe(alert, event), hint=alert.hint)
                     events.append(event)
         self.fired.extend(events)

@@ -22,7 +22,7 @@ from jaxrl.algos.common.lm import program as lm_program
 from jaxrl.algos.common.lm.model import load_model, lora_config
 from jaxrl.algos.common.lm.policy import LMSpec, lm_policy
 from jaxrl.algos.contract import (
-    AlgoEntry, BatchSize, Curve, EnvSetup, LMHooks, ModelParams, Monitor, Plan, Program, replicated_axes,
+    Alert, AlgoEntry, BatchSize, Curve, EnvSetup, LMHooks, ModelParams, Monitor, Plan, Program, replicated_axes,
 )
 from jaxrl.algos.sft import config, evaluate, losses, update
 from jaxrl.algos.sft.config import SFTConfig, hyperparams
@@ -30,7 +30,7 @@ from jaxrl.algos.sft.update import Setup, SFTState
 from jaxrl.core.tokens import TokenTask
 from jaxrl.text.data import HeldOutOverlap
 
-__all__ = ["ENTRY", "SFTConfig", "SFTState", "Setup", "build", "config", "demonstrations", "evaluate", "hyperparams",
+__all__ = ["ENTRY", "SFTConfig", "SFTState", "Setup", "alerts", "build", "config", "demonstrations", "evaluate", "hyperparams",
            "load_params", "losses", "make_setup", "update"]
 
 
@@ -116,6 +116,25 @@ def model_params(cfg: SFTConfig, seq_len: int) -> ModelParams:
     return lm_program.model_params(cfg, "sft", ("params", "frozen", "opt_state"), _memory, seq_len)
 
 
+STALL_HINT = (
+    "another sft.optim.lr (from scratch a small model wants ~1e-3 to 3e-3, a pretrained one ~1e-5 to 1e-4), "
+    "a larger budget (sft.num_updates), full fine-tuning (sft.model.lora.rank: 0) or a larger LoRA rank; "
+    "see docs/tuning_text_tasks.md"
+)
+
+
+def alerts(cfg: SFTConfig) -> tuple[Alert, ...]:
+    """SFT's stall warning (``sft.warn``): token accuracy over the last ``warn.window``
+    updates rose less than ``warn.min_gain`` above its mean over the window that ended
+    halfway through the run so far, checked from ``warn.after`` of the budget on, not
+    counting updates whose token accuracy is already ``warn.solved_token_accuracy``."""
+    w = cfg.warn
+    if w.after == 0:
+        return ()
+    return (Alert("token_accuracy", False, w.min_gain, w.window, "SFT is not learning the completions", STALL_HINT,
+                  ("token_accuracy", w.solved_token_accuracy), gain_from=max(1, round(w.after * cfg.num_updates))),)
+
+
 def build(envs: EnvSetup, cfg: SFTConfig, data: tuple[np.ndarray, np.ndarray] | None = None) -> Program:
     """SFT on ``envs.env``'s demonstrations as a :class:`~jaxrl.algos.contract.Program`."""
     setup = make_setup(envs, cfg, data)
@@ -132,7 +151,7 @@ def build(envs: EnvSetup, cfg: SFTConfig, data: tuple[np.ndarray, np.ndarray] | 
         init_with=functools.partial(update.init, setup),
         batch=BatchSize("batch_size", cfg.batch_size, "demonstrations"),
         load_params=load_params,
-        monitor=Monitor(Curve("loss", "training loss (completion tokens)")),
+        monitor=Monitor(Curve("loss", "training loss (completion tokens)"), alerts(cfg)),
         lm=LMHooks(
             samples=functools.partial(evaluate.samples, setup),
             rollouts=functools.partial(evaluate.sampled_rollouts, setup),

@@ -10,12 +10,14 @@ A run config reads::
       eval_every: 0            # N > 0: the greedy held-out evaluation after every N-th update (heldout_*)
       model: {path: ..., dtype: float32, lora: {rank: 8, alpha: 16.0}, head_chunk: 64}
       optim: {lr: 1.0e-4, warmup_updates: 10, lr_end_frac: 0.1}
+      warn: {after: 0.25, min_gain: 0.02, window: 10, solved_token_accuracy: 0.9}
 
 ``model`` is :class:`~jaxrl.algos.common.lm.config.ModelSection`, the keys of ``grpo.model``
 with ``policy: hf`` (a run can go on as GRPO with ``--init-from``: the same ``path``,
 ``dtype`` and ``lora``); its ``head_chunk: auto`` is 64 and ``remat: auto`` on
 (:func:`loss_pass`). ``optim`` has the keys of ``grpo.optim``
-(:class:`~jaxrl.algos.common.optim.OptimConfig`, the section of every algorithm).
+(:class:`~jaxrl.algos.common.optim.OptimConfig`, the section of every algorithm). ``warn``
+is :class:`SFTWarn`: when the log says that token accuracy has stopped moving.
 """
 
 from __future__ import annotations
@@ -38,6 +40,16 @@ OptimConfig = SFTOptim
 
 
 @dataclasses.dataclass(frozen=True)
+class SFTWarn:
+    """When the trainer reports, once, that SFT's token accuracy has not moved (``sft.warn``)."""
+
+    after: float = 0.25  # the first check after this fraction of num_updates (0 = never warn) ...
+    min_gain: float = 0.02  # ... then warn when token_accuracy over the last `window` updates rose less than this above its mean over the `window` updates that ended halfway through the run so far ...
+    window: int = 10  # ... (updates averaged at each end) ...
+    solved_token_accuracy: float = 0.9  # ... unless token_accuracy is already at least this
+
+
+@dataclasses.dataclass(frozen=True)
 class SFTConfig(AlgoConfig):
     """Supervised fine-tuning settings (the ``sft:`` section of a run config)."""
 
@@ -52,6 +64,7 @@ class SFTConfig(AlgoConfig):
     eval_every_episodes: int = 64  # held-out prompts of that periodic evaluation (each row once, the first N of them, as eval_held_out says)
     model: ModelSection = dataclasses.field(default_factory=ModelSection)
     optim: SFTOptim = dataclasses.field(default_factory=SFTOptim)
+    warn: SFTWarn = dataclasses.field(default_factory=SFTWarn)
 
     def validate(self) -> None:
         validate(self)
@@ -66,6 +79,11 @@ def validate(cfg: SFTConfig) -> None:
     check(cfg.batch_size % cfg.micro_batches == 0, "micro_batches",
           f"{cfg.micro_batches} does not divide batch_size = {cfg.batch_size}")
     check(bool(cfg.model.path), "model.path", "SFT trains a loaded checkpoint: give its local directory")
+    w = cfg.warn
+    check(0.0 <= w.after <= 1.0, "warn.after", f"must be a fraction of num_updates in [0, 1] (0 = never warn), got {w.after}")
+    check(0.0 <= w.min_gain <= 1.0, "warn.min_gain", f"must be a token-accuracy gain in [0, 1], got {w.min_gain}")
+    check(w.window >= 1, "warn.window", f"must be >= 1 update, got {w.window}")
+    check(0.0 < w.solved_token_accuracy <= 1.0, "warn.solved_token_accuracy", f"must be in (0, 1], got {w.solved_token_accuracy}")
     cfg.model.validate()
     cfg.optim.validate()
 
