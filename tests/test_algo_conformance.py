@@ -52,6 +52,12 @@ CASES = {
         "grpo.num_prompts=2", "grpo.group_size=2", "grpo.num_updates=5", "grpo.num_minibatches=1",
         "grpo.model.d_model=8", "grpo.model.n_layers=1", "grpo.model.n_heads=2", "env.params.num_digits=2",
         "train.stop_at=null", "grpo.loss.beta=0.0"]),  # beta > 0: see KL_NOISE
+    # asynchronous GRPO (docs/async_grpo.md): the parameter ring, the batch in flight and, on two
+    # devices, generation and learning on one device each (on one: one after the other)
+    "grpo_async": ("grpo", "grpo_cartpole.yaml", [
+        "grpo.num_prompts=2", "grpo.group_size=2", "grpo.num_updates=5", "grpo.num_epochs=1",
+        "grpo.num_minibatches=1", "grpo.sampling.max_steps=16", "grpo.model.hidden=[8]",
+        "grpo.off_policy.staleness=2", "grpo.off_policy.overlap=true"]),
     "sft": ("sft", "sft_alphabet_sort_text.yaml", [
         "sft.batch_size=4", "sft.num_updates=5", "sft.model.lora.rank=2", "sft.optim.warmup_updates=0"]),
     "mappo": ("mappo", "mappo_mpe_simple_spread.yaml", [

@@ -1,7 +1,8 @@
 """Asynchronous GRPO (``grpo.off_policy``): the parameter-ring schedule, the TIS / MIS
 importance weights against hand computations, the weighted loss and its gradient, staleness 0
-equal to on-policy GRPO bit for bit, a stale run that trains with finite off-policy metrics,
-and ``jaxrl train --resume`` after a kill continuing bit for bit (the ring is in the state)."""
+equal to on-policy GRPO bit for bit, the overlapped schedule equal to the plain one, stale runs
+that train with finite off-policy metrics, and ``jaxrl train --resume`` after kills continuing
+bit for bit at k = 4 and at k = 1 overlapped (the ring and the batch in flight are in the state)."""
 
 from __future__ import annotations
 
@@ -130,23 +131,29 @@ def test_the_weight_multiplies_each_tokens_surrogate_and_its_gradient_not_the_kl
 
 # --- the update ---------------------------------------------------------------------------------
 
-def _states_after(off_policy, updates=2):
-    """GRPO on CartPole (the smallest program: an MLP, 16 steps), both sides compiled alike, at
-    -O0 (tests/fast_compile.py): the comparison keeps its meaning."""
+def _states_after(*off_policies, updates=2):
+    """GRPO on CartPole (the smallest program: an MLP, 16 steps) with each of ``off_policies``:
+    ``[(state, metrics of the last update)]`` after ``updates`` updates, every run in one program
+    (one compile) at -O0 (tests/fast_compile.py): the comparisons keep their meaning."""
     env, params = jaxrl.make("CartPole-v1")
-    cfg = grpo.GRPOConfig(num_prompts=2, group_size=2, sampling=SamplingConfig(max_steps=16),
-                          model=ModelConfig(hidden=(8,)), off_policy=off_policy)
-    setup = grpo.make_setup(EnvSetup(env, params, params), cfg)
-    step = jax.jit(lambda s: grpo.update.update(setup, s), compiler_options=fast_compile.OPTIONS)
-    state = jax.jit(lambda k: grpo.update.init(setup, k), compiler_options=fast_compile.OPTIONS)(jax.random.PRNGKey(3))
-    for _ in range(updates):
-        state, metrics = step(state)
-    return state, metrics
+    setups = [grpo.make_setup(EnvSetup(env, params, params), grpo.GRPOConfig(
+        num_prompts=2, group_size=2, sampling=SamplingConfig(max_steps=16), model=ModelConfig(hidden=(8,)), off_policy=op))
+        for op in off_policies]
+
+    def runs(key):
+        out = []
+        for setup in setups:
+            state, metrics = jax.lax.scan(lambda s, _: grpo.update.update(setup, s), grpo.update.init(setup, key), None,
+                                          length=updates)
+            out.append((state, jax.tree_util.tree_map(lambda m: m[-1], metrics)))
+        return out
+
+    return jax.jit(runs, compiler_options=fast_compile.OPTIONS)(jax.random.PRNGKey(3))
 
 
 def test_staleness_0_is_on_policy_grpo_bit_for_bit():
-    plain, plain_m = _states_after(OffPolicyConfig())
-    zero, zero_m = _states_after(OffPolicyConfig(staleness=0, correction="mis", level="sequence", cap=1.0))
+    (plain, plain_m), (zero, zero_m) = _states_after(
+        OffPolicyConfig(), OffPolicyConfig(staleness=0, correction="mis", level="sequence", cap=1.0))
     assert zero.behaviour is None
     assert jax.tree_util.tree_structure(plain) == jax.tree_util.tree_structure(zero)
     for x, y in zip(jax.tree_util.tree_leaves(plain), jax.tree_util.tree_leaves(zero)):
@@ -155,52 +162,92 @@ def test_staleness_0_is_on_policy_grpo_bit_for_bit():
     assert not any(k.startswith("off_policy/") for k in zero_m)
 
 
-# --- through jaxrl train: a stale run trains, is killed, resumes bit for bit ----------------------
+def test_the_overlapped_schedule_equals_the_plain_one_bit_for_bit():
+    """``off_policy.overlap`` on one device (generation and learning one after the other; on
+    two, tests/test_algo_conformance.py's grpo_async case holds them equal to one): the same
+    parameters, ring and records as the plain schedule at the same staleness."""
+    (plain, plain_m), (overlapped, overlapped_m) = _states_after(
+        OffPolicyConfig(staleness=1), OffPolicyConfig(staleness=1, overlap=True), updates=3)
+    assert plain.pending is None and overlapped.pending is not None
+    for x, y in zip(jax.tree_util.tree_leaves(plain), jax.tree_util.tree_leaves(overlapped.replace(pending=None))):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+    assert {k: float(v) for k, v in plain_m.items()} == {k: float(v) for k, v in overlapped_m.items()}
+
+
+def test_overlap_refuses_a_mesh_it_cannot_split_in_two():
+    env, params = jaxrl.make("CartPole-v1")
+    cfg = grpo.GRPOConfig(num_prompts=4, group_size=2, sampling=SamplingConfig(max_steps=4), model=ModelConfig(hidden=(8,)),
+                          off_policy=OffPolicyConfig(staleness=1, overlap=True))
+    setup = grpo.make_setup(EnvSetup(env, params, params), cfg)
+    state = jax.eval_shape(lambda k: grpo.update.init(setup, k), jax.random.PRNGKey(0))
+    with jax.sharding.use_abstract_mesh(jax.sharding.AbstractMesh((4,), ("data",))), pytest.raises(ValueError) as err:
+        jax.eval_shape(lambda s: grpo.update.update(setup, s), state)
+    assert str(err.value).startswith("off_policy.overlap: generation and learning take one device each of a 2-device")
+    assert "this run's mesh is data=4" in str(err.value)
+
+
+# --- through jaxrl train: stale runs train, are killed, resume bit for bit -------------------------
 
 class _Kill(BaseException):
     """A crash nothing in the trainer handles (kill -9)."""
 
 
-OVERRIDES = ["grpo.num_updates=4", "train.updates_per_chunk=1", "train.checkpoint_every=1", "train.progress=false",
-             "grpo.num_prompts=4", "grpo.group_size=4", "grpo.num_minibatches=1", "grpo.model.d_model=8",
-             "grpo.model.n_heads=2", "env.params.num_digits=2", "grpo.off_policy.staleness=2",
-             "grpo.off_policy.correction=tis", "grpo.off_policy.cap=1.02", "train.stop_at=null"]
+#: GRPO on CartPole (an MLP: the cheapest program through ``jaxrl train``), a checkpoint per update.
+OVERRIDES = ["train.updates_per_chunk=1", "train.checkpoint_every=1", "train.keep_checkpoints=6", "train.progress=false",
+             "grpo.num_prompts=4", "grpo.group_size=4", "grpo.num_epochs=1", "grpo.num_minibatches=1",
+             "grpo.model.hidden=[8]", "grpo.sampling.max_steps=16", "grpo.off_policy.correction=tis",
+             "grpo.off_policy.cap=1.02"]
+#: Per run: its overrides and the checkpoint writes (counted over the whole sequence of runs) that
+#: crash. k = 4: 6 updates, so updates 4 and 5 sample with the parameters of updates 0 and 1 from a
+#: ring that has wrapped; killed writing the checkpoint after update 2, resumed from the one after
+#: update 1, killed again writing the one after update 4, resumed from the one after update 3 (its
+#: ring: the parameters at the starts of updates 0-3) to the end. k = 1 with overlap: killed writing
+#: the checkpoint after update 2, resumed from the one after update 1, which holds update 1's batch
+#: in flight (sampled during update 0).
+STALE_RUNS = {
+    "k4": (["grpo.num_updates=6", "grpo.off_policy.staleness=4"], (2, 5)),
+    "k1_overlap": (["grpo.num_updates=3", "grpo.off_policy.staleness=1", "grpo.off_policy.overlap=true"], (2,)),
+}
 
 
 @pytest.fixture(scope="module")
 def stale_runs(tmp_path_factory):
-    """The reverse recipe with staleness 2, straight and killed while writing its third checkpoint
-    (the last one written, after update 2, holds a ring [params at update 0's start, at update
-    1's start], the second unlike the initial parameters; update 3 samples with it), then
-    resumed (one compiled chunk, shared through the session's compilation cache; every run
-    compiled alike, at -O0: tests/fast_compile.py)."""
+    """CartPole's GRPO recipe at each of :data:`STALE_RUNS`, straight and killed then resumed (one
+    compiled chunk per run, shared through the session's compilation cache; every run compiled
+    alike, at -O0: tests/fast_compile.py)."""
     from jaxrl.algos.common import train
     from jaxrl.run import trainer
 
     tmp = tmp_path_factory.mktemp("async")
-    cfg = config_lib.load_config(os.path.join(ROOT, "configs", "grpo_reverse.yaml"), OVERRIDES)
     saved = dict(train.COMPILER_OPTIONS)
     train.COMPILER_OPTIONS.update(fast_compile.OPTIONS)  # in place: the modules that read it hold the dict
     try:
-        return _stale_runs(trainer, cfg, tmp)
+        return {name: _stale_runs(trainer, config_lib.load_config(os.path.join(ROOT, "configs", "grpo_cartpole.yaml"),
+                                                                  OVERRIDES + sets), tmp / name, kills)
+                for name, (sets, kills) in STALE_RUNS.items()}
     finally:
         train.COMPILER_OPTIONS.clear()
         train.COMPILER_OPTIONS.update(saved)
 
 
-def _stale_runs(trainer, cfg, tmp):
+def _stale_runs(trainer, cfg, tmp, kills):
     straight = trainer.run(cfg, run_dir=str(tmp / "straight"), evaluate=False)
     real_save, calls = Checkpoints.save, []
 
     def crashing_save(self, step, state):
         calls.append(step)
-        if len(calls) == 3:
+        if len(calls) in kills:
             raise _Kill
         return real_save(self, step, state)
 
-    with pytest.MonkeyPatch.context() as mp, pytest.raises(_Kill):
+    with pytest.MonkeyPatch.context() as mp:
         mp.setattr(Checkpoints, "save", crashing_save)
-        trainer.run(cfg, run_dir=str(tmp / "resumed"), evaluate=False)
+        for i in range(len(kills)):
+            with pytest.raises(_Kill):
+                if i == 0:
+                    trainer.run(cfg, run_dir=str(tmp / "resumed"), evaluate=False)
+                else:
+                    trainer.run(resume=str(tmp / "resumed"), evaluate=False)
     resumed = trainer.run(resume=str(tmp / "resumed"), evaluate=False)
     read = lambda d: [json.loads(line) for line in open(tmp / d / "metrics.jsonl")]  # noqa: E731
     return dict(straight=straight, resumed=resumed, log=read("straight"), resumed_log=read("resumed"), calls=calls,
@@ -208,38 +255,47 @@ def _stale_runs(trainer, cfg, tmp):
 
 
 def test_a_stale_run_trains_and_logs_finite_off_policy_metrics(stale_runs):
-    log = stale_runs["log"]
-    assert [r["off_policy/staleness"] for r in log] == [0.0, 1.0, 2.0, 2.0]  # min(t, k)
-    for r in log:
-        for key in ("off_policy/ess", "off_policy/kl", "off_policy/clipped_frac", "off_policy/masked_frac", "loss",
-                    "grad_norm"):
-            assert math.isfinite(r[key]), (key, r)
-        assert r["off_policy/masked_frac"] == 0.0 and 0.0 < r["off_policy/ess"] <= 1.0
-    assert log[0]["off_policy/ess"] == 1.0 and log[0]["off_policy/kl"] == 0.0  # update 0 samples with its own start
-    assert log[0]["off_policy/clipped_frac"] == 0.0
-    assert all(r["off_policy/kl"] > 0 for r in log[1:])  # update 0 moved the parameters: every later batch is stale
-    assert any(r["off_policy/clipped_frac"] > 0 for r in log[2:])  # a cap of 1.02 truncates some
-    final = stale_runs["straight"].state  # [seeds, ...]
-    # after 4 updates the ring holds the parameters at the start of update 2 (slot 0) and 3 (slot 1):
-    # the states checkpointed after 2 and 3 updates
-    with Checkpoints(stale_runs["checkpoints"], read_only=True) as ckpts:
-        for slot, step in ((0, 2), (1, 3)):
+    for name, k in (("k4", 4), ("k1_overlap", 1)):
+        log = stale_runs[name]["log"]
+        assert [r["off_policy/staleness"] for r in log] == [float(min(t, k)) for t in range(len(log))]
+        for r in log:
+            for key in ("off_policy/ess", "off_policy/kl", "off_policy/clipped_frac", "off_policy/masked_frac", "loss",
+                        "grad_norm"):
+                assert math.isfinite(r[key]), (key, r)
+            assert r["off_policy/masked_frac"] == 0.0 and 0.0 < r["off_policy/ess"] <= 1.0
+        assert log[0]["off_policy/ess"] == 1.0 and log[0]["off_policy/kl"] == 0.0  # update 0 samples with its own start
+        assert log[0]["off_policy/clipped_frac"] == 0.0
+        assert all(r["off_policy/kl"] > 0 for r in log[1:])  # update 0 moved the parameters: every later batch is stale
+        assert any(r["off_policy/clipped_frac"] > 0 for r in log[1:])  # a cap of 1.02 truncates some
+
+
+def test_the_ring_holds_the_parameters_of_the_last_k_updates_starts(stale_runs):
+    """After 6 updates at k = 4 the ring's slot s mod 4 holds the parameters at update s's start,
+    s = 2..5: the states checkpointed after s updates."""
+    final = stale_runs["k4"]["straight"].state  # [seeds, ...]
+    with Checkpoints(stale_runs["k4"]["checkpoints"], read_only=True) as ckpts:
+        for step in (2, 3, 4, 5):
             saved = ckpts.restore(final, step)
-            ring = jax.tree_util.tree_map(lambda r: r[:, slot], final.behaviour)
+            ring = jax.tree_util.tree_map(lambda r: r[:, step % 4], final.behaviour)
             for x, y in zip(jax.tree_util.tree_leaves(ring), jax.tree_util.tree_leaves(saved.params)):
                 np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
     leaf = np.asarray(jax.tree_util.tree_leaves(final.behaviour)[0])
-    assert not np.array_equal(leaf[:, 0], leaf[:, 1])
+    assert all(not np.array_equal(leaf[:, i], leaf[:, j]) for i in range(4) for j in range(i))
 
 
-def test_jaxrl_train_with_staleness_resumes_bit_for_bit_after_a_kill(stale_runs):
-    straight, resumed = stale_runs["straight"], stale_runs["resumed"]
-    assert stale_runs["calls"] == [1, 2, 3]
-    assert resumed.updates == straight.updates == 4
+@pytest.mark.parametrize("name, calls", [("k4", [1, 2, 2, 3, 4]), ("k1_overlap", [1, 2])])
+def test_jaxrl_train_with_staleness_resumes_bit_for_bit_after_kills(stale_runs, name, calls):
+    """k = 4 killed twice, k = 1 with overlap (the batch in flight in the checkpoint) once: the
+    final state, the batch in flight included, and every record equal the straight run's."""
+    run = stale_runs[name]
+    straight, resumed = run["straight"], run["resumed"]
+    assert run["calls"] == calls  # the checkpoint writes up to the last kill: each resume rewrites the one its kill cut
+    assert resumed.updates == straight.updates == len(run["log"])
+    assert (straight.state.pending is not None) == (name == "k1_overlap")
     for x, y in zip(jax.tree_util.tree_leaves(straight.state), jax.tree_util.tree_leaves(resumed.state)):
         np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
     drop = lambda log: [{k: v for k, v in r.items() if "time" not in k} for r in log]  # noqa: E731
-    assert drop(stale_runs["resumed_log"]) == drop(stale_runs["log"])
+    assert drop(run["resumed_log"]) == drop(run["log"])
 
 
 def test_off_policy_keys_are_checked_with_one_line_errors():
@@ -247,7 +303,9 @@ def test_off_policy_keys_are_checked_with_one_line_errors():
     for override, words in [("grpo.off_policy.staleness=-1", "grpo.off_policy.staleness: must be an integer >= 0"),
                             ("grpo.off_policy.cap=0.5", "grpo.off_policy.cap: must be a finite number >= 1"),
                             ("grpo.off_policy.correction=is", "grpo.off_policy.correction"),
-                            ("grpo.off_policy.level=tokens", "grpo.off_policy.level")]:
+                            ("grpo.off_policy.level=tokens", "grpo.off_policy.level"),
+                            ("grpo.off_policy.overlap=true", "grpo.off_policy.overlap: needs staleness >= 1"),
+                            ("grpo.off_policy.overlap=2", "grpo.off_policy.overlap")]:
         with pytest.raises(config_lib.ConfigError) as err:
             config_lib.load_config(path, [override])
         assert words in str(err.value) and "\n" not in str(err.value), override
