@@ -319,6 +319,10 @@ def failure(exc: BaseException) -> tuple[int, str] | None:
 
     if (reward_line := failure_line(exc)) is not None:  # a Python reward's error, raised in its host callback
         return EXIT_FAILED, f"jaxrl: {reward_line}"
+    from jaxrl.text.remote import failure_line as remote_line
+
+    if (line := remote_line(exc)) is not None:  # a remote env's sessions failing past env.remote.max_failure_frac
+        return EXIT_FAILED, f"jaxrl: {line}"
     if isinstance(exc, CheckpointError):
         return EXIT_FAILED, f"jaxrl: checkpoint error: {exc}"
     if isinstance(exc, CheckpointSaveError):  # its message names the run and the resume command

@@ -46,6 +46,7 @@ class Turn:
     terminated: Array  # bool [], the episode ended (no more turns)
     truncated: Array  # bool [], the episode was cut off by a limit
     info: dict  # str -> float32 [], the env's metrics (read on the episode's last turn)
+    failed: Array | None = None  # bool [], the env could not answer (a remote session's fault): the episode is masked out
 
 
 def reward_on_last_token(turn: Array, end_of_turn: int, reward: Array) -> Array:
@@ -106,6 +107,10 @@ class TokenTask(Environment, metaclass=abc.ABCMeta):
     #: ``turns`` or ``solved``); for the mean of a per-turn quantity, put its running mean
     #: over the turns in the info (docs/writing_a_token_task.md, "the format").
     eval_scores: tuple[tuple[str, str], ...] = ()
+
+    #: Whether ``respond`` may report a failed episode (``Turn.failed``, e.g. a remote session
+    #: that dropped): the rollout then masks such episodes out of the loss.
+    can_fail: bool = False
 
     # -- the dialogue shape (one turn, no reply, unless a subclass says otherwise) --------
 

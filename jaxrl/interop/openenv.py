@@ -158,6 +158,11 @@ class OpenEnvClient:
         """Take ``action`` (a number, array or nested lists)."""
         return _result(self._call(_step_message(action)))
 
+    def step_data(self, data: dict) -> StepResult:
+        """Take an action given as its fields (OpenEnv's own servers: e.g. ``{"message": "hi"}``;
+        :meth:`step` sends ``{"action": action}``, ``jaxrl serve``'s field)."""
+        return _result(self._call(json.dumps({"type": "step", "data": _action_json(data)})))
+
     def state(self) -> dict:
         """The session's state (``episode_id``, ``step_count``, ...)."""
         return self._call(json.dumps({"type": "state"})).get("data") or {}
@@ -221,6 +226,9 @@ class AsyncOpenEnvClient:
 
     async def step(self, action: Any) -> StepResult:
         return _result(await self._call(_step_message(action)))
+
+    async def step_data(self, data: dict) -> StepResult:
+        return _result(await self._call(json.dumps({"type": "step", "data": _action_json(data)})))
 
     async def state(self) -> dict:
         return (await self._call(json.dumps({"type": "state"}))).get("data") or {}

@@ -35,7 +35,10 @@ class Built(NamedTuple):
 def env_setup(e: EnvConfig) -> EnvSetup:
     """The env, its training and evaluation params and the curriculum of the env section ``e``:
     the registered env built once (in ``env.tokenizer``'s ids, from ``env.text``'s rows:
-    :func:`jaxrl.text.tokenized.registered`), then randomised and frame-stacked as asked."""
+    :func:`jaxrl.text.tokenized.registered`), then randomised and frame-stacked as asked; an
+    ``env.remote`` section builds :func:`jaxrl.text.remote.remote_task` instead."""
+    if e.remote is not None:
+        return _remote_setup(e)
     try:
         env, params = tokenized.registered(e.id, e.tokenizer, e.text)
     except (OSError, TypeError, ValueError) as exc:
@@ -69,6 +72,18 @@ def env_setup(e: EnvConfig) -> EnvSetup:
                 raise ConfigError(f"env.curriculum.{key}: {' '.join(str(exc).split())}") from None
         curriculum = Curriculum(c.param, c.start, c.stop, c.metric, c.threshold, c.step)
     return EnvSetup(env, params, eval_params, curriculum, e.vector)
+
+
+def _remote_setup(e: EnvConfig) -> EnvSetup:
+    from jaxrl.text import remote
+
+    t = e.tokenizer
+    try:
+        env = remote.remote_task(e.remote, remote.tokenizer_codec(t.path, t.chat_template, t.system_prompt))
+    except (OSError, ValueError) as exc:
+        raise ConfigError(" ".join(str(exc).split())) from None
+    params = env.default_params
+    return EnvSetup(env, params, env.held_out_params(params), None, e.vector)
 
 
 def build(cfg: RunConfig) -> Built:

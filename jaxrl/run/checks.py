@@ -28,6 +28,9 @@ def algo_entry(name: str):
 def check_env_section(env: EnvConfig) -> None:
     from jaxrl.core import registry
 
+    if env.remote is not None:
+        _check_remote_section(env)
+        return
     try:
         registry.spec(env.id)
     except KeyError as exc:
@@ -66,6 +69,23 @@ def check_env_section(env: EnvConfig) -> None:
             raise ConfigError(f"env.curriculum.step: must be >= 1, got {c.step}")
         if not math.isfinite(c.threshold):
             raise ConfigError(f"env.curriculum.threshold: must be a finite number, got {c.threshold}")
+
+
+def _check_remote_section(env: EnvConfig) -> None:
+    """``env.remote``: the server's settings, and none of the keys of a registered env."""
+    from jaxrl.text.config import check_remote
+
+    if env.id != "remote":
+        raise ConfigError(f"env.id: {env.id!r} with env.remote; a remote env has no registered id (leave env.id out)")
+    given = [k for k in ("params", "eval_params", "randomize", "text", "curriculum") if getattr(env, k)]
+    if given or env.frame_stack != 1:
+        raise ConfigError(f"env.{(given or ['frame_stack'])[0]}: a remote env takes its settings from the server, not this key")
+    if env.tokenizer is not None and not env.tokenizer.path:
+        raise ConfigError("env.tokenizer.path: not set; name the tokenizer's directory (a checkpoint's)")
+    try:
+        check_remote(env.remote)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def check_train_section(train: TrainConfig) -> None:

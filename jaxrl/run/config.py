@@ -103,7 +103,7 @@ def config_from_dict(raw) -> RunConfig:
     hints = typing.get_type_hints(RunConfig)
     if "env" not in raw:
         raise ConfigError("missing key 'env'")
-    raw = tokenizer_from_model(raw, name)
+    raw = tokenizer_from_model(remote_env(raw), name)
     cfg = RunConfig(
         algo=name,
         env=convert(raw["env"], EnvConfig, "env"),
@@ -119,6 +119,15 @@ def config_from_dict(raw) -> RunConfig:
     validate_algo(cfg)
     check_stop_every(cfg)
     return cfg
+
+
+def remote_env(raw: dict) -> dict:
+    """``raw`` with an ``env.remote`` section's implied keys: ``id: remote`` and a
+    ``tokenizer`` section (the model's, through :func:`tokenizer_from_model`) when left out."""
+    env = raw.get("env")
+    if not isinstance(env, dict) or env.get("remote") is None:
+        return raw
+    return {**raw, "env": {"id": "remote", "tokenizer": {}, **env}}
 
 
 def tokenizer_from_model(raw: dict, algo: str) -> dict:

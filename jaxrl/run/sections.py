@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Literal, Union
 
-from jaxrl.text.config import TextConfig, TokenizerConfig
+from jaxrl.text.config import RemoteConfig, TextConfig, TokenizerConfig
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,6 +43,7 @@ class EnvConfig:
     frame_stack: int = 1  # stack the last K observations on the channel (last) axis (jaxrl.core.wrappers.FrameStack); 1: off
     tokenizer: TokenizerConfig | None = None  # token tasks: speak a checkpoint's token ids (grpo.model.policy: hf)
     text: TextConfig | None = None  # text tasks (text/File-v0, text/WordProblems-v0, ...): rows, lengths, reward
+    remote: RemoteConfig | None = None  # an OpenEnv server's text env (id "remote", may be left out; docs/remote_envs.md)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -11,6 +11,7 @@ Guide: docs/text_tasks.md.
 from __future__ import annotations
 
 import dataclasses
+import math
 
 
 @dataclasses.dataclass(frozen=True)
@@ -129,7 +130,57 @@ def keyed(exc: Exception) -> ValueError:
     return ValueError(f"env.text: {message}")
 
 
+# ---------------------------------------------------------------------------------------
+# env.remote (jaxrl.text.remote; docs/remote_envs.md)
+# ---------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class RemoteConfig:
+    """An OpenEnv server's text environment trained on remotely (docs/remote_envs.md)."""
+
+    url: str = ""  # the server, ws://host:port (or http://; /ws is added)
+    eval_url: str = ""  # a server of the held-out split for evaluation ("": url)
+    prompt_len: int = 128  # prompt tokens (chat template included); a longer prompt fails its session
+    turns: int = 1  # policy turns per episode (the server may end it earlier with done)
+    turn_tokens: int = 64  # token slots of one policy turn (its end-of-turn included)
+    reply_tokens: int = 0  # token slots of one env reply (turns > 1 needs them); a longer reply keeps its last tokens
+    timeout_s: float = 30.0  # seconds each reset and step may take before its session fails
+    max_failure_frac: float = 0.25  # stop the run when more than this fraction of a turn's sessions fail
+    observation_key: str = "text"  # the observation's field holding the text (a string observation: itself)
+    action_field: str = "action"  # the action's field the completion is sent in (jaxrl serve: action)
+    check_schema: bool = True  # read GET /schema when the run is built and refuse a mismatch
+
+
+def check_remote(cfg: RemoteConfig) -> None:
+    """``ValueError`` naming the ``env.remote`` key that cannot work (no network needed)."""
+    if not cfg.url:
+        raise ValueError("env.remote.url: not set; name the OpenEnv server, e.g. ws://127.0.0.1:8000")
+    from jaxrl.interop.openenv import urls
+
+    for key in ("url", "eval_url"):
+        if getattr(cfg, key):
+            try:
+                urls(getattr(cfg, key))
+            except ValueError as exc:
+                raise ValueError(f"env.remote.{key}: {exc}") from None
+    for key in ("prompt_len", "turns", "turn_tokens"):
+        if isinstance(getattr(cfg, key), bool) or getattr(cfg, key) < 1:
+            raise ValueError(f"env.remote.{key}: must be >= 1, got {getattr(cfg, key)!r}")
+    if cfg.reply_tokens < 0:
+        raise ValueError(f"env.remote.reply_tokens: must be >= 0, got {cfg.reply_tokens}")
+    if cfg.turns > 1 and cfg.reply_tokens < 1:
+        raise ValueError(f"env.remote.reply_tokens: turns {cfg.turns} > 1 needs reply slots for the env's replies (>= 1)")
+    if not (math.isfinite(cfg.timeout_s) and cfg.timeout_s > 0):
+        raise ValueError(f"env.remote.timeout_s: must be a positive number of seconds, got {cfg.timeout_s}")
+    if not 0 <= cfg.max_failure_frac <= 1:
+        raise ValueError(f"env.remote.max_failure_frac: must be in [0, 1], got {cfg.max_failure_frac}")
+    for key in ("observation_key", "action_field"):
+        if not getattr(cfg, key):
+            raise ValueError(f"env.remote.{key}: must not be empty")
+
+
 __all__ = [
-    "MAX_BYTES", "MAX_DRAWN_ROWS", "MAX_TOKENS", "PROCEDURAL_DEFAULTS", "TEXT_KEYS", "TOKENIZER_OPTIONS", "TextConfig",
-    "TokenizerConfig", "check_text", "keyed", "text_options",
+    "MAX_BYTES", "MAX_DRAWN_ROWS", "MAX_TOKENS", "PROCEDURAL_DEFAULTS", "TEXT_KEYS", "TOKENIZER_OPTIONS", "RemoteConfig",
+    "TextConfig", "TokenizerConfig", "check_remote", "check_text", "keyed", "text_options",
 ]

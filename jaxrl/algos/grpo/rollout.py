@@ -41,6 +41,7 @@ class Rollout:
     truncated: Array  # bool [N], ended by a limit (or still running at T)
     final_info: dict  # str -> float32 [N], the env's info on each episode's last step
     turns: Array | None = None  # int32 [N], policy turns taken (token tasks)
+    failed: Array | None = None  # bool [N], the env failed the episode (a task that can_fail): masked, reward 0
 
 
 @struct.dataclass
@@ -141,6 +142,7 @@ class _Dialogue:
     truncated: Array  # bool [N]
     final_info: dict
     key: Array
+    failed: Array | None = None  # bool [N] (a task that can_fail)
 
 
 def _turn(policy: TokenPolicy, task: TokenTask, params, env_params, temperature, greedy: bool, stop_early: bool,
@@ -169,6 +171,7 @@ def _turn(policy: TokenPolicy, task: TokenTask, params, env_params, temperature,
         tree_select(alive, new_state, c.env_state), cache, logits, going, c.returns + jnp.sum(rewards, axis=1),
         c.length + jnp.sum(mask, axis=1, dtype=jnp.int32), c.turns + alive.astype(jnp.int32), c.truncated | trunc,
         tree_select(term | trunc, answer.info, c.final_info), key,
+        None if c.failed is None else c.failed | (alive & answer.failed),
     )
     return new, (tokens, reply, logp, mask, entropy, rewards)
 
@@ -210,7 +213,7 @@ def dialogue_rollout(
     zeros = jnp.zeros((n,), jnp.int32)
     carry = _Dialogue(
         env_state, cache, logits.astype(jnp.float32), jnp.ones((n,), jnp.bool_), jnp.zeros((n,), jnp.float32),
-        zeros, zeros, jnp.zeros((n,), jnp.bool_), info, key,
+        zeros, zeros, jnp.zeros((n,), jnp.bool_), info, key, jnp.zeros((n,), jnp.bool_) if task.can_fail else None,
     )
     body = functools.partial(_turn, policy, task, params, env_params, temperature, greedy, stop_early)
     carry, (tokens, replies, logp, mask, entropy, rewards) = jax.lax.scan(body, carry, jnp.arange(task.max_turns))
@@ -218,8 +221,11 @@ def dialogue_rollout(
     turns_and_replies = jnp.concatenate([tokens, replies], axis=2)  # [K, N, Tt + Tr]
     actions = jnp.swapaxes(turns_and_replies, 0, 1).reshape(n, -1)
     slots = functools.partial(_with_reply_slots, tr=tr)
+    mask, rewards = slots(mask), slots(rewards)
+    if carry.failed is not None:  # a failed episode trains nothing and earns nothing
+        mask, rewards = mask & ~carry.failed[:, None], jnp.where(carry.failed[:, None], 0.0, rewards)
     return Rollout(
-        jnp.concatenate([prompt.astype(jnp.int32), actions], axis=1), actions, slots(logp), slots(mask),
-        slots(entropy), slots(rewards), carry.returns, carry.length, carry.truncated | carry.alive,
-        carry.final_info, carry.turns,
+        jnp.concatenate([prompt.astype(jnp.int32), actions], axis=1), actions, slots(logp), mask,
+        slots(entropy), rewards, carry.returns, carry.length, carry.truncated | carry.alive,
+        carry.final_info, carry.turns, carry.failed,
     )
