@@ -327,6 +327,8 @@ def shape_batch(setup: Setup, state: GRPOState, ro: Rollout) -> tuple[Rollout, B
     g = cfg.group_size
     ro, grouped, group_valid, members, penalty = _select(setup, ro)
     valid = jnp.broadcast_to(group_valid[:, None], grouped.shape)
+    if ro.failed is not None:  # an episode the env failed (a remote session) is no member of its group's statistics
+        valid = valid & ~ro.failed.reshape(grouped.shape)
     if cfg.loss.token_credit:
         last = jnp.arange(setup.num_steps)[None] == (ro.length - 1)[:, None]  # the penalty lands on the last step
         step_r = (ro.rewards + penalty[members][:, None] * last).reshape(cfg.num_prompts, g, -1)
