@@ -70,7 +70,7 @@ def test_each_fault_fails_its_session_only_and_the_turn_waits_one_timeout(codec)
         assert failed.tolist() == [False, True, True, True, True, True, True, False]
         assert rewards[failed].tolist() == [0.0] * 6 and rewards[0] == rewards[7] == pytest.approx(0.2) and done[[0, 7]].all()
         assert host.faults == {"reply for another session": 1, "connection": 1, "timeout": 3, "malformed reply": 1}
-        assert wall < 2.0, wall  # three 1 s timeouts in flight together
+        assert wall < 2.4, wall  # three 1 s timeouts in flight together (one after another: >= 3 s; the replies: 2.5 s)
         assert sorted(host.free) == list(range(8))  # every episode ended: its slot is free again
         time.sleep(1.6)  # the slow replies arrive now, on closed connections
         slots, _, failed = host.reset(np.array([0, 1, 2, 3], np.int32), np.int32(0))

@@ -202,9 +202,7 @@ class RemoteHost:
         else:
             self.sessions.append(_Session())
             slot = len(self.sessions) - 1
-        session = self.sessions[slot]
-        if session.url != url:
-            session.url, session.client = url, None  # its old connection is closed by the caller's drop
+        self.sessions[slot].url = url  # a connection to another server is closed at the reset (_reset_all)
         return slot
 
     def _release(self, slot: int) -> None:
@@ -277,6 +275,8 @@ class RemoteHost:
     async def _reset_all(self, slots: list[int], seeds: list[int]):
         async def one(slot: int, seed: int):
             session = self.sessions[slot]
+            if session.client is not None and session.client.url != openenv.urls(session.url)[0]:
+                await self._drop(session)  # the slot served the other split's server before
 
             async def call(client):
                 result = await client.reset(seed=seed, episode_id=session.episode)
