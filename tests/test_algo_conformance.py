@@ -84,7 +84,7 @@ KL_NOISE = "grpo.loss.beta=0.0"
 #: registered in the subprocess from examples/reinforce).
 PLUGINS = {"reinforce"}
 #: The cases this file checks; tests/test_algo_conformance_lm_marl.py checks the others.
-HERE = ("ppo", "ppo_recurrent", "dqn", "pqn", "sac", "reinforce")
+HERE = ("ppo", "ppo_recurrent", "dqn", "pqn", "sac", "reinforce", "grpo_async")
 #: The subprocess compiles with tests/fast_compile.py's ``OPTIONS`` (XLA at -O0: compiling is
 #: nearly all of the check's cost; every comparison is between programs compiled alike) in
 #: place of the trainer's ``COMPILER_OPTIONS``, but for these cases, as a sentinel; the sabotage
