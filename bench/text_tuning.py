@@ -229,12 +229,13 @@ def markdown(record: dict, path: str) -> None:
              "held-out rows once, 95% CI. Wall and CPU seconds are the whole process on a loaded 2-core machine "
              "(load average in the JSON): compare runs by updates, not by seconds. Guide: docs/tuning_text_tasks.md.", "",
              "| run | task | algo | settings (beyond the base config) | updates | wall s | CPU s | held-out correct | "
-             "held-out reward | token acc. (last 10) | stall warning (default sft.warn) |",
+             "held-out reward | token acc. (last 10) | stall warning (SFT: the default sft.warn replayed; GRPO: as logged) |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in runs:
         last = [c["token_accuracy"] for c in r["curve"] if "token_accuracy" in c][-10:]
         acc = f"{sum(last) / len(last):.3f}" if last else "-"
-        warned = ", ".join(f"update {e['update']} ({e['value']:+.3f})" for e in r["stall_warning"]) or "none"
+        warned = ", ".join(f"{e['metric']} at update {e['update']} ({e['value']:{'+' if 'reference' in e else ''}.3f})"
+                           for e in (r["stall_warning"] if r["algo"] == "sft" else r["alerts"])) or "none"
         upd = (r["curve"][-1]["update"] if r["curve"] else 0)
         upd = f"{upd}" + ("" if r["returncode"] == 0 else f" (stopped by hand, exit {r['returncode']})")
         if r.get("stopped"):
@@ -248,8 +249,10 @@ def markdown(record: dict, path: str) -> None:
         if not evals:
             continue
         lines.append(f"* {r['name']}: " + "; ".join(
-            f"{c['update']}: correct {c['heldout_correct']:.2f}" + (f", loss {c['loss']:.2f}, token acc. {c['token_accuracy']:.2f}"
-                                                                  if "loss" in c else "") for c in evals))
+            f"{c['update']}: correct {c['heldout_correct']:.2f}" + (
+                f", loss {c['loss']:.2f}, token acc. {c['token_accuracy']:.2f}" if "token_accuracy" in c else
+                f", sampled correct {c['rewards/correct/mean']:.2f}" if "rewards/correct/mean" in c else "")
+            for c in evals))
     with open(path, "w") as f:
         f.write("\n".join(lines) + "\n")
 
