@@ -45,15 +45,15 @@ CASES = {
     "sac": ("sac", "sac_pendulum.yaml", [
         "sac.num_envs=2", "sac.steps_per_update=2", "sac.total_env_steps=20", "sac.batch_size=8",
         "sac.buffer_size=16", "sac.learning_starts=4", "sac.hidden=[8]"]),
-    "grpo_control": ("grpo", "grpo_cartpole.yaml", [
-        "grpo.num_prompts=2", "grpo.group_size=2", "grpo.num_updates=5", "grpo.num_epochs=1",
-        "grpo.num_minibatches=1", "grpo.sampling.max_steps=16", "grpo.model.hidden=[8]"]),
     "grpo_token": ("grpo", "grpo_reverse.yaml", [
         "grpo.num_prompts=2", "grpo.group_size=2", "grpo.num_updates=5", "grpo.num_minibatches=1",
         "grpo.model.d_model=8", "grpo.model.n_layers=1", "grpo.model.n_heads=2", "env.params.num_digits=2",
         "train.stop_at=null", "grpo.loss.beta=0.0"]),  # beta > 0: see KL_NOISE
-    # asynchronous GRPO (docs/async_grpo.md): the parameter ring, the batch in flight and, on two
-    # devices, generation and learning on one device each (on one: one after the other)
+    # GRPO on a control env, asynchronous (docs/async_grpo.md): the parameter ring, the batch in
+    # flight and, on two devices, generation and learning on one device each (on one: one after
+    # the other). It replaced the on-policy control case (the same recipe without the two
+    # off_policy keys), whose program it contains but for the ring; staleness 0 is on-policy
+    # GRPO bit for bit (tests/test_grpo_async.py).
     "grpo_async": ("grpo", "grpo_cartpole.yaml", [
         "grpo.num_prompts=2", "grpo.group_size=2", "grpo.num_updates=5", "grpo.num_epochs=1",
         "grpo.num_minibatches=1", "grpo.sampling.max_steps=16", "grpo.model.hidden=[8]",
@@ -182,7 +182,7 @@ def test_every_registered_algorithm_has_a_case():
     covered = {algo for algo, _, _ in CASES.values()}
     missing = sorted(set(registry.algorithms()) - covered)
     assert not missing, f"registered without a tiny config in CASES of {__file__}: {missing}"
-    assert {"grpo_control", "grpo_token", "ppo_recurrent"} <= set(CASES)
+    assert {"grpo_async", "grpo_token", "ppo_recurrent"} <= set(CASES)
 
 
 @pytest.mark.parametrize("case, check", case_checks(HERE))

@@ -1,5 +1,5 @@
 """The conformance cases of tests/test_algo_conformance.py that are not in its ``HERE``: GRPO
-(control and token), SFT, MAPPO and IPPO through :func:`jaxrl.run.conformance.check_algorithm`
+(token), SFT, MAPPO and IPPO through :func:`jaxrl.run.conformance.check_algorithm`
 in their own two-device subprocess. A file of their own, so that ``pytest -n 2 --dist
 loadfile`` can run them on one worker while the other cases run on the other.
 """

@@ -25,6 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conftest import USER_COMPILE
 
 import jaxrl
 from jaxrl_envs.acrobot import AcrobotState
@@ -199,7 +200,8 @@ def _rollout(env, params, starts, actions):
         new, ts = jax.vmap(env.step, in_axes=(None, 0, 0, None))(None, state, action, params)
         return new, (state, ts)
 
-    _, (before, ts) = jax.jit(lambda s, a: jax.lax.scan(one_step, s, a))(starts, actions)
+    # Compiled as users' programs are (tests/conftest.py's -O0 rounds Acrobot's RK4 differently).
+    _, (before, ts) = jax.jit(lambda s, a: jax.lax.scan(one_step, s, a), compiler_options=USER_COMPILE)(starts, actions)
     return jax.tree.map(np.asarray, before), jax.tree.map(np.asarray, ts)
 
 
