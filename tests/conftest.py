@@ -12,8 +12,12 @@ compile; the ``jaxrl`` processes tests start inherit it): the suite is nearly al
 of small programs, and LLVM's optimisation is most of that (measured: 24% less CPU time over
 tests/test_conv.py, test_vector.py, test_ppo_recurrent.py and test_networks.py). Programs the
 trainer compiles keep its own ``COMPILER_OPTIONS`` (``jax.jit(compiler_options=...)``
-overrides the flag), so runs train as users' do; a test about the accuracy of machine code
-as users get it compiles with :data:`USER_COMPILE` (e.g. tests/test_vector.py's sincos).
+overrides the flag), but in this process they are compiled at ``-O0`` too (10% less CPU over
+tests/test_grpo_eval_every.py, test_ppo_learning.py and test_masks.py, the learning tests
+unchanged): the ``jaxrl`` processes tests start, tests/test_algo_conformance.py's ``ppo``
+sentinel and tests/test_physics_learning.py (:data:`TRAINER_COMPILE`, a run long enough for
+its execution to count) keep the trainer's own options. A test about the accuracy of machine
+code as users get it compiles with :data:`USER_COMPILE` (e.g. tests/test_vector.py's sincos).
 Every other comparison is between programs compiled alike, or within a tolerance.
 """
 
@@ -29,6 +33,12 @@ if FAST_XLA_FLAGS not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {FAST_XLA_FLAGS}".strip()
 
 import jax  # noqa: E402
+
+from jaxrl.algos.common import train as _train  # noqa: E402
+
+#: The trainer's own ``COMPILER_OPTIONS`` (what ``jaxrl train`` compiles with).
+TRAINER_COMPILE = dict(_train.COMPILER_OPTIONS)
+_train.COMPILER_OPTIONS["xla_backend_optimization_level"] = 0  # in place: modules hold the dict
 
 _ROOT = tempfile.mkdtemp(prefix="jaxrl-tests-cache-")
 _CACHE = os.path.join(_ROOT, "xla")  # where jaxrl.run.compile_cache puts it under JAXRL_CACHE_DIR

@@ -88,7 +88,7 @@ HERE = ("ppo", "ppo_recurrent", "dqn", "pqn", "sac", "reinforce", "grpo_async")
 #: The subprocess compiles with tests/fast_compile.py's ``OPTIONS`` (XLA at -O0: compiling is
 #: nearly all of the check's cost; every comparison is between programs compiled alike) in
 #: place of the trainer's ``COMPILER_OPTIONS``, but for these cases, as a sentinel; the sabotage
-#: tests at the end of this file run in-process at the trainer's own options.
+#: tests at the end of this file run in-process (at -O0, as tests/conftest.py compiles the trainer there).
 TRAINER_OPTIONS = {"ppo"}
 
 

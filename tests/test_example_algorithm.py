@@ -22,6 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from fast_compile import subprocess_env
 from PIL import Image
 
 import jaxrl
@@ -72,8 +73,7 @@ def workdir(tmp_path_factory):
 
 def jaxrl_cli(workdir, *args) -> subprocess.CompletedProcess:
     """``python3 -m jaxrl.cli ARGS`` on CPU with the example package and its entry point visible."""
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-    env.update(JAX_PLATFORMS="cpu", PYTHONPATH=os.pathsep.join([EXAMPLE, str(workdir / "dist")]))
+    env = subprocess_env(PYTHONPATH=os.pathsep.join([EXAMPLE, str(workdir / "dist")]))  # XLA at -O0 (tests/fast_compile.py)
     cmd = [sys.executable, "-m", "jaxrl.cli", *map(str, args)]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=str(workdir), env=env)
 

@@ -12,6 +12,7 @@ import sys
 
 import numpy as np
 import pytest
+from fast_compile import subprocess_env
 from PIL import Image
 
 
@@ -39,8 +40,7 @@ COMMON = ["train.updates_per_chunk=2", "train.checkpoint_every=1", "train.keep_c
 
 
 def jaxrl_cli(cwd, *args) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-    env["JAX_PLATFORMS"] = "cpu"
+    env = subprocess_env()  # XLA at -O0 (tests/fast_compile.py) but for the trainer's own programs
     cmd = [sys.executable, "-m", "jaxrl.cli", *map(str, args)]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=str(cwd), env=env)
 

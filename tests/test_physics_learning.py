@@ -18,7 +18,7 @@ pytest.importorskip("brax")
 import jaxrl  # noqa: E402
 from jaxrl.run import config  # noqa: E402
 from jaxrl.algos import ppo  # noqa: E402
-from jaxrl.algos.common.train import COMPILER_OPTIONS
+from conftest import TRAINER_COMPILE  # the trainer's own options: this run's execution counts
 from jaxrl.algos.common.train import program_on as program, train_on as train_fn
 
 pytestmark = [pytest.mark.physics, pytest.mark.slow]
@@ -29,7 +29,7 @@ def test_ppo_balances_brax_inverted_pendulum():
     cfg = dataclasses.replace(run.algo_config, total_env_steps=64 * 16 * 100, eval_episodes=8)
     env, params = jaxrl.make(run.env.id, **run.env.params)
     algo = program(ppo, env, params, cfg)
-    train = jax.jit(train_fn(ppo, env, params, cfg), compiler_options=COMPILER_OPTIONS)
+    train = jax.jit(train_fn(ppo, env, params, cfg), compiler_options=TRAINER_COMPILE)
     state, metrics = train(jax.random.key(0))
     evaluation = jax.jit(algo.evaluate)(state, jax.random.key(1))
     assert float(evaluation["return_mean"]) >= 400, evaluation
