@@ -23,7 +23,6 @@ prints as one line through :func:`failure_line`). Guide and cost: docs/text_task
 from __future__ import annotations
 
 import importlib
-import logging
 import math
 import traceback
 from typing import Any, Callable, Sequence
@@ -32,6 +31,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxrl.text.callback_errors import quiet_callback_log, raised_in_callback
 from jaxrl.verifiers import Task, Verifier
 
 #: The rubric key that names a Python reward (the only key of such a ``reward`` mapping).
@@ -128,11 +128,7 @@ class HostReward:
 def failure_line(exc: BaseException) -> str | None:
     """The one line of a :class:`PythonRewardError` raised inside the callback, as JAX
     re-raises it (a ``JaxRuntimeError`` whose text holds the host traceback), else None."""
-    if type(exc).__name__ not in ("JaxRuntimeError", "XlaRuntimeError"):
-        return None
-    marker = f"{PythonRewardError.__name__}: "
-    lines = [line for line in str(exc).splitlines() if marker in line]
-    return lines[-1].split(marker, 1)[1].strip() if lines else None
+    return raised_in_callback(exc, PythonRewardError)
 
 
 def _short(x: Any) -> str:
@@ -145,25 +141,11 @@ def row_key(prompt: np.ndarray, answer: np.ndarray, answer_len: int) -> bytes:
     return np.asarray(prompt, np.int32).tobytes() + b"|" + np.asarray(answer[:answer_len], np.int32).tobytes()
 
 
-class _QuietRewardErrors(logging.Filter):
-    """Drops JAX's "pure_callback failed" traceback log for a :class:`PythonRewardError` (the
-    error itself is re-raised and printed as one line); every other callback failure is logged."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not (record.exc_info and isinstance(record.exc_info[1], PythonRewardError))
-
-
-def _quiet_jax_callback_log() -> None:
-    log = logging.getLogger("jax._src.callback")
-    if not any(isinstance(f, _QuietRewardErrors) for f in log.filters):
-        log.addFilter(_QuietRewardErrors())
-
-
 def verifier(host: HostReward) -> Verifier:
     """A :class:`~jaxrl.verifiers.Verifier` whose reward is ``host``'s, through one
     ``pure_callback`` per (vmapped) batch; metrics: ``python_reward`` (the same value)."""
 
-    _quiet_jax_callback_log()
+    quiet_callback_log(PythonRewardError)  # it is re-raised and printed as one line
 
     def score(task: Task, completion: jax.Array):
         shape = jax.ShapeDtypeStruct(completion.shape[:-1], jnp.float32)

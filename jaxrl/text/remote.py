@@ -40,6 +40,7 @@ from jaxrl.core import spaces
 from jaxrl.core.env import Range
 from jaxrl.core.tokens import DialogueTask, Turn, reward_on_last_token
 from jaxrl.interop import openenv
+from jaxrl.text.callback_errors import quiet_callback_log, raised_in_callback
 from jaxrl.text.config import RemoteConfig, check_remote
 
 Array = jax.Array
@@ -60,25 +61,7 @@ def failure_line(exc: BaseException) -> str | None:
     JAX re-raises it: a ``JaxRuntimeError`` whose text holds the host traceback), else None."""
     if isinstance(exc, RemoteEnvError):
         return str(exc)
-    if type(exc).__name__ not in ("JaxRuntimeError", "XlaRuntimeError"):
-        return None
-    marker = f"{RemoteEnvError.__name__}: "
-    lines = [line for line in str(exc).splitlines() if marker in line]
-    return lines[-1].split(marker, 1)[1].strip() if lines else None
-
-
-class _QuietRemoteErrors(logging.Filter):
-    """Drops JAX's "pure_callback failed" traceback log for a :class:`RemoteEnvError` (it is
-    re-raised and printed as one line); every other callback failure is logged."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not (record.exc_info and isinstance(record.exc_info[1], RemoteEnvError))
-
-
-def _quiet_jax_callback_log() -> None:
-    jax_log = logging.getLogger("jax._src.callback")
-    if not any(isinstance(f, _QuietRemoteErrors) for f in jax_log.filters):
-        jax_log.addFilter(_QuietRemoteErrors())
+    return raised_in_callback(exc, RemoteEnvError)
 
 
 # ---------------------------------------------------------------------------------------
@@ -547,7 +530,7 @@ def remote_task(cfg: RemoteConfig, codec: Codec, record: list | None = None) -> 
         if len(ids) >= room:
             key = "prompt_len" if name == "prompt" else "reply_tokens"
             raise ValueError(f"env.remote.{key}: {room} leaves no room for text after the chat template's {len(ids)} tokens")
-    _quiet_jax_callback_log()
+    quiet_callback_log(RemoteEnvError)  # it is re-raised and printed as one line
     host = RemoteHost(cfg, codec, record)
     return RemoteTask(cfg.url, cfg.prompt_len, cfg.turns, cfg.turn_tokens, cfg.reply_tokens, codec.vocab,
                       codec.pad_id, codec.end_of_turn, host)
