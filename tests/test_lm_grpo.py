@@ -344,8 +344,9 @@ def test_the_lm_recipe_builds_through_the_config_machinery():
     with pytest.raises(config_lib.ConfigError, match="vocabulary"):  # the task still in its own ids
         trainer.build(config_lib.load_config(os.path.join(ROOT, "configs", "grpo_lm_reverse.yaml"), ["env.tokenizer=null"]))
     forced = trainer.build(config_lib.load_config(os.path.join(ROOT, "configs", "grpo_lm_reverse.yaml"),
-                                                  ["grpo.model.remat=true", "grpo.model.head_chunk=4"]))
-    assert forced.program.lm.notes == ("loss pass: remat on, LM head in chunks of 4 positions (as configured)",)
+                                                  ["grpo.model.remat=true", "grpo.model.head_chunk=4", "grpo.micro_batches=2"]))
+    assert forced.program.lm.notes == ("loss pass: remat on, LM head in chunks of 4 positions, 2 micro-batches (as configured)",)
+    assert forced.program.lm.chosen == ()  # nothing left to the machine: nothing for a resume to keep
     for bad in ("grpo.model.remat=sometimes", "grpo.model.head_chunk=-1"):
         with pytest.raises(config_lib.ConfigError, match=bad.split("=")[0].removeprefix("grpo.")):
             config_lib.load_config(os.path.join(ROOT, "configs", "grpo_lm_reverse.yaml"), [bad])
@@ -358,14 +359,15 @@ class _Kill(BaseException):
 def test_jaxrl_train_with_lora_resumes_bit_for_bit_after_a_kill(tmp_path, capsys):
     """The LM recipe through the run machinery (jaxrl train): killed at its second checkpoint
     and resumed, it ends bit for bit where the uninterrupted run ends. The run's log says how
-    the loss pass runs (a tiny model fits: no remat, the head whole)."""
+    the loss pass runs (a tiny model fits: no remat, the head whole, one micro-batch); the
+    resume keeps those choices on a machine where the plan would choose others."""
     from jaxrl.run import trainer
 
     overrides = ["grpo.num_updates=3", "train.updates_per_chunk=1", "train.checkpoint_every=1", "train.progress=false",
                  "grpo.num_prompts=2"]
     cfg = config_lib.load_config(os.path.join(ROOT, "configs", "grpo_lm_reverse.yaml"), overrides)
     straight = trainer.run(cfg, run_dir=str(tmp_path / "straight"), evaluate=False)
-    assert "jaxrl: loss pass: remat off, LM head whole (estimate " in capsys.readouterr().out
+    assert "jaxrl: loss pass: remat off, LM head whole, 1 micro-batch (estimate " in capsys.readouterr().out
     real_save, calls = Checkpoints.save, []
 
     def crashing_save(self, step, state):
@@ -377,7 +379,17 @@ def test_jaxrl_train_with_lora_resumes_bit_for_bit_after_a_kill(tmp_path, capsys
     with pytest.MonkeyPatch.context() as mp, pytest.raises(_Kill):
         mp.setattr(Checkpoints, "save", crashing_save)
         trainer.run(cfg, run_dir=str(tmp_path / "resumed"), evaluate=False)
-    resumed = trainer.run(resume=str(tmp_path / "resumed"), evaluate=False)
+    chosen = {"grpo.micro_batches": 1, "grpo.model.remat": False, "grpo.model.head_chunk": 0}
+    assert Checkpoints(str(tmp_path / "resumed" / "checkpoints"), read_only=True).record(1)["meta"]["chosen"] == chosen
+    from jaxrl.models.lm import memory
+
+    with pytest.MonkeyPatch.context() as mp:  # a smaller machine: its own plan would remat and slice the batch
+        mp.setattr(memory, "available_bytes", lambda: (2**20, "a small device"))
+        assert dict(trainer.build(cfg).program.lm.chosen) != chosen
+        resumed = trainer.run(resume=str(tmp_path / "resumed"), evaluate=False)
+    out = capsys.readouterr().out
+    assert ("jaxrl: grpo.micro_batches=1, grpo.model.remat=False, grpo.model.head_chunk=0: as chosen when the run "
+            "started (recorded in its checkpoint)") in out
     assert resumed.updates == straight.updates == 3
     for x, y in zip(jax.tree_util.tree_leaves(straight.state), jax.tree_util.tree_leaves(resumed.state)):
         np.testing.assert_array_equal(np.asarray(x), np.asarray(y))

@@ -256,6 +256,59 @@ def test_the_loss_pass_plan_pays_for_remat_and_chunks_only_when_the_pass_does_no
     assert plan_loss_pass(est, 1, remat=False, head_chunk=8).reason.endswith("(as configured)")
 
 
+def test_micro_batches_auto_is_one_when_the_pass_fits_and_the_fewest_that_fit_otherwise():
+    """Remat and chunks are tried first at each count; more micro-batches only when none of
+    those fits; nothing fitting gives the last (smallest) option, said to be above; an int is kept."""
+    from jaxrl.models.lm.memory import plan_loss_pass
+
+    def est(remat, chunk, k):
+        return estimate_memory(QWEN05, batch=16, seq_len=384, param_dtype_bytes=2, full_finetune=False, lora_rank=16,
+                               vocab_chunk=16 // k * (chunk or 384), remat=remat, grad_accum=k)
+
+    counts = (1, 2, 4, 8, 16)
+    roomy = plan_loss_pass(est, 4 * est(False, 0, 1).total, micro_batches=counts)
+    assert (roomy.remat, roomy.head_chunk, roomy.micro_batches) == (False, 0, 1)
+    assert roomy.reason.startswith("loss pass: remat off, LM head whole, 1 micro-batch (estimate ")
+    one, two = est(True, 64, 1), est(True, 64, 2)
+    assert one.total > two.total > est(True, 64, 4).total
+    # half of it is 1 byte more than 2 slices with remat and chunks need: the cheapest pass that fits at 2
+    small = plan_loss_pass(est, 2 * two.total + 2, micro_batches=counts)
+    want = next((r, c) for r in (False, True) for c in (0, 64) if est(r, c, 2).total <= two.total + 1)
+    assert (small.micro_batches, (small.remat, small.head_chunk)) == (2, want) and ", 2 micro-batches (" in small.reason
+    assert plan_loss_pass(est, 2 * one.total + 2, micro_batches=counts).micro_batches == 1  # remat first
+    hopeless = plan_loss_pass(est, 2, micro_batches=counts)
+    assert (hopeless.micro_batches, hopeless.remat, hopeless.head_chunk) == (16, True, 64) and " above 50% of " in hopeless.reason
+    kept = plan_loss_pass(est, 2, micro_batches=4)
+    assert kept.micro_batches == 4 and kept.reason.endswith("; micro_batches as configured)")
+    with pytest.raises(ValueError, match=r"^micro_batches: expected a count >= 1 or a non-empty sequence of them, got \(\)$"):
+        plan_loss_pass(est, 2, micro_batches=())
+
+
+def test_micro_batch_counts_keep_whole_groups_first():
+    from jaxrl.algos.grpo import GRPOConfig, micro_batch_counts
+
+    # minibatch of 3 groups x 4 = 12 sequences: 1 and 3 keep each group whole, the rest cut them
+    assert micro_batch_counts(GRPOConfig(num_prompts=6, group_size=4, num_minibatches=2)) == (1, 3, 2, 4, 6, 12)
+    assert micro_batch_counts(GRPOConfig(num_prompts=3, group_size=2, num_minibatches=2)) == (1, 3)  # groups cut anyway
+
+
+def test_grpo_micro_batches_key_reads_auto_and_refuses_bad_values():
+    from jaxrl.algos.grpo import GRPOConfig, resolved
+
+    raw = {"algo": "grpo", "env": {"id": "CartPole-v1"}, "grpo": {"num_prompts": 4, "group_size": 4}}
+    assert config_lib.config_from_dict(raw).algo_config.micro_batches == "auto"  # the default
+    for value, want in (("auto", "auto"), ("4", 4)):
+        cfg = config_lib.config_from_dict(config_lib.apply_overrides(raw, [f"grpo.micro_batches={value}"]))
+        assert cfg.algo_config.micro_batches == want
+    assert resolved(GRPOConfig()).micro_batches == 1  # no loaded model: no plan, one slice
+    for value, message in (("auto2", "grpo.micro_batches: expected one of 'auto' or int, got 'auto2'"),
+                           ("0", "grpo.micro_batches: expected auto or an integer >= 1, got 0"),
+                           ("3", "grpo.micro_batches: 3 does not divide the minibatch of 16 sequences")):
+        with pytest.raises(config_lib.ConfigError) as err:
+            config_lib.config_from_dict(config_lib.apply_overrides(raw, [f"grpo.micro_batches={value}"]))
+        assert str(err.value) == message
+
+
 # ------------------------------------------------------------------- the run config key
 
 

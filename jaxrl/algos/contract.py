@@ -202,12 +202,17 @@ class LMHooks(NamedTuple):
       model_params: the leaves a ``model`` mesh axis splits (:class:`ModelParams`), or
         ``None``: the algorithm runs with ``mesh.model: 1`` only.
       notes: lines the run prints when it starts (how the loss pass of a loaded model runs).
+      chosen: ``(("<algo>.<key>", value), ...)``: config keys left at ``auto`` that the
+        program set from this machine's memory (``grpo.micro_batches``...). Each checkpoint
+        records them (``meta.chosen``) and ``--resume`` builds with the recorded values, so a
+        resumed run does not choose again differently.
     """
 
     samples: Callable[[State, jax.Array, int], list[str]] | None = None
     rollouts: Callable[[State, jax.Array, int, int], dict] | None = None
     model_params: ModelParams | None = None
     notes: tuple[str, ...] = ()
+    chosen: tuple[tuple[str, Any], ...] = ()
 
 
 class DerivedInit:

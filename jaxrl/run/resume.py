@@ -28,7 +28,7 @@ from jaxrl.run.files import CHANGES_FILE, CHECKPOINT_DIR, CONFIG_FILE
 
 __all__ = [
     "OPERATIONAL_KEYS", "check_config_drift", "check_data_drift", "early_data_check", "early_model_check", "first_leaf_difference", "initial_from",
-    "resolve_resume", "restart_without_checkpoint",
+    "keep_choices", "resolve_resume", "restart_without_checkpoint",
 ]
 
 #: Config keys that change where and how a run reports, never its results: a resume may
@@ -164,6 +164,40 @@ def early_data_check(trained_on: dict, run_dir: str) -> None:
     except CheckpointError:
         return  # damaged: the resume falls back past it and checks the one it restores
     check_data_drift(trained_on, record, run_dir, step, accept=False, primary=False, out=None)
+
+
+def keep_choices(cfg: RunConfig, run_dir: str) -> tuple[RunConfig, dict]:
+    """``(config to build, {key: value})``: ``cfg`` with the ``auto`` keys its program set
+    from the machine's memory when the run started (the newest readable checkpoint's
+    ``meta.chosen``, :attr:`jaxrl.algos.contract.LMHooks.chosen`) at the recorded values, so
+    a resume on another machine does not choose again differently (a micro-batch count
+    changes the updates). ``config.yaml`` keeps ``auto``. A key the config no longer leaves
+    at ``auto``, or values the config no longer accepts (an accepted change of the batch),
+    are chosen again."""
+    ckpts = Checkpoints(os.path.join(run_dir, CHECKPOINT_DIR), read_only=True, run_id=rundir.run_id(run_dir))
+    chosen = None
+    for step in reversed(ckpts.steps()):
+        try:
+            chosen = (ckpts.record(step).get("meta") or {}).get("chosen")
+        except CheckpointError:
+            continue  # damaged: an older step's record
+        break
+    if not isinstance(chosen, dict):
+        return cfg, {}
+    raw, kept = config_lib.config_to_dict(cfg), {}
+    for key, value in chosen.items():
+        *path, leaf = str(key).split(".")
+        node = raw
+        for part in path:
+            node = node.get(part) if isinstance(node, dict) else None
+        if isinstance(node, dict) and node.get(leaf) == "auto" and isinstance(value, (bool, int)):
+            node[leaf] = kept[key] = value
+    if not kept:
+        return cfg, {}
+    try:
+        return config_lib.config_from_dict(raw), kept
+    except ConfigError:
+        return cfg, {}
 
 
 def early_model_check(cfg: RunConfig, source_dir: str) -> None:

@@ -49,8 +49,8 @@ from jaxrl.run.files import (
 )
 from jaxrl.run.program import chunk_fn, make_chunk, make_layout, make_train, no_nan, prepare_chunk, trace_mesh
 from jaxrl.run.resume import (
-    OPERATIONAL_KEYS, check_config_drift, check_data_drift, early_data_check, early_model_check, initial_from, resolve_resume,
-    restart_without_checkpoint,
+    OPERATIONAL_KEYS, check_config_drift, check_data_drift, early_data_check, early_model_check, initial_from, keep_choices,
+    resolve_resume, restart_without_checkpoint,
 )
 
 __all__ = [
@@ -123,6 +123,7 @@ class RunContext:
     evaluate: bool = True  # evaluate the final state (eval.json)
     accept_config_change: bool = False
     accept_data_change: bool = False
+    kept: tuple[tuple[str, Any], ...] = ()  # the auto choices a resume took from the checkpoint (keep_choices)
 
 
 def default_run_dir(cfg: RunConfig) -> str:
@@ -249,7 +250,9 @@ def run(
     guards.check_seed(cfg.train.seed, "train.seed")
     if init_from is not None:
         early_model_check(cfg, init_from)  # another checkpoint's run: refused before anything compiles
-    built = build(cfg)  # (reads and checks the data files first)
+    # a resume builds with the auto choices the run made when it started, not this machine's
+    built_cfg, kept = keep_choices(cfg, run_dir) if resume is not None else (cfg, {})
+    built = build(built_cfg)  # (reads and checks the data files first)
     guards.check_memory(cfg, built)  # before anything is written or allocated
     trained_on = records_lib.trained_on(config_lib.config_to_dict(cfg))  # the data's and tokenizers' hashes
     if resume is not None and not accept_data_change:
@@ -268,7 +271,7 @@ def run(
         if fresh:
             check_fresh_run_dir(run_dir)  # again under the lock: a writer may have started meanwhile
         ctx = RunContext(built, keys, layout, chunk, init, trained_on, run_dir, resume, init_from, evaluate,
-                         accept_config_change, accept_data_change)
+                         accept_config_change, accept_data_change, tuple(kept.items()))
         return _run_locked(cfg, ctx, out)
 
 
@@ -302,11 +305,15 @@ def _run_locked(cfg: RunConfig, ctx: RunContext, out) -> RunResult:
     print(f"jaxrl: run directory {run_dir}", file=out)
     for note in built.program.lm.notes if built.program.lm is not None else ():
         print(f"jaxrl: {note}", file=out)
+    if ctx.kept:
+        print(f"jaxrl: {', '.join(f'{k}={v}' for k, v in ctx.kept)}: as chosen when the run started "
+              "(recorded in its checkpoint)", file=out)
     raw = config_lib.config_to_dict(cfg)
+    chosen = dict(built.program.lm.chosen) if built.program.lm is not None else {}
     ident = rundir.run_id(run_dir) if primary else None
     ckpts = Checkpoints(
         os.path.join(run_dir, CHECKPOINT_DIR), keep=cfg.train.keep_checkpoints,
-        meta={"config": raw, "trained_on": trained_on}, read_only=not primary,
+        meta={"config": raw, "trained_on": trained_on, **({"chosen": chosen} if chosen else {})}, read_only=not primary,
         run_id=ident,  # a step copied in from another run is refused
     )
     metrics_path = os.path.join(run_dir, METRICS_FILE)

@@ -13,6 +13,7 @@ trains CartPole. :data:`ENTRY` registers
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import jax
@@ -36,8 +37,9 @@ from jaxrl.core.tokens import TokenTask
 from jaxrl.models.transformer import TransformerLM
 
 __all__ = [
-    "ENTRY", "GRPOConfig", "GRPOHyper", "GRPOState", "Setup", "build", "build_policy", "config", "evaluate",
-    "hyperparams", "losses", "make_setup", "offpolicy", "policy", "rollout", "rollout_length", "update",
+    "ENTRY", "GRPOConfig", "GRPOHyper", "GRPOState", "Setup", "auto_choices", "build", "build_policy", "config",
+    "evaluate", "hyperparams", "loss_pass_plan", "losses", "make_setup", "micro_batch_counts", "offpolicy", "policy",
+    "resolved", "rollout", "rollout_length", "update",
 ]
 
 
@@ -55,31 +57,66 @@ def rollout_length(env: Environment, env_params, cfg: GRPOConfig) -> int:
     return int(limit)
 
 
-def _hf_policy(env: Environment, cfg: GRPOConfig) -> tuple[TokenPolicy, str]:
+def _hf_policy(env: Environment, cfg: GRPOConfig):
     """A loaded checkpoint (``model.policy: hf``) over a token task in its tokenizer's ids, and
-    the line saying how its loss pass runs (:func:`loss_pass_plan`)."""
+    how its loss pass runs (:func:`loss_pass_plan`)."""
     m = cfg.model
     if not isinstance(env, TokenTask):
         raise ValueError(f"model.policy: 'hf' needs a token task, {env.name} is not one")
     model, weights = load_model(m, env.vocab_size, env.name)
     plan = loss_pass_plan(model.config, cfg, env.dialogue_len, env.prompt_len)
     spec = LMSpec(model, lora_config(m.lora), env.pad_id, env.prompt_len, env.dialogue_len, plan.head_chunk, plan.remat)
-    return token_policy.lm_policy(spec, weights), plan.reason
+    return token_policy.lm_policy(spec, weights), plan
 
 
 def loss_pass_plan(lm_config, cfg: GRPOConfig, seq_len: int, prompt_len: int = 0):
-    """Rematerialisation and head chunking of a loaded model's loss pass
-    (:func:`jaxrl.models.lm.memory.plan_loss_pass`): off when the memory estimate of one
-    update fits this machine's device, unless ``model.remat`` / ``model.head_chunk`` say."""
+    """Rematerialisation, head chunking and micro-batches of a loaded model's loss pass
+    (:func:`jaxrl.models.lm.memory.plan_loss_pass`): remat off, the head whole and one
+    micro-batch when the memory estimate of one update fits this machine's device, unless
+    ``model.remat`` / ``model.head_chunk`` / ``micro_batches`` say; else the fewest
+    :func:`micro_batch_counts` that fit, after remat and chunking."""
     from jaxrl.models.lm.memory import available_bytes, plan_loss_pass
 
-    m = cfg.model
+    m, k = cfg.model, cfg.micro_batches
     have, where = available_bytes()
     return plan_loss_pass(
-        lambda remat, chunk: _memory(lm_config, cfg, seq_len, 1, 1, "tp", remat=remat, head_chunk=chunk,
-                                     prompt_len=prompt_len), have,
+        functools.partial(_estimate, lm_config, cfg, seq_len, 1, 1, "tp", prompt_len=prompt_len), have,
         remat=None if m.remat == "auto" else bool(m.remat),
-        head_chunk=None if m.head_chunk == "auto" else int(m.head_chunk), where=where)
+        head_chunk=None if m.head_chunk == "auto" else int(m.head_chunk),
+        micro_batches=micro_batch_counts(cfg) if k == "auto" else int(k), where=where)
+
+
+def micro_batch_counts(cfg: GRPOConfig) -> tuple[int, ...]:
+    """The counts ``micro_batches: auto`` tries, fewest first: the divisors of the minibatch
+    (``num_prompts * group_size / num_minibatches`` sequences) that keep every group whole in
+    a micro-batch (its prompt computed once in the loss pass), then the ones that cut groups."""
+    n = cfg.num_prompts * cfg.group_size // cfg.num_minibatches
+    prompts = 0 if cfg.num_prompts % cfg.num_minibatches else cfg.num_prompts // cfg.num_minibatches
+    divisors = [k for k in range(1, n + 1) if n % k == 0]
+    whole = [k for k in divisors if prompts and prompts % k == 0]
+    return tuple(whole + [k for k in divisors if k not in whole])
+
+
+def resolved(cfg: GRPOConfig, plan=None) -> GRPOConfig:
+    """``cfg`` with its ``auto`` loss-pass keys (``micro_batches``, ``model.remat``,
+    ``model.head_chunk``) replaced by ``plan``'s choice (:func:`loss_pass_plan`); without a
+    plan (the small networks) ``micro_batches: auto`` is 1 and the model keys are not read."""
+    if plan is None:
+        return cfg if cfg.micro_batches != "auto" else dataclasses.replace(cfg, micro_batches=1)
+    model = dataclasses.replace(cfg.model, remat=plan.remat, head_chunk=plan.head_chunk)
+    return dataclasses.replace(cfg, micro_batches=plan.micro_batches, model=model)
+
+
+def auto_choices(cfg: GRPOConfig, chosen: GRPOConfig) -> tuple[tuple[str, object], ...]:
+    """``(("grpo.<key>", value), ...)``: each loss-pass key ``cfg`` leaves at ``auto`` and the
+    value ``chosen`` (:func:`resolved`) holds: what a resume must build with again
+    (:attr:`jaxrl.algos.contract.LMHooks.chosen`)."""
+    if cfg.model.policy != "hf":
+        return ()
+    pairs = (("micro_batches", cfg.micro_batches, chosen.micro_batches),
+             ("model.remat", cfg.model.remat, chosen.model.remat),
+             ("model.head_chunk", cfg.model.head_chunk, chosen.model.head_chunk))
+    return tuple((f"grpo.{key}", value) for key, auto, value in pairs if auto == "auto")
 
 
 def model_params(cfg: GRPOConfig, seq_len: int = 0, prompt_len: int = 0) -> ModelParams | None:
@@ -92,23 +129,33 @@ def model_params(cfg: GRPOConfig, seq_len: int = 0, prompt_len: int = 0) -> Mode
 
 
 def _memory(lm_config, cfg: GRPOConfig, seq_len: int, data: int, model: int, strategy: str, remat=None,
-            head_chunk=None, prompt_len: int = 0):
+            head_chunk=None, prompt_len: int = 0, micro_batches=None):
     """Per-device memory of one update of a loaded model (:func:`jaxrl.models.lm.memory.estimate_memory`)
-    with the loss pass :func:`loss_pass_plan` chooses (or ``remat`` / ``head_chunk`` given);
-    ``prompt_len``: the part of ``seq_len`` the LM head does not score (0: unknown, all scored)."""
+    with the loss pass :func:`loss_pass_plan` chooses (or ``remat`` / ``head_chunk`` /
+    ``micro_batches`` given); ``prompt_len``: the part of ``seq_len`` the LM head does not
+    score (0: unknown, all scored)."""
+    if remat is None or head_chunk is None or micro_batches is None:
+        plan = loss_pass_plan(lm_config, cfg, seq_len, prompt_len)
+        remat = plan.remat if remat is None else remat
+        head_chunk = plan.head_chunk if head_chunk is None else head_chunk
+        micro_batches = plan.micro_batches if micro_batches is None else micro_batches
+    return _estimate(lm_config, cfg, seq_len, data, model, strategy, remat, head_chunk, micro_batches, prompt_len)
+
+
+def _estimate(lm_config, cfg: GRPOConfig, seq_len: int, data: int, model: int, strategy: str, remat: bool,
+              head_chunk: int, micro_batches: int, prompt_len: int = 0):
+    """:func:`_memory` of one choice of the loss pass."""
     from jaxrl.models.lm.memory import estimate_memory
 
     m = cfg.model
-    if remat is None or head_chunk is None:
-        plan = loss_pass_plan(lm_config, cfg, seq_len, prompt_len)
-        remat, head_chunk = plan.remat, plan.head_chunk
-    rows = cfg.num_prompts * cfg.group_size // (cfg.num_minibatches * cfg.micro_batches)
+    cfg = dataclasses.replace(cfg, micro_batches=micro_batches)
+    rows = cfg.num_prompts * cfg.group_size // (cfg.num_minibatches * micro_batches)
     completion = seq_len - prompt_len
     return estimate_memory(
         lm_config, batch=cfg.sampling.oversample * cfg.num_prompts * cfg.group_size, seq_len=seq_len,
         param_dtype_bytes=2 if m.dtype == "bfloat16" else 4, full_finetune=m.lora.rank == 0, lora_rank=m.lora.rank,
         lora_targets=tuple(m.lora.targets), data=data, model=model, strategy=strategy,
-        grad_accum=cfg.num_minibatches * cfg.micro_batches,
+        grad_accum=cfg.num_minibatches * micro_batches,
         vocab_chunk=rows * min(head_chunk or completion, completion), remat=remat, completion_len=completion,
         group=update.whole_groups(cfg),
         reference=m.lora.rank == 0 and cfg.loss.beta > 0, platform=_platform(),
@@ -145,14 +192,15 @@ def build_policy(env: Environment, env_params, cfg: GRPOConfig) -> TokenPolicy:
 
 
 def make_setup(envs: EnvSetup, cfg: GRPOConfig) -> Setup:
-    """The static pieces of one run."""
+    """The static pieces of one run; :attr:`Setup.cfg` is ``cfg`` :func:`resolved` (its
+    ``auto`` loss-pass keys as chosen for this machine)."""
     env, params = envs.env, envs.params
     notes: tuple[str, ...] = ()
     if cfg.model.policy == "hf":
-        pol, note = _hf_policy(env, cfg)
-        notes = (note,)
+        pol, plan = _hf_policy(env, cfg)
+        notes, cfg = (plan.reason,), resolved(cfg, plan)
     else:
-        pol = build_policy(env, params, cfg)
+        pol, cfg = build_policy(env, params, cfg), resolved(cfg)
     steps = rollout_length(env, params, cfg)
     lengths = update.loss_lengths(cfg, steps)
     if lengths:
@@ -221,8 +269,9 @@ def build(envs: EnvSetup, cfg: GRPOConfig) -> Program:
     lm = LMHooks(
         samples=functools.partial(evaluate.samples, setup),
         rollouts=functools.partial(evaluate.sampled_rollouts, setup),
-        model_params=model_params(cfg, envs.env.dialogue_len, envs.env.prompt_len),
+        model_params=model_params(setup.cfg, envs.env.dialogue_len, envs.env.prompt_len),
         notes=setup.notes,
+        chosen=auto_choices(cfg, setup.cfg),
     ) if token else LMHooks(model_params=model_params(cfg))
     return Program(
         update=functools.partial(evaluate.update_and_evaluate if cfg.eval_every else update.update, setup),

@@ -96,6 +96,9 @@ class SamplingConfig:
     oversample: int = 1  # generate oversample * P groups and keep P (non-zero spread first)
     overlong_buffer: int = 0  # DAPO soft overlong punishment window L_cache (0 = off)
     overlong_penalty: float = 1.0  # scale of that punishment
+    # single-turn token tasks: decode the P * G completions on this many rows, a row that ends taking the next
+    # queued (prompt, sample) pair (continuous batching, one compile); 0 = off: every completion its own row
+    decode_rows: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -148,7 +151,10 @@ class GRPOConfig(AlgoConfig):
     num_updates: int = 100  # updates in the run
     num_epochs: int = 1  # optimisation passes over each batch (TRL's num_iterations)
     num_minibatches: int = 1  # gradient steps per pass; must divide P * G
-    micro_batches: int = 1  # gradient accumulation: slices of a minibatch run one at a time; must divide it
+    # gradient accumulation: slices of a minibatch run one at a time; must divide it. auto: 1 unless a loaded
+    # model's update does not fit half the device (memory estimate), then the fewest slices that fit, tried
+    # after remat and head chunking (printed when the run starts; a resume keeps the run's choice)
+    micro_batches: Union[Literal["auto"], int] = "auto"
     eval_episodes: int = 512  # held-out prompts (token tasks) or episodes for evaluate
     eval_every: int = 0  # every N updates, evaluate's greedy held-out eval inside training: heldout_reward, heldout_<info key> (absent from other updates' records; 0 = off); with train.stop_at on one, updates_per_chunk must be a multiple of N
     eval_every_episodes: int = 64  # held-out prompts (or episodes) of that periodic evaluation
@@ -173,8 +179,10 @@ def _positive(cfg, names: tuple[str, ...], prefix: str = "") -> None:
 
 def validate(cfg: GRPOConfig) -> None:
     """Reject impossible configs with ``ValueError("<key>: <message>")``."""
-    _positive(cfg, ("num_prompts", "num_updates", "num_epochs", "num_minibatches", "micro_batches", "eval_episodes",
-                    "eval_every_episodes"))
+    _positive(cfg, ("num_prompts", "num_updates", "num_epochs", "num_minibatches", "eval_episodes", "eval_every_episodes"))
+    k = cfg.micro_batches
+    check(k == "auto" or (isinstance(k, int) and not isinstance(k, bool) and k >= 1), "micro_batches",
+          f"expected auto or an integer >= 1, got {k!r}")
     check(cfg.eval_held_out in ("all", "sample"), "eval_held_out", f"expected all or sample, got {cfg.eval_held_out!r}")
     check(cfg.eval_every >= 0, "eval_every", f"must be >= 0 (0 = no evaluation during training), got {cfg.eval_every}")
     check(isinstance(cfg.action_mask, bool), "action_mask", f"expected true or false, got {cfg.action_mask!r}")
@@ -182,7 +190,7 @@ def validate(cfg: GRPOConfig) -> None:
     n = cfg.num_prompts * cfg.group_size
     check(n % cfg.num_minibatches == 0, "num_minibatches", f"{cfg.num_minibatches} does not divide num_prompts * group_size = {n}")
     mb = n // cfg.num_minibatches
-    check(mb % cfg.micro_batches == 0, "micro_batches", f"{cfg.micro_batches} does not divide the minibatch of {mb} sequences")
+    check(k == "auto" or mb % k == 0, "micro_batches", f"{k} does not divide the minibatch of {mb} sequences")
     m, loss, s, o = cfg.model, cfg.loss, cfg.sampling, cfg.optim
     check(loss.type in LOSS_TYPES, "loss.type", f"expected one of {LOSS_TYPES}, got {loss.type!r}")
     scales = ("auto", "group", "batch", "none")
@@ -198,6 +206,10 @@ def validate(cfg: GRPOConfig) -> None:
     check(s.oversample >= 1, "sampling.oversample", f"must be >= 1, got {s.oversample}")
     check(s.oversample == 1 or s.dynamic_sampling, "sampling.oversample", "> 1 needs sampling.dynamic_sampling: true")
     check(s.overlong_buffer >= 0, "sampling.overlong_buffer", f"must be >= 0, got {s.overlong_buffer}")
+    rows = s.decode_rows
+    check(isinstance(rows, int) and not isinstance(rows, bool) and 0 <= rows < s.oversample * n, "sampling.decode_rows",
+          f"expected an integer in [0, {s.oversample * n}) (0 = off; fewer rows than the rollout's "
+          f"oversample * num_prompts * group_size completions), got {rows!r}")
     check(0 <= s.overlong_penalty < math.inf, "sampling.overlong_penalty", f"must be a finite number >= 0 (the scale of a punishment), got {s.overlong_penalty}")
     _validate_off_policy(cfg.off_policy)
     w = cfg.warn

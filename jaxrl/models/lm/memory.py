@@ -15,6 +15,7 @@ figures and what they leave out: ``docs/scale_out.md``.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import os
 from typing import TYPE_CHECKING
 
@@ -249,33 +250,54 @@ PLAN_HEAD_CHUNK = 64
 @dataclasses.dataclass(frozen=True)
 class LossPassPlan:
     """How the loss pass is run: ``remat`` (recompute each layer's inside in the backward
-    pass), ``head_chunk`` (positions per LM-head chunk; 0 = the whole sequence at once), the
-    estimate of that choice and why it was chosen (one line for the run's log)."""
+    pass), ``head_chunk`` (positions per LM-head chunk; 0 = the whole sequence at once),
+    ``micro_batches`` (slices of a minibatch run one at a time; ``None``: left to the caller),
+    the estimate of that choice and why it was chosen (one line for the run's log)."""
 
     remat: bool
     head_chunk: int
     estimate: MemoryEstimate
     reason: str
+    micro_batches: int | None = None
 
 
-def plan_loss_pass(estimate_for, available: int, remat=None, head_chunk=None, where: str = "") -> LossPassPlan:
-    """The cheapest loss pass that fits: no rematerialisation and the LM head whole when the
-    estimate of that (``estimate_for(remat, head_chunk)`` -> :class:`MemoryEstimate`) is at
-    most :data:`PLAN_SHARE` of ``available`` bytes, else the head in chunks of
-    :data:`PLAN_HEAD_CHUNK`, else rematerialisation with the head whole, then in chunks (the
-    last when nothing fits). ``remat`` / ``head_chunk`` given (not ``None``) are kept as they
-    are: the config's overrides."""
+def plan_loss_pass(estimate_for, available: int, remat=None, head_chunk=None, where: str = "",
+                   micro_batches=None) -> LossPassPlan:
+    """The cheapest loss pass that fits: the first option whose estimate is at most
+    :data:`PLAN_SHARE` of ``available`` bytes (the last when nothing fits).
+
+    For each micro-batch count in turn (fewest first), the options are: no rematerialisation
+    and the LM head whole, the head in chunks of :data:`PLAN_HEAD_CHUNK`, rematerialisation
+    with the head whole, then in chunks. More micro-batches come last because they alone can
+    change an update (token-mean losses average per slice) and they shrink the matrix
+    products; remat and chunking only recompute or reorder.
+
+    ``estimate_for(remat, head_chunk)`` -> :class:`MemoryEstimate`; with ``micro_batches``
+    given, ``estimate_for(remat, head_chunk, micro_batches)``: an int is kept as it is, a
+    sequence of counts is tried in its order. ``remat`` / ``head_chunk`` / an int
+    ``micro_batches`` given (not ``None``) are the config's overrides, kept as they are.
+    """
     budget = int(PLAN_SHARE * available)
     remats = (remat,) if remat is not None else (False, True)
     chunks = (head_chunk,) if head_chunk is not None else (0, PLAN_HEAD_CHUNK)
-    options = [(r, c) for r in remats for c in chunks]
-    for r, c in options:
-        est = estimate_for(r, c)
+    if micro_batches is None:
+        counts, estimate = (None,), (lambda r, c, _k: estimate_for(r, c))
+    else:
+        counts = (micro_batches,) if isinstance(micro_batches, int) else tuple(micro_batches)
+        estimate = estimate_for
+        if not counts or not all(isinstance(k, int) and not isinstance(k, bool) and k >= 1 for k in counts):
+            raise ValueError(f"micro_batches: expected a count >= 1 or a non-empty sequence of them, got {micro_batches!r}")
+    for k, r, c in itertools.product(counts, remats, chunks):
+        est = estimate(r, c, k)
         if est.total <= budget:
             break
-    forced = [name for name, v in (("remat", remat), ("head_chunk", head_chunk)) if v is not None]
+    configured = (("remat", remat), ("head_chunk", head_chunk)) + (
+        (("micro_batches", micro_batches),) if micro_batches is not None else ())
+    forced = [name for name, v in configured if v is not None and not isinstance(v, (tuple, list))]
     what = f"remat {'on' if r else 'off'}, LM head {'whole' if c == 0 else f'in chunks of {c} positions'}"
-    if len(forced) == 2:
+    if k is not None:
+        what += f", {k} micro-batch{'es' if k > 1 else ''}"
+    if len(forced) == len(configured):
         why = "as configured"
     else:
         fits = est.total <= budget
@@ -283,7 +305,7 @@ def plan_loss_pass(estimate_for, available: int, remat=None, head_chunk=None, wh
                f"{_gib(available)}{' of ' + where if where else ''}")
         if forced:
             why += f"; {', '.join(forced)} as configured"
-    return LossPassPlan(r, c, est, f"loss pass: {what} ({why})")
+    return LossPassPlan(r, c, est, f"loss pass: {what} ({why})", k)
 
 
 def available_bytes(device=None) -> tuple[int, str]:
