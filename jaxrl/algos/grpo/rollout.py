@@ -19,6 +19,7 @@ from flax import struct
 
 from jaxrl.algos.common.lm.decode import sample
 from jaxrl.algos.common.lm.policy import TokenPolicy
+from jaxrl.algos.common.lm.refill import decode_queue
 from jaxrl.core.env import Environment, tree_select
 from jaxrl.core.tokens import TokenTask
 
@@ -96,6 +97,7 @@ def group_rollout(
     temperature: Array,
     greedy: bool = False,
     group: int = 1,
+    decode_rows: int = 0,
 ) -> Rollout:
     """Roll ``N = len(reset_keys)`` episodes for ``num_steps`` lockstep steps.
 
@@ -104,9 +106,14 @@ def group_rollout(
     A token task runs :func:`dialogue_rollout` (its length is the dialogue's, ``num_steps``
     is not used); ``group``: consecutive runs of that many reset keys are equal (a GRPO
     group), so a policy that can share a prompt's prefill computes it once per group.
+    ``decode_rows``: :func:`dialogue_rollout`'s (token tasks only).
     """
     if isinstance(env, TokenTask):
-        return dialogue_rollout(policy, env, env_params, params, reset_keys, key, temperature, greedy, group)
+        return dialogue_rollout(policy, env, env_params, params, reset_keys, key, temperature, greedy, group,
+                                decode_rows=decode_rows)
+    if decode_rows:
+        raise ValueError(f"grpo.sampling.decode_rows: refills rows of a token task's decode; {env.name} is not one "
+                         f"(leave it at 0)")
     n = reset_keys.shape[0]
     env_state, ts = jax.vmap(env.reset, in_axes=(0, None))(reset_keys, env_params)
     policy_carry, logits = policy.start(params, ts.obs)
@@ -155,6 +162,15 @@ def _turn(policy: TokenPolicy, task: TokenTask, params, env_params, temperature,
     ragged = stop_early and (tr > 0 or task.max_turns == 1)
     cache, logits, key, tokens, logp, mask, entropy = policy.decode(
         params, c.cache, c.logits, c.alive, c.key, base, temperature, greedy, tt, task.end_of_turn, task.pad_id, ragged)
+    return _answer(policy, task, params, env_params, c, k, cache, logits, key, tokens, logp, mask, entropy)
+
+
+def _answer(policy: TokenPolicy, task: TokenTask, params, env_params, c: _Dialogue, k, cache, logits, key, tokens, logp,
+            mask, entropy):
+    """A decoded turn's answer (respond) and its reply (prefill; not with ``cache`` None: a
+    single turn, its reply never read)."""
+    tt, tr = task.max_turn_tokens, task.max_reply_tokens
+    base = task.prompt_len + k * (tt + tr)
     key, k_env = jax.random.split(key)
     n = tokens.shape[0]
     new_state, answer = jax.vmap(task.respond, in_axes=(0, 0, 0, None))(jax.random.split(k_env, n), c.env_state, tokens, env_params)
@@ -164,7 +180,7 @@ def _turn(policy: TokenPolicy, task: TokenTask, params, env_params, temperature,
     trunc = alive & ~answer.terminated & (answer.truncated | (k == task.max_turns - 1))
     going = alive & ~(term | trunc)
     reply = jnp.where(going[:, None], answer.reply, task.pad_id).astype(jnp.int32)
-    if tr > 0:
+    if tr > 0 and cache is not None:
         cache, reply_logits = policy.extend(params, cache, reply, base + tt)
         logits = reply_logits[:, -1].astype(jnp.float32)
     new = _Dialogue(
@@ -174,6 +190,18 @@ def _turn(policy: TokenPolicy, task: TokenTask, params, env_params, temperature,
         None if c.failed is None else c.failed | (alive & answer.failed),
     )
     return new, (tokens, reply, logp, mask, entropy, rewards)
+
+
+def _check_decode_rows(task: TokenTask, rows: int, n: int, group: int) -> None:
+    """One-line refusals of ``grpo.sampling.decode_rows`` for this task and batch."""
+    if task.max_turns != 1:
+        raise ValueError(f"grpo.sampling.decode_rows: refilling rows decodes single-turn tasks only; {task.name} has "
+                         f"max_turns {task.max_turns} (leave it at 0)")
+    if not 1 <= rows < n:
+        raise ValueError(f"grpo.sampling.decode_rows: {rows} rows for {n} completions per rollout; expected 1 <= rows "
+                         f"< {n} (0 = off)")
+    if n % group:
+        raise ValueError(f"grpo.sampling.decode_rows: {n} completions are not whole groups of {group}")
 
 
 def _with_reply_slots(x: Array, tr: int) -> Array:
@@ -194,6 +222,7 @@ def dialogue_rollout(
     greedy: bool = False,
     group: int = 1,
     stop_early: bool = True,
+    decode_rows: int = 0,
 ) -> Rollout:
     """``N = len(reset_keys)`` dialogues of ``task`` in lockstep (module docstring).
 
@@ -203,20 +232,35 @@ def dialogue_rollout(
     ``stop_early``: a turn's decode loop ends once every row has ended it (the same
     dialogues as running every step; the masked log-probs and entropies of skipped steps
     are 0 instead of those of discarded draws).
+    ``decode_rows`` (``grpo.sampling.decode_rows``; 0 = off): a single-turn task's ``N``
+    completions decoded on that many rows, a row that ends taking the next queued (prompt,
+    sample) pair (:func:`jaxrl.algos.common.lm.refill.decode_queue`: each prompt prefilled
+    once, one compile). Its samples are :func:`~jaxrl.algos.common.lm.refill.decode_pairs`'s
+    (each pair drawing with its own key): the same distribution as without it, other draws.
     """
     n = reset_keys.shape[0]
     env_state, prompt, info = jax.vmap(task.start, in_axes=(0, None))(reset_keys, env_params)
-    if group > 1 and policy.start_grouped is not None:  # one prefill per group of equal prompts
+    if decode_rows:  # decode_queue prefills each prompt itself
+        _check_decode_rows(task, decode_rows, n, group)
+        cache, logits = None, None
+    elif group > 1 and policy.start_grouped is not None:  # one prefill per group of equal prompts
         cache, logits = policy.start_grouped(params, prompt[::group], group)
     else:
         cache, logits = policy.start(params, prompt)
     zeros = jnp.zeros((n,), jnp.int32)
     carry = _Dialogue(
-        env_state, cache, logits.astype(jnp.float32), jnp.ones((n,), jnp.bool_), jnp.zeros((n,), jnp.float32),
-        zeros, zeros, jnp.zeros((n,), jnp.bool_), info, key, jnp.zeros((n,), jnp.bool_) if task.can_fail else None,
+        env_state, cache, None if logits is None else logits.astype(jnp.float32), jnp.ones((n,), jnp.bool_),
+        jnp.zeros((n,), jnp.float32), zeros, zeros, jnp.zeros((n,), jnp.bool_), info, key,
+        jnp.zeros((n,), jnp.bool_) if task.can_fail else None,
     )
-    body = functools.partial(_turn, policy, task, params, env_params, temperature, greedy, stop_early)
-    carry, (tokens, replies, logp, mask, entropy, rewards) = jax.lax.scan(body, carry, jnp.arange(task.max_turns))
+    if decode_rows:
+        key, *turn = decode_queue(policy, params, prompt[::group], group, key, task.prompt_len, temperature, greedy,
+                                  task.max_turn_tokens, task.end_of_turn, task.pad_id, decode_rows)[:5]
+        carry, outs = _answer(policy, task, params, env_params, carry, 0, None, None, key, *turn)
+        tokens, replies, logp, mask, entropy, rewards = (x[None] for x in outs)  # [K = 1, N, ...]
+    else:
+        body = functools.partial(_turn, policy, task, params, env_params, temperature, greedy, stop_early)
+        carry, (tokens, replies, logp, mask, entropy, rewards) = jax.lax.scan(body, carry, jnp.arange(task.max_turns))
     tr = task.max_reply_tokens
     turns_and_replies = jnp.concatenate([tokens, replies], axis=2)  # [K, N, Tt + Tr]
     actions = jnp.swapaxes(turns_and_replies, 0, 1).reshape(n, -1)

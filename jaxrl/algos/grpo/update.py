@@ -295,7 +295,8 @@ def _group_rollout(setup: Setup, state: GRPOState, key: Array) -> Rollout:
     reset_keys, k_roll = rollout_keys(setup, key)
     env_params = _env_params_at(setup, state.level)
     return group_rollout(setup.policy, setup.env, env_params, sampling_params(setup, state), reset_keys, k_roll,
-                         setup.num_steps, state.hyper.temperature, group=setup.cfg.group_size)
+                         setup.num_steps, state.hyper.temperature, group=setup.cfg.group_size,
+                         decode_rows=setup.cfg.sampling.decode_rows)
 
 
 def sample(setup: Setup, state: GRPOState) -> Rollout:

@@ -86,6 +86,63 @@ def decode_loop(draw: Callable, feed: Callable, logits: Array, cache, writing: A
     return logits, cache, key, tokens, written, tuple(extras)
 
 
+
+def refill_loop(draw: Callable, feed: Callable, refill: Callable, logits: Array, cache, *, pairs: int, steps: int,
+                pad_id: int, end_ids):
+    """Continuous batching: ``pairs`` sequences of up to ``steps`` tokens decoded on ``R`` rows.
+
+    Row ``r`` starts on sequence ``r`` (``logits [R, V]`` and ``cache`` hold the rows' start
+    states); when its sequence ends (one of ``end_ids`` written, or ``steps`` tokens) it takes
+    the next sequence of the queue, so no row idles while sequences wait: the loop runs about
+    ``sum(lengths) / R`` iterations instead of ``pairs / R`` times the longest length. Shapes
+    are static (one compile whatever the lengths); the ``while_loop`` stops once the queue is
+    drained and every row has ended.
+
+    Callables, on the rows' sequence ``pair`` int32 ``[R]`` and step within it ``step``
+    int32 ``[R]``: ``draw(logits, pair, step) -> (token int32 [R], extras)`` (a tuple of
+    ``[R]`` arrays); ``feed(cache, token, step) -> (logits, cache)`` reads each row's token at
+    its own step; ``refill(logits, cache, take bool [R], pair) -> (logits, cache)`` gives the
+    ``take`` rows the start state of sequence ``pair``. A draw that depends only on
+    ``(pair, step)`` and the sequence's own tokens makes each sequence the one a row of
+    :func:`decode_loop` would write, whichever row serves it and when.
+
+    Returns ``(tokens, written, extras, iterations)``: ``tokens`` int32 ``[pairs, steps]`` (pad
+    after a sequence's end), ``written`` bool (its end id included), each of ``extras``
+    ``[pairs, steps]`` (0 where not written) and the loop's iteration count.
+    """
+    rows = logits.shape[0]
+    if not 1 <= rows <= pairs:
+        raise ValueError(f"refill_loop: {rows} rows for {pairs} sequences; expected 1 <= rows <= sequences")
+    ends = jnp.asarray(end_ids, jnp.int32).reshape(-1)
+    row_idx = jnp.arange(rows, dtype=jnp.int32)
+    shapes = jax.eval_shape(draw, logits, row_idx, row_idx)[1]
+
+    def body(carry):
+        it, nxt, pair, step, logits, cache, outs = carry
+        active = pair < pairs
+        token, extras = draw(logits, pair, step)
+        token = jnp.where(active, token, pad_id)
+        at = (jnp.where(active, pair, pairs), step)  # an idle row's writes fall outside and are dropped
+        outs = tuple(o.at[at].set(x, mode="drop") for o, x in zip(outs, (token, active) + tuple(extras)))
+        logits, cache = feed(cache, token, step)
+        done = active & (jnp.isin(token, ends) | (step + 1 >= steps))
+        new = jnp.where(done, nxt + jnp.cumsum(done, dtype=jnp.int32) - 1, pair)  # handed out in row order
+        take = done & (new < pairs)
+        logits, cache = jax.lax.cond(jnp.any(take), refill, lambda lg, c, *_: (lg, c), logits, cache, take, new)
+        pair = jnp.where(done, jnp.minimum(new, pairs), pair)
+        step = jnp.where(done, 0, step + 1)
+        return it + 1, nxt + jnp.sum(done, dtype=jnp.int32), pair, step, logits, cache, outs
+
+    def cond(carry):
+        return jnp.any(carry[2] < pairs)
+
+    outs = (jnp.full((pairs, steps), pad_id, jnp.int32), jnp.zeros((pairs, steps), jnp.bool_)) + tuple(
+        jnp.zeros((pairs, steps) + s.shape[1:], s.dtype) for s in shapes)
+    carry = (jnp.int32(0), jnp.int32(rows), row_idx, jnp.zeros((rows,), jnp.int32), logits, cache, outs)
+    it, *_, (tokens, written, *extras) = jax.lax.while_loop(cond, body, carry)
+    return tokens, written, tuple(extras), it
+
+
 def _generate_draw(keys, temperature, top_k, top_p, greedy, logits, key, j):
     return key, sample_token(logits, None if greedy else keys[j], temperature, top_k, top_p), ()
 
