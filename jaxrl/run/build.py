@@ -36,7 +36,10 @@ def env_setup(e: EnvConfig) -> EnvSetup:
     """The env, its training and evaluation params and the curriculum of the env section ``e``:
     the registered env built once (in ``env.tokenizer``'s ids, from ``env.text``'s rows:
     :func:`jaxrl.text.tokenized.registered`), then randomised and frame-stacked as asked; an
-    ``env.remote`` section builds :func:`jaxrl.text.remote.remote_task` instead."""
+    ``env.remote`` section builds :func:`jaxrl.text.remote.remote_task` instead, an ``env.mix``
+    section :func:`jaxrl.text.mix.mix_task` of its members (each built as above)."""
+    if e.mix:
+        return _mix_setup(e)
     if e.remote is not None:
         return _remote_setup(e)
     try:
@@ -84,6 +87,46 @@ def _remote_setup(e: EnvConfig) -> EnvSetup:
         raise ConfigError(" ".join(str(exc).split())) from None
     params = env.default_params
     return EnvSetup(env, params, env.held_out_params(params), None, e.vector)
+
+
+def _mix_setup(e: EnvConfig) -> EnvSetup:
+    """Each member of ``env.mix`` built as its own env section would be (the shared tokenizer
+    with the member's chat template and system prompt), then mixed; errors name the member."""
+    import dataclasses
+
+    from jaxrl.text import mix
+    from jaxrl.text.config import source_name
+
+    members, train, held = [], [], []
+    for i, m in enumerate(e.mix):
+        t = e.tokenizer if m.tokenizer is None else dataclasses.replace(m.tokenizer, path=e.tokenizer.path)
+        if m.remote is not None:
+            sub = EnvConfig(id="remote", tokenizer=t, remote=m.remote)
+        else:
+            sub = EnvConfig(id=m.id, params=dict(m.params), eval_params=dict(m.eval_params), tokenizer=t, text=m.text)
+        try:
+            setup = env_setup(sub)
+        except ConfigError as exc:
+            raise ConfigError(_member_line(i, source_name(m), str(exc))) from None
+        members.append(setup.env)
+        train.append(setup.params)
+        held.append(setup.eval_params)
+    names = tuple(source_name(m) for m in e.mix)
+    try:
+        env = mix.mix_task(tuple(members), names, tuple(float(m.weight) for m in e.mix))
+    except ValueError as exc:
+        raise ConfigError(" ".join(str(exc).split())) from None
+    return EnvSetup(env, mix.MixParams(tuple(train)), mix.MixParams(tuple(held)), None, e.vector)
+
+
+def _member_line(i: int, name: str, line: str) -> str:
+    """A member's build error with its keys under ``env.mix[i]`` (``env.text.x`` ->
+    ``env.mix[i].text.x``), else prefixed with the member."""
+    for key in ("env.remote.", "env.text.", "env.params", "env.eval_params", "env.tokenizer."):
+        if line.startswith(key):
+            rest = line[len("env."):]
+            return f"env.mix[{i}].{rest}" if key != "env.tokenizer." else f"env.mix[{i}] ({name}): {line}"
+    return f"env.mix[{i}] ({name}): {line}"
 
 
 def build(cfg: RunConfig) -> Built:

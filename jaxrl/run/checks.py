@@ -28,6 +28,9 @@ def algo_entry(name: str):
 def check_env_section(env: EnvConfig) -> None:
     from jaxrl.core import registry
 
+    if env.mix:
+        _check_mix_section(env)
+        return
     if env.remote is not None:
         _check_remote_section(env)
         return
@@ -69,6 +72,38 @@ def check_env_section(env: EnvConfig) -> None:
             raise ConfigError(f"env.curriculum.step: must be >= 1, got {c.step}")
         if not math.isfinite(c.threshold):
             raise ConfigError(f"env.curriculum.threshold: must be a finite number, got {c.threshold}")
+
+
+def _check_mix_section(env: EnvConfig) -> None:
+    """``env.mix``: each task's keys (registered ids exist), and none of a single env's keys."""
+    from jaxrl.core import registry
+    from jaxrl.text.config import check_mix
+
+    if env.id != "mix":
+        raise ConfigError(f"env.id: {env.id!r} with env.mix; name each task in env.mix (leave env.id out)")
+    given = [k for k in ("remote", "params", "eval_params", "randomize", "text", "curriculum") if getattr(env, k)]
+    if given or env.frame_stack != 1:
+        key = (given or ["frame_stack"])[0]
+        raise ConfigError(f"env.{key}: not with env.mix; set it on the task in env.mix that it is for"
+                          if key in ("remote", "params", "eval_params", "text") else f"env.{key}: not with env.mix")
+    if env.tokenizer is None or not env.tokenizer.path:
+        raise ConfigError("env.tokenizer.path: not set; the tasks of env.mix share one tokenizer (a checkpoint's directory)")
+    try:
+        check_mix(env.mix)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    for i, m in enumerate(env.mix):
+        if m.id:
+            try:
+                registry.spec(m.id)
+            except (KeyError, ValueError) as exc:
+                raise ConfigError(f"env.mix[{i}].id: {exc.args[0] if isinstance(exc, KeyError) else exc}") from None
+        for section in ("params", "eval_params"):
+            for name, value in getattr(m, section).items():
+                if not (isinstance(value, (int, float)) or (isinstance(value, str) and NUMBER_RE.match(value.strip()))):
+                    raise ConfigError(f"env.mix[{i}].{section}.{name}: expected a number, got {short(value)}")
+        if m.params.get("held_out") not in (None, 0, False, "0", "false"):
+            raise ConfigError(f"env.mix[{i}].params.held_out: training on the held-out split leaves no unseen prompts to evaluate on")
 
 
 def _check_remote_section(env: EnvConfig) -> None:

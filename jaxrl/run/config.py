@@ -122,10 +122,15 @@ def config_from_dict(raw) -> RunConfig:
 
 
 def remote_env(raw: dict) -> dict:
-    """``raw`` with an ``env.remote`` section's implied keys: ``id: remote`` and a
-    ``tokenizer`` section (the model's, through :func:`tokenizer_from_model`) when left out."""
+    """``raw`` with an ``env.remote`` (``env.mix``) section's implied keys: ``id: remote``
+    (``mix``) and a ``tokenizer`` section (the model's, through :func:`tokenizer_from_model`)
+    when left out."""
     env = raw.get("env")
-    if not isinstance(env, dict) or env.get("remote") is None:
+    if not isinstance(env, dict):
+        return raw
+    if env.get("mix") not in (None, [], ()):  # env.mix: id "mix", the shared tokenizer
+        return {**raw, "env": {"id": "mix", "tokenizer": {}, **env}}
+    if env.get("remote") is None:
         return raw
     return {**raw, "env": {"id": "remote", "tokenizer": {}, **env}}
 

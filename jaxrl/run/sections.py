@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Literal, Union
 
-from jaxrl.text.config import RemoteConfig, TextConfig, TokenizerConfig
+from jaxrl.text.config import MixMember, RemoteConfig, TextConfig, TokenizerConfig
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,6 +44,10 @@ class EnvConfig:
     tokenizer: TokenizerConfig | None = None  # token tasks: speak a checkpoint's token ids (grpo.model.policy: hf)
     text: TextConfig | None = None  # text tasks (text/File-v0, text/WordProblems-v0, ...): rows, lengths, reward
     remote: RemoteConfig | None = None  # an OpenEnv server's text env (id "remote", may be left out; docs/remote_envs.md)
+    # Several token tasks in one GRPO run, each prompt group drawn from one by weight: a list of
+    # {id: text/X, weight, name, params, text, tokenizer} or {remote: {url: ...}, weight, name}
+    # (id "mix", may be left out; the env section's tokenizer is shared; docs/remote_envs.md#mixing-tasks).
+    mix: tuple[MixMember, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)

@@ -180,7 +180,83 @@ def check_remote(cfg: RemoteConfig) -> None:
             raise ValueError(f"env.remote.{key}: must not be empty")
 
 
+# ---------------------------------------------------------------------------------------
+# env.mix (jaxrl.text.mix; docs/remote_envs.md#mixing-tasks)
+# ---------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class MixMember:
+    """One task of a mixed run: a registered token task (``id``) or a server (``remote``)."""
+
+    id: str = ""  # a registered token task, e.g. text/WordProblems-v0 ("": remote must be set)
+    remote: RemoteConfig | None = None  # or an OpenEnv server's text env (as env.remote)
+    weight: float = 1.0  # the share of the batch's prompt groups drawn from this task (relative to the others)
+    name: str = ""  # its source tag in the metrics (reward/<name>/mean); "": the id without text/ (remote: remote)
+    params: dict = dataclasses.field(default_factory=dict)  # overrides of the task's default params
+    eval_params: dict = dataclasses.field(default_factory=dict)  # further overrides at evaluation
+    tokenizer: TokenizerConfig | None = None  # its own chat template / system prompt (path: env.tokenizer.path's)
+    text: TextConfig | None = None  # a text task's rows, lengths and reward (as env.text)
+
+
+#: A source tag: letters, digits, ``_ . -`` (it becomes part of metric keys).
+SOURCE_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
+#: The most tasks one run mixes (each one's respond runs on every row of the batch).
+MAX_MIX = 16
+
+
+def source_name(member: MixMember) -> str:
+    """The source tag of ``member``: its ``name``, else its id without ``text/`` (``remote``)."""
+    if member.name:
+        return member.name
+    if member.remote is not None:
+        return "remote"
+    return member.id.split("/", 1)[1] if member.id.startswith("text/") else member.id.replace("/", "_")
+
+
+def check_mix(members: tuple[MixMember, ...]) -> None:
+    """``ValueError`` naming the ``env.mix[i]`` key that cannot work (nothing is built)."""
+    if not members:
+        raise ValueError("env.mix: an empty list; give at least one task, e.g. [{id: text/WordProblems-v0}]")
+    if len(members) > MAX_MIX:
+        raise ValueError(f"env.mix: {len(members)} tasks, at most {MAX_MIX} (each one's respond runs on every row)")
+    seen: dict[str, int] = {}
+    for i, m in enumerate(members):
+        at = f"env.mix[{i}]"
+        if bool(m.id) == (m.remote is not None):
+            raise ValueError(f"{at}: give exactly one of id (a registered token task) and remote (a server)"
+                             + (", not both" if m.id else ""))
+        w = m.weight
+        if isinstance(w, bool) or not isinstance(w, (int, float)) or not (math.isfinite(w) and w > 0):
+            raise ValueError(f"{at}.weight: must be a positive number, got {w!r}")
+        if m.remote is not None:
+            given = [k for k in ("params", "eval_params", "text") if getattr(m, k)]
+            if given:
+                raise ValueError(f"{at}.{given[0]}: a remote task takes its settings from the server, not this key")
+            try:
+                check_remote(m.remote)
+            except ValueError as exc:
+                raise ValueError(str(exc).replace("env.remote.", f"{at}.remote.", 1)) from None
+        elif m.text is not None:
+            try:
+                check_text(m.text)
+            except ValueError as exc:
+                raise ValueError(str(exc).replace("env.text.", f"{at}.text.", 1)) from None
+        if m.tokenizer is not None and m.tokenizer.path:
+            raise ValueError(f"{at}.tokenizer.path: the tasks of a mix share env.tokenizer.path (one model's "
+                             "vocabulary); set it there, and only chat_template / system_prompt here")
+        name = source_name(m)
+        if not name or not set(name) <= SOURCE_CHARS:
+            raise ValueError(f"{at}.name: {name!r} is no source tag (letters, digits, _ . - only)")
+        if "loss" in name.lower():
+            raise ValueError(f"{at}.name: {name!r} would read as a loss metric (reward/{name}/mean); choose another name")
+        if name in seen:
+            raise ValueError(f"{at}.name: source {name!r} is env.mix[{seen[name]}]'s too; give each task its own name")
+        seen[name] = i
+
+
 __all__ = [
-    "MAX_BYTES", "MAX_DRAWN_ROWS", "MAX_TOKENS", "PROCEDURAL_DEFAULTS", "TEXT_KEYS", "TOKENIZER_OPTIONS", "RemoteConfig",
-    "TextConfig", "TokenizerConfig", "check_remote", "check_text", "keyed", "text_options",
+    "MAX_BYTES", "MAX_DRAWN_ROWS", "MAX_MIX", "MAX_TOKENS", "PROCEDURAL_DEFAULTS", "SOURCE_CHARS", "TEXT_KEYS",
+    "TOKENIZER_OPTIONS", "MixMember", "RemoteConfig", "TextConfig", "TokenizerConfig", "check_mix", "check_remote",
+    "check_text", "keyed", "source_name", "text_options",
 ]

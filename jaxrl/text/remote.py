@@ -225,22 +225,29 @@ class RemoteHost:
 
     # -- reset ------------------------------------------------------------------------------
 
-    def reset(self, seeds: np.ndarray, held_out: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def reset(self, seeds: np.ndarray, held_out: np.ndarray, active: np.ndarray | None = None
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(slot int32, prompt int32 [prompt_len], failed bool)`` per row, for int32 seeds of
-        any batch shape (``held_out``: the same shape, nonzero: the evaluation server)."""
+        any batch shape (``held_out``: the same shape, nonzero: the evaluation server).
+        ``active`` (bool, the same shape; None: all): rows not active start no session (slot
+        -1, an all-pad prompt, not failed): the rows of a mix drawn from another task."""
         shape = np.shape(seeds)
         seeds, held_out = np.asarray(seeds).reshape(-1), np.broadcast_to(held_out, shape).reshape(-1)
-        url = [self.cfg.eval_url if (h and self.cfg.eval_url) else self.cfg.url for h in held_out]
+        active = np.ones(seeds.shape, np.bool_) if active is None else np.broadcast_to(active, shape).reshape(-1)
+        rows = [i for i in range(len(seeds)) if active[i]]
+        url = [self.cfg.eval_url if (held_out[i] and self.cfg.eval_url) else self.cfg.url for i in rows]
         slots = [self._take(u) for u in url]
         for slot in slots:
             self.episodes += 1
             self.sessions[slot].episode = f"jaxrl-{slot}-{self.episodes}"
-        results = self._run(self._reset_all(slots, [int(s) for s in seeds]))
+        results = self._run(self._reset_all(slots, [int(seeds[i]) for i in rows])) if rows else []
         lp, codec = self.cfg.prompt_len, self.codec
-        prompts = np.full((len(slots), lp), codec.pad_id, np.int32)
-        failed = np.zeros((len(slots),), np.bool_)
+        prompts = np.full((len(seeds), lp), codec.pad_id, np.int32)
+        failed = np.zeros((len(seeds),), np.bool_)
+        out_slots = np.full((len(seeds),), -1, np.int32)
         faults = []
-        for i, (slot, (ids, why)) in enumerate(zip(slots, results)):
+        for i, slot, (ids, why) in zip(rows, slots, results):
+            out_slots[i] = slot
             if why is None and len(ids) > lp:
                 why = f"prompt of {len(ids)} tokens > env.remote.prompt_len {lp}"
             if why is None:
@@ -253,7 +260,7 @@ class RemoteHost:
                 self._release(slot)
         self.counts["sessions"] += len(slots)
         self._faults(faults, len(slots), "reset")
-        return (np.asarray(slots, np.int32).reshape(shape), prompts.reshape(shape + (lp,)), failed.reshape(shape))
+        return out_slots.reshape(shape), prompts.reshape(shape + (lp,)), failed.reshape(shape)
 
     async def _reset_all(self, slots: list[int], seeds: list[int]):
         async def one(slot: int, seed: int):
@@ -424,16 +431,19 @@ class RemoteTask(DialogueTask):
     def episode_bound(self, params):
         return self.max_turns * self.max_turn_tokens
 
-    def start(self, key, params):
+    def start(self, key, params, active=None):
+        """A new episode (a session reset on the server); ``active`` (bool ``[]``, None: true):
+        false starts none, the episode already over (a mix's row drawn from another task)."""
         if jnp.issubdtype(key.dtype, jnp.signedinteger) and key.ndim == 0:  # a row index (evaluation): the seed
             seed = key.astype(jnp.int32)
         else:
             seed = (jax.random.bits(key, (), jnp.uint32) >> 1).astype(jnp.int32)
         shapes = (jax.ShapeDtypeStruct((), jnp.int32), jax.ShapeDtypeStruct((self.prompt_len,), jnp.int32),
                   jax.ShapeDtypeStruct((), jnp.bool_))
+        on = jnp.ones((), jnp.bool_) if active is None else jnp.asarray(active, jnp.bool_)
         slot, prompt, failed = jax.pure_callback(self.host.reset, shapes, seed, jnp.asarray(params.held_out, jnp.int32),
-                                                 vmap_method="broadcast_all")
-        state = RemoteState(slot, jnp.int32(0), failed, failed)
+                                                 on, vmap_method="broadcast_all")
+        state = RemoteState(slot, jnp.int32(0), failed | ~on, failed)
         return state, prompt, {"remote_failed": jnp.float32(0)}
 
     def respond(self, key, state, turn, params):

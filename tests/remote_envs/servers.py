@@ -106,6 +106,7 @@ class FaultServer:
     def __init__(self, slow_s: float = 1.0):
         self.slow_s = slow_s
         self.connections = 0
+        self.resets = 0
 
     async def _session(self, ws):
         self.connections += 1
@@ -113,6 +114,7 @@ class FaultServer:
         async for raw in ws:
             msg = json.loads(raw)
             if msg["type"] == "reset":
+                self.resets += 1
                 seed, episode = int(msg["data"].get("seed", 0)), msg["data"].get("episode_id", "")
                 await ws.send(json.dumps({"type": "observation", "data": {
                     "observation": {"text": "Say hi.", "episode_id": episode}, "reward": None, "done": False}}))

@@ -15,6 +15,7 @@ from jaxrl.algos.grpo.rollout import Rollout, group_rollout
 from jaxrl.algos.grpo import update as update_lib
 from jaxrl.algos.grpo.update import GRPOState, Setup, acting_params
 from jaxrl.core.tokens import TokenTask
+from jaxrl.text.mix import source_metrics
 from jaxrl.text.task import evaluation_rows, evaluation_starts
 
 Array = jax.Array
@@ -59,9 +60,11 @@ def evaluate(setup: Setup, state: GRPOState, key: Array) -> dict:
         "return_ci95": _ci95(ro.returns),
         "length_mean": jnp.mean(ro.length.astype(jnp.float32)),
     }
-    for name, value in ro.final_info.items():
+    info, by_source = source_metrics(ro.final_info, ro.returns)  # a mixed task's: reward/<source>/mean ...
+    for name, value in info.items():
         out[name] = jnp.mean(value)
         out[f"{name}_ci95"] = _ci95(value)
+    out.update(by_source)
     if "exact_match" in ro.final_info:
         out["episode_returns_exact_match"] = ro.final_info["exact_match"]
     for name, _ in setup.env.eval_scores if isinstance(setup.env, TokenTask) else ():  # the task's own figures
@@ -94,8 +97,10 @@ def heldout_metrics(setup: Setup, params, key: Array) -> dict:
     float32 ``[]``."""
     ro = eval_rollout(setup, params, key, setup.cfg.eval_every_episodes)
     out = {"heldout_reward": jnp.mean(ro.returns)}
-    for name, value in ro.final_info.items():
+    info, by_source = source_metrics(ro.final_info, ro.returns)  # a mixed task's, as heldout_reward/<source>/mean ...
+    for name, value in info.items():
         out[f"heldout_{name}"] = jnp.mean(value)
+    out.update({f"heldout_{k}": v for k, v in by_source.items()})
     return {k: jnp.asarray(v, jnp.float32) for k, v in out.items()}
 
 

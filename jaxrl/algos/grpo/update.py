@@ -39,6 +39,7 @@ from jaxrl.algos.grpo.losses import (
 from jaxrl.algos.grpo.rollout import Rollout, group_rollout
 from jaxrl.core.curriculum import Curriculum
 from jaxrl.core.env import Environment
+from jaxrl.text.mix import source_metrics
 
 Array = jax.Array
 
@@ -259,10 +260,11 @@ def _reward_metrics(rollout: Rollout, rewards: Array, group_rewards: Array, mask
     }
     if rollout.turns is not None:
         metrics["completions/mean_turns"] = jnp.mean(rollout.turns.astype(jnp.float32))
-    for name, value in rollout.final_info.items():
+    info, by_source = source_metrics(rollout.final_info, rewards)  # a mixed task's: reward/<source>/mean ...
+    for name, value in info.items():
         metrics[f"rewards/{name}/mean"] = jnp.mean(value)
         metrics[f"rewards/{name}/std"] = jnp.std(value)
-    return metrics
+    return {**metrics, **by_source}
 
 
 def _env_params_at(setup: Setup, level: Array):
