@@ -166,3 +166,19 @@ def fault_server():
     server = FaultServer(slow_s=0.01)
     with server as url:
         yield url, server
+
+
+def test_jaxrl_eval_reports_the_score_of_each_source():
+    """``jaxrl eval``'s summary of a mixed run: the headline score over each source's
+    episodes (its share of them), and a source no episode was drawn from said so."""
+    from jaxrl.algos.contract import EvalReport
+    from jaxrl.run.evaluate import format_summary, summarise
+
+    metrics = {"episode_returns": np.array([[1.0, 0.0, 0.5, 0.5]]), "episode_source/a": np.array([[1.0, 1.0, 0.0, 0.0]]),
+               "episode_source/b": np.array([[0.0, 0.0, 1.0, 1.0]]), "episode_source/c": np.zeros((1, 4))}
+    summary = summarise(metrics, EvalReport({"episode_returns": "greedy"}, "reward"))
+    a, b, c = (summary["sources"][n] for n in "abc")
+    assert (a["mean"], a["episodes"], a["share"], b["mean"], b["std"], c) == (0.5, 2, 0.5, 0.5, 0.0, {"episodes": 0, "share": 0.0})
+    lines = format_summary(summary).splitlines()
+    assert lines[1].startswith("eval source a ") and "over 2 episodes (50% of them)" in lines[1]
+    assert lines[3] == "eval source c              no episode drawn"

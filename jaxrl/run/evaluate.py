@@ -39,6 +39,8 @@ from jaxrl.run.config import ConfigError, RunConfig
 from jaxrl.run.files import CHECKPOINT_DIR, CONFIG_FILE
 
 EVAL_SEED_OFFSET = 1_000_003  # eval keys never coincide with a training seed's key
+#: ``evaluate`` output keys ``episode_source/<name>``: 1 on the episodes of a mixed task's source.
+SOURCE_EPISODES = "episode_source/"
 
 
 def return_stats(returns) -> dict:
@@ -130,6 +132,12 @@ def summarise(metrics: dict, report: EvalReport) -> dict:
         "per_seed": {f"{report.metric}_mean": scores.mean(axis=-1).tolist()},
         "interval": f"95% CI of the mean {report.metric}, Student t with n-1 dof, episodes of all seeds pooled",
     }
+    sources = {k[len(SOURCE_EPISODES):]: np.asarray(v) > 0.5 for k, v in metrics.items() if k.startswith(SOURCE_EPISODES)}
+    if sources:  # a mixed task (env.mix): the headline score over each source's episodes
+        summary["sources"] = {
+            name: {**(return_stats(scores[on]) if on.any() else {"episodes": 0}), "share": float(on.mean())}
+            for name, on in sources.items()
+        }
     if "held_out_rows" in metrics:  # a text task's held-out rows, each scored once per seed
         summary["held_out_rows"] = {"scored": int(scores.shape[-1]), "of": int(np.asarray(metrics["held_out_rows"]).ravel()[0])}
     return summary
@@ -144,6 +152,12 @@ def format_summary(summary: dict) -> str:
             f"eval {label:<20} {s['mean']:.3f} +- {s['std']:.3f} (std) "
             f"95% CI [{s['ci95_low']:.3f}, {s['ci95_high']:.3f}] over {s['episodes']} episodes"
         )
+    for name, s in summary.get("sources", {}).items():
+        if s["episodes"]:
+            lines.append(f"eval source {name:<14} {s['mean']:.3f} +- {s['std']:.3f} (std) 95% CI [{s['ci95_low']:.3f}, "
+                         f"{s['ci95_high']:.3f}] over {s['episodes']} episodes ({s['share']:.0%} of them)")
+        else:
+            lines.append(f"eval source {name:<14} no episode drawn")
     rows = summary.get("held_out_rows")
     if rows:
         cap = "" if rows["scored"] == rows["of"] else f" (the first {rows['scored']}: eval_episodes or --episodes caps it)"

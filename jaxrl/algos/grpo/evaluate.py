@@ -15,7 +15,7 @@ from jaxrl.algos.grpo.rollout import Rollout, group_rollout
 from jaxrl.algos.grpo import update as update_lib
 from jaxrl.algos.grpo.update import GRPOState, Setup, acting_params
 from jaxrl.core.tokens import TokenTask
-from jaxrl.text.mix import source_metrics
+from jaxrl.text.mix import SOURCE, source_metrics
 from jaxrl.text.task import evaluation_rows, evaluation_starts
 
 Array = jax.Array
@@ -50,7 +50,9 @@ def evaluate(setup: Setup, state: GRPOState, key: Array) -> dict:
     token task's :attr:`~jaxrl.core.tokens.TokenTask.eval_scores`, and scalars:
     ``return_mean``, ``return_ci95``, ``length_mean`` and, for every info key (e.g. ``exact_match``), its mean and ``_ci95``
     (normal-approximation half-width); ``held_out_rows`` (int32 ``[]``, the rows of the split)
-    when the episodes are a text task's rows, each once (:func:`eval_rollout`).
+    when the episodes are a text task's rows, each once (:func:`eval_rollout`); for a mixed
+    task (``env.mix``) its per-source figures (:func:`jaxrl.text.mix.source_metrics`) and
+    ``episode_source/<name>`` (float32 ``[E]``, 1 on that source's episodes).
     """
     ro = eval_rollout(setup, acting_params(state), key)
     out = {
@@ -65,6 +67,7 @@ def evaluate(setup: Setup, state: GRPOState, key: Array) -> dict:
         out[name] = jnp.mean(value)
         out[f"{name}_ci95"] = _ci95(value)
     out.update(by_source)
+    out.update({f"episode_{k}": v for k, v in ro.final_info.items() if k.startswith(SOURCE)})  # jaxrl eval: per source
     if "exact_match" in ro.final_info:
         out["episode_returns_exact_match"] = ro.final_info["exact_match"]
     for name, _ in setup.env.eval_scores if isinstance(setup.env, TokenTask) else ():  # the task's own figures
