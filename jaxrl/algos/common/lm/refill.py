@@ -27,6 +27,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxrl.algos.common.lm.decode import sample
+from jaxrl.core.threefry import threefry2x32_unrolled
 from jaxrl.models.lm.generate import decode_loop, refill_loop
 
 Array = jax.Array
@@ -72,8 +73,12 @@ def _select(axes, take: Array, new, old):
 
 
 def pair_keys(k_act: Array, pair: Array, step: Array) -> Array:
-    """The keys of pairs ``pair [R]`` at their steps ``step [R]``: ``fold_in(k_act[step], pair)``."""
-    return jax.vmap(jax.random.fold_in)(k_act[step], pair.astype(jnp.uint32))
+    """The keys of pairs ``pair [R]`` at their steps ``step [R]``: ``fold_in(k_act[step], pair)``
+    (for raw Threefry keys, that hash of counters ``(0, pair)`` written out: one fused kernel on CPU)."""
+    keys, data = k_act[step], pair.astype(jnp.uint32)
+    if jax.dtypes.issubdtype(keys.dtype, jax.dtypes.prng_key) or jax.config.jax_default_prng_impl != "threefry2x32":
+        return jax.vmap(jax.random.fold_in)(keys, data)
+    return jnp.stack(threefry2x32_unrolled(keys[:, 0], keys[:, 1], jnp.zeros_like(data), data), axis=1)
 
 
 def _draw(k_act, temperature, greedy: bool, logits, pair, step):
