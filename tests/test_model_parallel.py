@@ -309,6 +309,27 @@ def test_grpo_micro_batches_key_reads_auto_and_refuses_bad_values():
         assert str(err.value) == message
 
 
+def test_a_resume_builds_with_the_choices_its_checkpoint_records(tmp_path):
+    """--resume's config: the auto keys at the values the newest checkpoint records
+    (meta.chosen); a key the config sets itself, or a value it no longer accepts, is not kept."""
+    from jaxrl.run.checkpoint import Checkpoints
+    from jaxrl.run.resume import keep_choices
+
+    raw = {"algo": "grpo", "env": {"id": "CartPole-v1"}, "grpo": {"num_prompts": 4, "group_size": 4}}
+    cfg = config_lib.config_from_dict(raw)
+    assert keep_choices(cfg, str(tmp_path)) == (cfg, {})  # no checkpoint: chosen afresh
+    with Checkpoints(tmp_path / "checkpoints", meta={"chosen": {"grpo.micro_batches": 2, "grpo.model.remat": True}}) as c:
+        c.save(1, {"x": np.zeros(2, np.float32)})
+    kept, pinned = keep_choices(cfg, str(tmp_path))
+    assert pinned == {"grpo.micro_batches": 2, "grpo.model.remat": True}
+    assert (kept.algo_config.micro_batches, kept.algo_config.model.remat) == (2, True)
+    assert config_lib.config_to_dict(cfg)["grpo"]["micro_batches"] == "auto"  # the run's config.yaml keeps auto
+    own = config_lib.config_from_dict(config_lib.apply_overrides(raw, ["grpo.micro_batches=4"]))
+    assert keep_choices(own, str(tmp_path))[1] == {"grpo.model.remat": True}
+    smaller = config_lib.config_from_dict(config_lib.apply_overrides(raw, ["grpo.num_prompts=1", "grpo.group_size=3"]))
+    assert keep_choices(smaller, str(tmp_path)) == (smaller, {})  # 2 no longer divides the minibatch of 3
+
+
 # ------------------------------------------------------------------- the run config key
 
 
