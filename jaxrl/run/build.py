@@ -40,6 +40,8 @@ def env_setup(e: EnvConfig) -> EnvSetup:
     section :func:`jaxrl.text.mix.mix_task` of its members (each built as above)."""
     if e.mix:
         return _mix_setup(e)
+    if e.verifiers is not None:
+        return _verifiers_setup(e)
     if e.remote is not None:
         return _remote_setup(e)
     try:
@@ -83,6 +85,18 @@ def _remote_setup(e: EnvConfig) -> EnvSetup:
     t = e.tokenizer
     try:
         env = remote.remote_task(e.remote, remote.tokenizer_codec(t.path, t.chat_template, t.system_prompt))
+    except (OSError, ValueError) as exc:
+        raise ConfigError(" ".join(str(exc).split())) from None
+    params = env.default_params
+    return EnvSetup(env, params, env.held_out_params(params), None, e.vector)
+
+
+def _verifiers_setup(e: EnvConfig) -> EnvSetup:
+    from jaxrl.text import remote, vf_env
+
+    t = e.tokenizer
+    try:
+        env = vf_env.verifiers_task(e.verifiers, t.path, t.chat_template, t.system_prompt)
     except (OSError, ValueError) as exc:
         raise ConfigError(" ".join(str(exc).split())) from None
     params = env.default_params

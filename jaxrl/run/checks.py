@@ -31,6 +31,9 @@ def check_env_section(env: EnvConfig) -> None:
     if env.mix:
         _check_mix_section(env)
         return
+    if env.verifiers is not None:
+        _check_verifiers_section(env)
+        return
     if env.remote is not None:
         _check_remote_section(env)
         return
@@ -104,6 +107,23 @@ def _check_mix_section(env: EnvConfig) -> None:
                     raise ConfigError(f"env.mix[{i}].{section}.{name}: expected a number, got {short(value)}")
         if m.params.get("held_out") not in (None, 0, False, "0", "false"):
             raise ConfigError(f"env.mix[{i}].params.held_out: training on the held-out split leaves no unseen prompts to evaluate on")
+
+
+def _check_verifiers_section(env: EnvConfig) -> None:
+    """``env.verifiers``: the taskset's settings, and none of the keys of a registered env."""
+    from jaxrl.text.config import check_verifiers
+
+    if env.id != "verifiers":
+        raise ConfigError(f"env.id: {env.id!r} with env.verifiers; a verifiers taskset has no registered id (leave env.id out)")
+    given = [k for k in ("remote", "params", "eval_params", "randomize", "text", "curriculum") if getattr(env, k)]
+    if given or env.frame_stack != 1:
+        raise ConfigError(f"env.{(given or ['frame_stack'])[0]}: not with env.verifiers (the taskset holds its tasks and rewards)")
+    if env.tokenizer is not None and not env.tokenizer.path:
+        raise ConfigError("env.tokenizer.path: not set; name the tokenizer's directory (a checkpoint's)")
+    try:
+        check_verifiers(env.verifiers)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def _check_remote_section(env: EnvConfig) -> None:

@@ -130,6 +130,10 @@ def remote_env(raw: dict) -> dict:
         return raw
     if env.get("mix") not in (None, [], ()):  # env.mix: id "mix", the shared tokenizer
         return {**raw, "env": {"id": "mix", "tokenizer": {}, **env}}
+    if isinstance(env.get("verifiers"), str):  # env: {verifiers: NAME}
+        env = {**env, "verifiers": {"id": env["verifiers"]}}
+    if env.get("verifiers") is not None:
+        return {**raw, "env": {"id": "verifiers", "tokenizer": {}, **env}}
     if env.get("remote") is None:
         return raw
     return {**raw, "env": {"id": "remote", "tokenizer": {}, **env}}

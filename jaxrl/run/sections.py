@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Literal, Union
 
-from jaxrl.text.config import MixMember, RemoteConfig, TextConfig, TokenizerConfig
+from jaxrl.text.config import MixMember, RemoteConfig, TextConfig, TokenizerConfig, VerifiersConfig
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,6 +48,9 @@ class EnvConfig:
     # {id: text/X, weight, name, params, text, tokenizer} or {remote: {url: ...}, weight, name}
     # (id "mix", may be left out; the env section's tokenizer is shared; docs/remote_envs.md#mixing-tasks).
     mix: tuple[MixMember, ...] = ()
+    # An installed verifiers (0.4) taskset: env: {verifiers: NAME} or {verifiers: {id: NAME, args: {...}}}
+    # (id "verifiers", may be left out; the [verifiers] extra; docs/remote_envs.md#verifiers-environments).
+    verifiers: VerifiersConfig | None = None
 
 
 @dataclasses.dataclass(frozen=True)

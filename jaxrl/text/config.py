@@ -181,6 +181,42 @@ def check_remote(cfg: RemoteConfig) -> None:
 
 
 # ---------------------------------------------------------------------------------------
+# env.verifiers (jaxrl.text.vf_env; docs/remote_envs.md#verifiers-environments)
+# ---------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class VerifiersConfig:
+    """An installed ``verifiers`` (0.4, ``verifiers.v1``) taskset trained on: its tasks' prompts, its rewards."""
+
+    id: str = ""  # the taskset's id (its package name, e.g. my-taskset); env: {verifiers: NAME} sets it
+    args: dict = dataclasses.field(default_factory=dict)  # the taskset config's fields (TasksetConfig of its class)
+    prompt_len: int = 128  # prompt tokens (chat template included); a longer prompt fails its episode
+    turn_tokens: int = 64  # token slots of the completion (its end-of-turn included)
+    held_out_every: int = 10  # the task at position i is held out (evaluation only) iff i % k == 0 (0: none held out)
+    num_tasks: int = 0  # read at most this many tasks of the taskset (0: all; an infinite taskset needs a number)
+    timeout_s: float = 30.0  # seconds one batch's scoring may take before its episodes fail
+    max_failure_frac: float = 0.25  # stop the run when more than this fraction of a batch's episodes fail to score
+
+
+def check_verifiers(cfg: VerifiersConfig) -> None:
+    """``ValueError`` naming the ``env.verifiers`` key that cannot work (nothing imported)."""
+    if not cfg.id:
+        raise ValueError("env.verifiers: no taskset named; e.g. env: {verifiers: my-taskset}")
+    for key in ("prompt_len", "turn_tokens"):
+        if isinstance(getattr(cfg, key), bool) or getattr(cfg, key) < 1:
+            raise ValueError(f"env.verifiers.{key}: must be >= 1, got {getattr(cfg, key)!r}")
+    if cfg.held_out_every < 0 or cfg.held_out_every == 1:
+        raise ValueError(f"env.verifiers.held_out_every: 0 (none) or k >= 2, got {cfg.held_out_every}")
+    if cfg.num_tasks < 0:
+        raise ValueError(f"env.verifiers.num_tasks: must be >= 0 (0: all), got {cfg.num_tasks}")
+    if not (math.isfinite(cfg.timeout_s) and cfg.timeout_s > 0):
+        raise ValueError(f"env.verifiers.timeout_s: must be a positive number of seconds, got {cfg.timeout_s}")
+    if not 0 <= cfg.max_failure_frac <= 1:
+        raise ValueError(f"env.verifiers.max_failure_frac: must be in [0, 1], got {cfg.max_failure_frac}")
+
+
+# ---------------------------------------------------------------------------------------
 # env.mix (jaxrl.text.mix; docs/remote_envs.md#mixing-tasks)
 # ---------------------------------------------------------------------------------------
 
@@ -257,6 +293,6 @@ def check_mix(members: tuple[MixMember, ...]) -> None:
 
 __all__ = [
     "MAX_BYTES", "MAX_DRAWN_ROWS", "MAX_MIX", "MAX_TOKENS", "PROCEDURAL_DEFAULTS", "SOURCE_CHARS", "TEXT_KEYS",
-    "TOKENIZER_OPTIONS", "MixMember", "RemoteConfig", "TextConfig", "TokenizerConfig", "check_mix", "check_remote",
-    "check_text", "keyed", "source_name", "text_options",
+    "TOKENIZER_OPTIONS", "MixMember", "RemoteConfig", "TextConfig", "TokenizerConfig", "VerifiersConfig", "check_mix",
+    "check_remote", "check_text", "check_verifiers", "keyed", "source_name", "text_options",
 ]

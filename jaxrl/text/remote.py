@@ -142,6 +142,9 @@ class RemoteHost:
     reward)`` of every step, for tests and transcripts.
     """
 
+    #: The config section named in its log lines and errors.
+    label = "env.remote"
+
     def __init__(self, cfg: RemoteConfig, codec: Codec, record: list | None = None):
         self.cfg, self.codec, self.record = cfg, codec, record
         self.sessions: list[_Session] = []
@@ -249,7 +252,7 @@ class RemoteHost:
         for i, slot, (ids, why) in zip(rows, slots, results):
             out_slots[i] = slot
             if why is None and len(ids) > lp:
-                why = f"prompt of {len(ids)} tokens > env.remote.prompt_len {lp}"
+                why = f"prompt of {len(ids)} tokens > {self.label}.prompt_len {lp}"
             if why is None:
                 prompts[i] = left_pad(ids, lp, codec.pad_id)
                 self.prompts[slot] = prompts[i]
@@ -344,11 +347,11 @@ class RemoteHost:
             kind = why.split(":", 1)[0]
             self.faults[kind] = self.faults.get(kind, 0) + 1
             episode = self.sessions[slot].episode if 0 <= slot < len(self.sessions) else "no episode"
-            log.warning("env.remote: session %d (%s) failed at %s: %s", slot, episode, what, why)
+            log.warning("%s: session %d (%s) failed at %s: %s", self.label, slot, episode, what, why)
         self.counts["failed"] += len(faults)
         if live and len(faults) / live > self.cfg.max_failure_frac:
             slot, why = faults[0]
-            raise RemoteEnvError(f"env.remote: {len(faults)} of {live} sessions failed at one {what} (more than "
+            raise RemoteEnvError(f"{self.label}: {len(faults)} of {live} sessions failed at one {what} (more than "
                                  f"max_failure_frac {self.cfg.max_failure_frac:g}); first: session {slot}: {why}")
 
 

@@ -1,0 +1,112 @@
+"""``env: {verifiers: NAME}``: an installed verifiers 0.4 taskset as a GRPO task.
+
+The config section and its one-line errors run everywhere; without the ``verifiers``
+package (CI: it is not in [dev], too heavy) building names the extra to install. Where it is
+installed: a toy taskset (tests/verifiers_envs/jaxrl_toy_words) scored through its own
+``Task.score``: the right completion earns its reward, a wrong one none, a reward that
+raises and a prompt of two messages fail their episode only; one update through
+``trainer.run``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import os
+import sys
+
+import numpy as np
+import pytest
+
+from jaxrl.run import build
+from jaxrl.run import config as config_lib
+from jaxrl.run.config import ConfigError
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MODEL = os.path.join(ROOT, "envs", "assets", "text_model")
+HAVE_VERIFIERS = importlib.util.find_spec("verifiers") is not None
+
+
+def _raw(section, **env):
+    return {"algo": "grpo", "env": {"verifiers": section, **env},
+            "grpo": {"num_prompts": 2, "group_size": 2, "num_updates": 1, "eval_episodes": 2,
+                     "model": {"policy": "hf", "path": MODEL}},
+            "train": {"seed": 0, "updates_per_chunk": 1, "checkpoint_every": 0, "progress": False}}
+
+
+def test_the_config_section_and_its_one_line_errors():
+    cfg = config_lib.config_from_dict(_raw("jaxrl-toy-words"))
+    assert cfg.env.id == "verifiers" and cfg.env.verifiers.id == "jaxrl-toy-words" and cfg.env.tokenizer.path == MODEL
+    for section, env, match in [
+        ({"id": ""}, {}, "env.verifiers: no taskset named"),
+        ({"id": "x", "prompt_len": 0}, {}, "env.verifiers.prompt_len: must be >= 1"),
+        ({"id": "x", "held_out_every": 1}, {}, "env.verifiers.held_out_every: 0 .none. or k >= 2"),
+        ({"id": "x", "timeout_s": -1}, {}, "env.verifiers.timeout_s: must be a positive"),
+        ({"id": "x"}, {"text": {"num_train": 3}}, "env.text: not with env.verifiers"),
+        ({"id": "x"}, {"id": "CartPole-v1"}, "env.id: 'CartPole-v1' with env.verifiers"),
+        ({"id": "x", "colour": 1}, {}, "unknown key 'env.verifiers.colour'"),
+    ]:
+        with pytest.raises(ConfigError, match=match):
+            config_lib.config_from_dict(_raw(section, **env))
+
+
+@pytest.mark.skipif(HAVE_VERIFIERS, reason="verifiers is installed: the install hint is not shown")
+def test_without_the_package_building_names_the_extra():
+    with pytest.raises(ConfigError, match=r"^env.verifiers: needs the verifiers package \(0.4\): pip install 'jaxrl\[verifiers\]'$"):
+        build.env_setup(config_lib.config_from_dict(_raw("jaxrl-toy-words")).env)
+
+
+@pytest.fixture
+def toy():
+    pytest.importorskip("verifiers.v1")
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "verifiers_envs"))
+    yield
+    sys.path.remove(os.path.join(os.path.dirname(os.path.abspath(__file__)), "verifiers_envs"))
+
+
+def _turns(codec, texts, length):
+    out = np.full((len(texts), length), codec.pad_id, np.int32)
+    for i, text in enumerate(texts):
+        ids = [*codec.encode(text)][: length - 1] + [codec.end_of_turn]
+        out[i, : len(ids)] = ids
+    return out
+
+
+def test_a_taskset_scores_completions_through_its_own_rewards(toy):
+    """Prompts are the tasks' (in the chat template), split by held_out_every; the task's own
+    ``score`` pays the right completion 1 and a wrong one 0; a reward that raises and a
+    prompt of two messages fail their episode (zero reward, counted), not the run."""
+    cfg = config_lib.config_from_dict(_raw({"id": "jaxrl-toy-words", "prompt_len": 48, "turn_tokens": 8,
+                                            "held_out_every": 4, "max_failure_frac": 1.0}))
+    with pytest.raises(ConfigError, match=r"env.verifiers.id: .*'no-such-taskset'"):
+        build.env_setup(config_lib.config_from_dict(_raw({"id": "no-such-taskset"})).env)
+    with pytest.raises(ConfigError, match=r"env.verifiers.args: jaxrl-toy-words's config refuses them"):
+        build.env_setup(config_lib.config_from_dict(_raw({"id": "jaxrl-toy-words", "args": {"count": "many"}})).env)
+    task = build.env_setup(cfg.env).env
+    host = task.host
+    assert task.name == "verifiers:jaxrl-toy-words" and task.prompt_len == 48
+    assert [t.data.answer for t in host.splits["held_out"]] == ["tac", "nep"]  # positions 0 and 4
+    codec = host.codec
+    train = [t.data.answer for t in host.splits["train"]]  # god nus pam puc moob eciwt
+    slots, prompts, failed = host.reset(np.arange(6, dtype=np.int32), np.int32(0))
+    assert failed.tolist() == [False] * 5 + [True]  # 'twice': two user messages
+    assert codec.decode([int(i) for i in prompts[0] if i != codec.pad_id]) == "user\nWrite dog backwards.\nassistant\n"
+    live = ~failed
+    texts = [train[0], "nope", train[2], train[3], "x", ""]
+    _, rewards, done, failed_step = host.step(slots, np.zeros(6, np.int32), live, _turns(codec, texts, 8))
+    assert rewards.tolist()[:4] == [1.0, 0.0, 1.0, 1.0] and failed_step.tolist() == [False] * 4 + [True, False]
+    assert host.faults == {"malformed reply": 1, "scoring": 1} and done[:4].all()
+    host.close()
+
+
+def test_grpo_trains_on_a_verifiers_taskset(toy, tmp_path):
+    from jaxrl.run import trainer
+
+    cfg = config_lib.config_from_dict(_raw({"id": "jaxrl-toy-words", "prompt_len": 48, "turn_tokens": 8,
+                                            "args": {"count": 6}, "max_failure_frac": 1.0}))
+    result = trainer.run(cfg, run_dir=str(tmp_path / "run"), evaluate=False)
+    assert result.updates == 1
+    with open(tmp_path / "run" / "metrics.jsonl", encoding="utf-8") as f:
+        (record,) = [json.loads(line) for line in f]
+    assert math.isfinite(record["loss"]) and record["rewards/remote_failed/mean"] == 0.0
