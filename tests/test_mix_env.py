@@ -52,8 +52,9 @@ def test_the_config_section_and_its_one_line_errors():
     assert cfg.env.id == "mix" and cfg.env.tokenizer.path == MODEL and [m.weight for m in cfg.env.mix] == [2.0, 1.0]
     for members, env, match in [
         ([], {}, None),  # an empty list is no mix: env.id is then missing
-        ([{"weight": 1}], {}, r"env.mix\[0\]: give exactly one of id .* and remote"),
-        ([{"id": "text/WordProblems-v0", "remote": {"url": "ws://h:1"}}], {}, r"env.mix\[0\]: give exactly one .*, not both"),
+        ([{"weight": 1}], {}, r"env.mix\[0\]: give exactly one of id .*, remote .* and verifiers \(a taskset\)$"),
+        ([{"id": "text/WordProblems-v0", "remote": {"url": "ws://h:1"}}], {}, r"env.mix\[0\]: give exactly one .*, not id and remote$"),
+        ([WP, {"verifiers": {"id": "x", "prompt_len": 0}}], {}, r"env.mix\[1\].verifiers.prompt_len: must be >= 1"),
         ([WP, {**SORT, "weight": 0}], {}, r"env.mix\[1\].weight: must be a positive number, got 0"),
         ([WP, {**SORT, "name": "WordProblems-v0"}], {}, r"env.mix\[1\].name: source 'WordProblems-v0' is env.mix\[0\]'s too"),
         ([WP, {**SORT, "name": "a b"}], {}, r"env.mix\[1\].name: 'a b' is no source tag"),

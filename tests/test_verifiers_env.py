@@ -55,6 +55,11 @@ def test_the_config_section_and_its_one_line_errors():
 def test_without_the_package_building_names_the_extra():
     with pytest.raises(ConfigError, match=r"^env.verifiers: needs the verifiers package \(0.4\): pip install 'jaxrl\[verifiers\]'$"):
         build.env_setup(config_lib.config_from_dict(_raw("jaxrl-toy-words")).env)
+    mixed = _raw(None)
+    mixed["env"] = {"mix": [{"id": "text/WordProblems-v0", "text": {"num_train": 8, "num_held_out": 4}},
+                            {"verifiers": {"id": "jaxrl-toy-words"}}]}
+    with pytest.raises(ConfigError, match=r"^env.mix\[1\].verifiers: needs the verifiers package"):
+        build.env_setup(config_lib.config_from_dict(mixed).env)
 
 
 @pytest.fixture
@@ -110,3 +115,23 @@ def test_grpo_trains_on_a_verifiers_taskset(toy, tmp_path):
     with open(tmp_path / "run" / "metrics.jsonl", encoding="utf-8") as f:
         (record,) = [json.loads(line) for line in f]
     assert math.isfinite(record["loss"]) and record["rewards/remote_failed/mean"] == 0.0
+
+
+def test_a_taskset_mixed_with_an_on_device_task(toy):
+    """A taskset as a member of ``env.mix``: the rows drawn from it, and only they, take a
+    task of it (their prompts are its tasks'); the others are WordProblems'."""
+    import jax
+
+    raw = _raw(None)
+    raw["env"] = {"mix": [{"id": "text/WordProblems-v0", "text": {"num_train": 8, "num_held_out": 4}},
+                          {"verifiers": {"id": "jaxrl-toy-words", "prompt_len": 40, "turn_tokens": 12, "args": {"count": 6}},
+                           "name": "words"}]}
+    setup = build.env_setup(config_lib.config_from_dict(raw).env)
+    task, host = setup.env, setup.env.members[1].host
+    keys = jax.random.split(jax.random.PRNGKey(0), 12)
+    state, prompts, info = jax.jit(jax.vmap(task.start, in_axes=(0, None)))(keys, setup.params)
+    mine = np.asarray(info["source/words"]) > 0.5
+    assert 0 < mine.sum() < 12 and host.counts["sessions"] == mine.sum()
+    for row in np.flatnonzero(mine):
+        assert "backwards" in host.codec.decode([int(i) for i in np.asarray(prompts[row]) if i != host.codec.pad_id])
+    host.close()

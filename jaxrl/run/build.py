@@ -116,6 +116,8 @@ def _mix_setup(e: EnvConfig) -> EnvSetup:
         t = e.tokenizer if m.tokenizer is None else dataclasses.replace(m.tokenizer, path=e.tokenizer.path)
         if m.remote is not None:
             sub = EnvConfig(id="remote", tokenizer=t, remote=m.remote)
+        elif m.verifiers is not None:
+            sub = EnvConfig(id="verifiers", tokenizer=t, verifiers=m.verifiers)
         else:
             sub = EnvConfig(id=m.id, params=dict(m.params), eval_params=dict(m.eval_params), tokenizer=t, text=m.text)
         try:
@@ -136,7 +138,7 @@ def _mix_setup(e: EnvConfig) -> EnvSetup:
 def _member_line(i: int, name: str, line: str) -> str:
     """A member's build error with its keys under ``env.mix[i]`` (``env.text.x`` ->
     ``env.mix[i].text.x``), else prefixed with the member."""
-    for key in ("env.remote.", "env.text.", "env.params", "env.eval_params", "env.tokenizer."):
+    for key in ("env.remote.", "env.verifiers", "env.text.", "env.params", "env.eval_params", "env.tokenizer."):
         if line.startswith(key):
             rest = line[len("env."):]
             return f"env.mix[{i}].{rest}" if key != "env.tokenizer." else f"env.mix[{i}] ({name}): {line}"

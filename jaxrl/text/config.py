@@ -225,10 +225,11 @@ def check_verifiers(cfg: VerifiersConfig) -> None:
 class MixMember:
     """One task of a mixed run: a registered token task (``id``) or a server (``remote``)."""
 
-    id: str = ""  # a registered token task, e.g. text/WordProblems-v0 ("": remote must be set)
+    id: str = ""  # a registered token task, e.g. text/WordProblems-v0 ("": remote or verifiers must be set)
     remote: RemoteConfig | None = None  # or an OpenEnv server's text env (as env.remote)
+    verifiers: VerifiersConfig | None = None  # or an installed verifiers taskset (as env.verifiers)
     weight: float = 1.0  # the share of the batch's prompt groups drawn from this task (relative to the others)
-    name: str = ""  # its source tag in the metrics (reward/<name>/mean); "": the id without text/ (remote: remote)
+    name: str = ""  # its source tag in the metrics (reward/<name>/mean); "": the id without text/ (remote: remote; verifiers: its id)
     params: dict = dataclasses.field(default_factory=dict)  # overrides of the task's default params
     eval_params: dict = dataclasses.field(default_factory=dict)  # further overrides at evaluation
     tokenizer: TokenizerConfig | None = None  # its own chat template / system prompt (path: env.tokenizer.path's)
@@ -247,6 +248,8 @@ def source_name(member: MixMember) -> str:
         return member.name
     if member.remote is not None:
         return "remote"
+    if member.verifiers is not None:
+        return member.verifiers.id.replace("/", "_")
     return member.id.split("/", 1)[1] if member.id.startswith("text/") else member.id.replace("/", "_")
 
 
@@ -259,12 +262,21 @@ def check_mix(members: tuple[MixMember, ...]) -> None:
     seen: dict[str, int] = {}
     for i, m in enumerate(members):
         at = f"env.mix[{i}]"
-        if bool(m.id) == (m.remote is not None):
-            raise ValueError(f"{at}: give exactly one of id (a registered token task) and remote (a server)"
-                             + (", not both" if m.id else ""))
+        kinds = [k for k in ("id", "remote", "verifiers") if getattr(m, k)]
+        if len(kinds) != 1:
+            raise ValueError(f"{at}: give exactly one of id (a registered token task), remote (a server) and verifiers "
+                             f"(a taskset)" + (f", not {' and '.join(kinds)}" if kinds else ""))
         w = m.weight
         if isinstance(w, bool) or not isinstance(w, (int, float)) or not (math.isfinite(w) and w > 0):
             raise ValueError(f"{at}.weight: must be a positive number, got {w!r}")
+        if m.verifiers is not None:
+            given = [k for k in ("params", "eval_params", "text") if getattr(m, k)]
+            if given:
+                raise ValueError(f"{at}.{given[0]}: a verifiers taskset holds its tasks and rewards, not this key")
+            try:
+                check_verifiers(m.verifiers)
+            except ValueError as exc:
+                raise ValueError(str(exc).replace("env.verifiers", f"{at}.verifiers", 1)) from None
         if m.remote is not None:
             given = [k for k in ("params", "eval_params", "text") if getattr(m, k)]
             if given:
