@@ -149,6 +149,9 @@ def test_decode_rows_refusals(reverse):
             grpo.config.validate(cfg(bad))
     grpo.config.validate(cfg(7))
     env, p = jaxrl.make("text/AlphabetSortTurns-v0")
+    with pytest.raises(ValueError, match="^sampling.decode_rows: refilling rows decodes single-turn tasks only"):
+        grpo.make_setup(EnvSetup(env, p, p), grpo.GRPOConfig(num_prompts=2, group_size=4, micro_batches=1,
+                                                             sampling=grpo.config.SamplingConfig(decode_rows=3)))
     turns = tokenizer_task(env, QWEN2)
     keys = jnp.repeat(jax.random.split(jax.random.PRNGKey(1), 2), 4, axis=0)
     with pytest.raises(ValueError, match="decode_rows: refilling rows decodes single-turn tasks only; .* max_turns"):

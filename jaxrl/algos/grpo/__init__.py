@@ -202,6 +202,8 @@ def make_setup(envs: EnvSetup, cfg: GRPOConfig) -> Setup:
     else:
         pol, cfg = build_policy(env, params, cfg), resolved(cfg)
     steps = rollout_length(env, params, cfg)
+    if cfg.sampling.decode_rows:
+        rollout.check_decode_rows(env, cfg.sampling.decode_rows)
     lengths = update.loss_lengths(cfg, steps)
     if lengths:
         notes += (f"loss pass: each micro-batch at the shortest of {', '.join(map(str, lengths))} completion "

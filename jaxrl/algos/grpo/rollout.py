@@ -112,8 +112,7 @@ def group_rollout(
         return dialogue_rollout(policy, env, env_params, params, reset_keys, key, temperature, greedy, group,
                                 decode_rows=decode_rows)
     if decode_rows:
-        raise ValueError(f"grpo.sampling.decode_rows: refills rows of a token task's decode; {env.name} is not one "
-                         f"(leave it at 0)")
+        check_decode_rows(env, decode_rows)
     n = reset_keys.shape[0]
     env_state, ts = jax.vmap(env.reset, in_axes=(0, None))(reset_keys, env_params)
     policy_carry, logits = policy.start(params, ts.obs)
@@ -192,16 +191,20 @@ def _answer(policy: TokenPolicy, task: TokenTask, params, env_params, c: _Dialog
     return new, (tokens, reply, logp, mask, entropy, rewards)
 
 
-def _check_decode_rows(task: TokenTask, rows: int, n: int, group: int) -> None:
-    """One-line refusals of ``grpo.sampling.decode_rows`` for this task and batch."""
-    if task.max_turns != 1:
-        raise ValueError(f"grpo.sampling.decode_rows: refilling rows decodes single-turn tasks only; {task.name} has "
-                         f"max_turns {task.max_turns} (leave it at 0)")
-    if not 1 <= rows < n:
-        raise ValueError(f"grpo.sampling.decode_rows: {rows} rows for {n} completions per rollout; expected 1 <= rows "
+def check_decode_rows(env: Environment, rows: int, n: int | None = None, group: int = 1) -> None:
+    """One-line refusals of ``decode_rows`` (``grpo.sampling.decode_rows``) for ``env`` and,
+    given, a rollout of ``n`` completions in groups of ``group``."""
+    if not isinstance(env, TokenTask):
+        raise ValueError(f"sampling.decode_rows: refills rows of a token task's decode; {env.name} is not one "
+                         f"(leave it at 0)")
+    if env.max_turns != 1:
+        raise ValueError(f"sampling.decode_rows: refilling rows decodes single-turn tasks only; {env.name} has "
+                         f"max_turns {env.max_turns} (leave it at 0)")
+    if n is not None and not 1 <= rows < n:
+        raise ValueError(f"sampling.decode_rows: {rows} rows for {n} completions per rollout; expected 1 <= rows "
                          f"< {n} (0 = off)")
-    if n % group:
-        raise ValueError(f"grpo.sampling.decode_rows: {n} completions are not whole groups of {group}")
+    if n is not None and n % group:
+        raise ValueError(f"sampling.decode_rows: {n} completions are not whole groups of {group}")
 
 
 def _with_reply_slots(x: Array, tr: int) -> Array:
@@ -241,7 +244,7 @@ def dialogue_rollout(
     n = reset_keys.shape[0]
     env_state, prompt, info = jax.vmap(task.start, in_axes=(0, None))(reset_keys, env_params)
     if decode_rows:  # decode_queue prefills each prompt itself
-        _check_decode_rows(task, decode_rows, n, group)
+        check_decode_rows(task, decode_rows, n, group)
         cache, logits = None, None
     elif group > 1 and policy.start_grouped is not None:  # one prefill per group of equal prompts
         cache, logits = policy.start_grouped(params, prompt[::group], group)

@@ -53,7 +53,7 @@ def batch_axes(start: Callable, params, obs: Array):
     def axis(a, b):
         diff = [i for i, (x, y) in enumerate(zip(a.shape, b.shape)) if x != y]
         if len(diff) != 1:
-            raise ValueError(f"grpo.sampling.decode_rows: cannot tell the batch axis of a cache leaf {a.shape}")
+            raise ValueError(f"decode_queue: cannot tell the batch axis of a cache leaf of shape {a.shape}")
         return diff[0]
 
     return jax.tree_util.tree_map(axis, one, two)
@@ -121,7 +121,7 @@ def decode_queue(policy, params, prompts: Array, group: int, key: Array, base, t
     """
     n = prompts.shape[0] * group
     if not 1 <= rows < n:
-        raise ValueError(f"grpo.sampling.decode_rows: {rows} rows for {n} sequences; expected 1 <= rows < {n}")
+        raise ValueError(f"decode_queue: {rows} rows for {n} (prompt, sample) pairs; expected 1 <= rows < {n}")
     axes = batch_axes(policy.start, params, prompts)
     prompt_cache, prompt_logits = policy.start(params, prompts)
     prompt_logits = prompt_logits.astype(jnp.float32)
