@@ -111,9 +111,13 @@ def test_source_metrics_are_means_over_each_sources_episodes():
     assert set(plain) == {"correct"}
     assert {k: float(v) for k, v in figures.items()} == {
         "source/a/frac": 0.5, "source/b/frac": 0.5, "reward/a/mean": 0.5, "reward/b/mean": 4.0, "reward/a/std": 0.5,
-        "reward/b/std": 1.0, "rewards/a/correct/mean": 0.5, "rewards/b/remote_failed/mean": 0.5}
+        "reward/b/std": 1.0, "reward/a/correct/mean": 0.5, "reward/b/remote_failed/mean": 0.5}
     _, none = mix.source_metrics({"source/a": jnp.zeros(2), "source/b": jnp.ones(2)}, jnp.ones(2))
     assert math.isnan(float(none["reward/a/mean"])) and float(none["reward/b/mean"]) == 1.0  # no episode: no figure, not 0
+    from jaxrl.run.logging import _aggregate
+
+    assert _aggregate("reward/a/mean", np.array([np.nan]), None, "mean") == {}  # ... and no key in the record
+    assert _aggregate("reward/b/mean", np.array([1.0]), None, "mean") == {"reward/b/mean": 1.0}
     alone = {"correct": jnp.ones(2)}
     assert mix.source_metrics(alone, jnp.ones(2)) == (alone, {})  # no mix: the info as it is, no figures
 
@@ -150,7 +154,7 @@ def test_grpo_trains_on_mixed_on_device_and_served_tasks_with_metrics_per_source
     for n in names:
         assert math.isfinite(record[f"reward/{n}/mean"])
     assert resets == [round(shares[2] * 12)] * 2  # 6 groups of 2: a session per served row, none for the others
-    assert {"rewards/WordProblems-v0/correct/mean", "rewards/wp_seed1/correct/mean", "rewards/served/remote_failed/mean",
+    assert {"reward/WordProblems-v0/correct/mean", "reward/wp_seed1/correct/mean", "reward/served/remote_failed/mean",
             "loss"} <= set(record)
     assert "rewards/correct/mean" not in record  # the served task reports no `correct`: no batch-wide mean of it
     same = {k: v for k, v in runs[1][0].items() if "time" not in k and "per_s" not in k}

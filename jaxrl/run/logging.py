@@ -77,7 +77,7 @@ def chunk_records(
 
 #: Metric-name prefixes of figures measured on some updates only (NaN on the others): their
 #: records leave the key out where it was not measured, as for episode averages.
-MEASURED_SOMETIMES = ("heldout_",)
+MEASURED_SOMETIMES = ("heldout_", "reward/")  # reward/<source>/...: a mixed task's source not drawn (env.mix)
 
 
 def _aggregate(name: str, column: np.ndarray, finished: np.ndarray | None, log_seeds: str) -> dict:

@@ -238,9 +238,9 @@ def source_metrics(info: dict, rewards: Array) -> tuple[dict, dict]:
     """``(plain info, per-source figures)`` of a batch: ``info`` (str -> float32 ``[N]``, the
     episodes' last info) without a mix's per-source keys, and for each source ``<name>``:
     ``source/<name>/frac`` (its share of the batch), ``reward/<name>/mean`` and ``/std``
-    (over its episodes; NaN when the batch has none of them) and ``rewards/<name>/<key>/mean``
-    for each of its info keys. An info without ``source/`` keys (no mix) comes back as it
-    is, with no figures."""
+    (over its episodes; NaN when the batch has none of them: the run's records then leave
+    them out) and ``reward/<name>/<key>/mean`` for each of its info keys. An info without
+    ``source/`` keys (no mix) comes back as it is, with no figures."""
     names = [k[len(SOURCE):] for k in info if k.startswith(SOURCE)]
     if not names:
         return info, {}
@@ -258,7 +258,7 @@ def source_metrics(info: dict, rewards: Array) -> tuple[dict, dict]:
         owned.add(SOURCE + name)
         for key, value in info.items():
             if key.startswith(name + "/"):
-                figures[f"rewards/{key}/mean"] = mean(jnp.asarray(value, jnp.float32))
+                figures[f"reward/{key}/mean"] = mean(jnp.asarray(value, jnp.float32))
                 owned.add(key)
     for key, value in info.items():
         if key not in owned:
