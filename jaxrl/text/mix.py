@@ -21,11 +21,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from flax import struct
 
 from jaxrl.core import spaces
@@ -169,21 +167,17 @@ class MixTask(DialogueTask):
 
     def start(self, key, params):
         source = self.draw(key)
-        states, prompts, infos = [], [], []
-        for i, (task, p) in enumerate(zip(self.members, params.members)):
-            if getattr(task, "can_fail", False) and _takes_active(task):  # a remote task: sessions for its rows only
-                state, prompt, info = task.start(key, p, active=source == i)
-            else:
-                state, prompt, info = task.start(key, p)
-            states.append(state), prompts.append(prompt), infos.append(info)
+        started = [
+            task.start(key, p, active=source == i) if _takes_active(task) else task.start(key, p)  # remote: its rows only
+            for i, (task, p) in enumerate(zip(self.members, params.members))
+        ]
+        states, prompts, infos = (list(x) for x in zip(*started))
         prompt = _pick(source, prompts)
         return MixState(source, tuple(states)), prompt.astype(jnp.int32), self._info(source, infos)
 
     def respond(self, key, state, turn, params):
-        new_states, turns = [], []
-        for task, s, p in zip(self.members, state.members, params.members):
-            new, answer = task.respond(key, s, turn, p)
-            new_states.append(new), turns.append(answer)
+        answered = [task.respond(key, s, turn, p) for task, s, p in zip(self.members, state.members, params.members)]
+        new_states, turns = [a[0] for a in answered], [a[1] for a in answered]
         src = state.source
         failed = None
         if self.can_fail:
@@ -214,6 +208,9 @@ def _pick(source: Array, values: list) -> Array:
 
 
 def _takes_active(task) -> bool:
+    """A task that starts host sessions (remote, verifiers): it starts them for its rows only."""
+    if not task.can_fail:
+        return False
     from jaxrl.text.remote import RemoteTask
 
     return isinstance(task, RemoteTask)
@@ -266,13 +263,5 @@ def source_metrics(info: dict, rewards: Array) -> tuple[dict, dict]:
     return plain, figures
 
 
-def batch_sources(task: Any, info: dict) -> np.ndarray | None:
-    """Host-side int ``[N]``: each episode's source index in ``task`` (a :class:`MixTask`),
-    from its info; None for another task."""
-    if not isinstance(task, MixTask):
-        return None
-    return np.argmax(np.stack([np.asarray(info[SOURCE + n]) for n in task.names], axis=-1), axis=-1)
-
-
-__all__ = ["DRAW_SALT", "ENV_ID", "SHAPE", "SOURCE", "MixParams", "MixState", "MixTask", "batch_sources", "check_shapes",
-           "mix_task", "source_metrics"]
+__all__ = ["DRAW_SALT", "ENV_ID", "SHAPE", "SOURCE", "MixParams", "MixState", "MixTask", "check_shapes", "mix_task",
+           "source_metrics"]

@@ -29,8 +29,6 @@ import itertools
 import math
 from typing import Any
 
-import numpy as np
-
 from jaxrl.text.callback_errors import quiet_callback_log
 from jaxrl.text.config import RemoteConfig, VerifiersConfig, check_verifiers
 from jaxrl.text.remote import RemoteEnvError, RemoteHost, RemoteTask, SessionFault, tokenizer_codec
