@@ -2,8 +2,8 @@
 
 :func:`decode_turn` runs :func:`jaxrl.models.lm.generate.decode_loop` (the one decode loop)
 with the draw of a rollout: the rollout key split three ways per step, a token drawn from
-``logits / temperature`` (greedy: the first argmax), its log-prob and the distribution's
-entropy kept for the loss. GRPO's dialogues, its evaluation and SFT's evaluation all reach
+``logits / temperature`` by inversion (:func:`jaxrl.core.prng.inverse_cdf`, one uniform per
+row; greedy: the first argmax), its log-prob and the distribution's entropy kept for the loss. GRPO's dialogues, its evaluation and SFT's evaluation all reach
 it through :meth:`jaxrl.algos.common.lm.policy.TokenPolicy.decode`.
 """
 
@@ -15,32 +15,37 @@ from typing import Callable
 import jax
 import jax.numpy as jnp
 
-from jaxrl.core.prng import first_argmax, gumbel_max
+from jaxrl.core import prng
+from jaxrl.core.prng import first_argmax, gumbel_max, inverse_cdf_weights
 from jaxrl.models.lm.generate import decode_loop
 
 Array = jax.Array
 
 
-def sample(logits: Array, temperature: Array, greedy: bool, key: Array) -> tuple[Array, Array, Array]:
-    """``(token int32 [N], logp [N], entropy [N])`` of ``logits [N, V] / temperature``."""
+def sample(logits: Array, temperature: Array, greedy: bool, key: Array, invert: bool = False) -> tuple[Array, Array, Array]:
+    """``(token int32 [N], logp [N], entropy [N])`` of ``logits [N, V] / temperature``: drawn by
+    Gumbel-max (``jax.random.categorical``'s draw: small action spaces), or with ``invert`` by
+    inversion (:func:`jaxrl.core.prng.inverse_cdf_weights`, one uniform per row: a
+    vocabulary)."""
     scaled = logits / temperature
+    log_probs = jax.nn.log_softmax(scaled)
+    probs = jnp.exp(log_probs)  # one exponential for the draw and the entropy
     if greedy:
         token = first_argmax(scaled)
     else:
-        token = gumbel_max(key, scaled)
-    log_probs = jax.nn.log_softmax(scaled)
+        token = inverse_cdf_weights(key, probs) if invert else gumbel_max(key, scaled)
     logp = jnp.take_along_axis(log_probs, token[:, None], axis=1)[:, 0]
-    return token, logp, -jnp.sum(jnp.exp(log_probs) * log_probs, axis=-1)
+    return token, logp, -jnp.sum(probs * log_probs, axis=-1)
 
 
 def _draw(temperature, greedy: bool, logits, key, j):
-    key, k_act, _ = jax.random.split(key, 3)
-    token, logp, entropy = sample(logits, temperature, greedy, k_act)
+    key, k_act, _ = prng.split(key, 3)
+    token, logp, entropy = sample(logits, temperature, greedy, k_act, invert=True)
     return key, token, (logp, entropy)
 
 
 def _skip(key):
-    return jax.random.split(key, 3)[0]  # _draw's split, the draw skipped
+    return prng.split(key, 3)[0]  # _draw's split, the draw skipped
 
 
 def _feed(extend: Callable, base, cache, token, j):
