@@ -1,15 +1,14 @@
 """``env: {mix: [...]}``: several token tasks in one GRPO run, each episode tagged with its source.
 
 The config's one-line errors (a member's keys, a token shape that does not agree); the draw
-of an episode's member (by weight, a pure function of its reset key); a run mixing two
-on-device text tasks through ``trainer.run`` (per-source metrics, groups of one source, the
-same figures from the same seed); a run mixing an on-device task with a served one (the
-remote task opens sessions only for its own rows).
+of an episode's member (by weight, a pure function of its reset key); per-source figures
+and their records; a GRPO update mixing two on-device text tasks with a served one
+(per-source metrics, groups of one source, sessions only for the served rows, the same
+metrics from the same key); ``jaxrl eval``'s per-source lines.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import sys
@@ -122,43 +121,37 @@ def test_source_metrics_are_means_over_each_sources_episodes():
     assert mix.source_metrics(alone, jnp.ones(2)) == (alone, {})  # no mix: the info as it is, no figures
 
 
-def _records(run_dir):
-    with open(os.path.join(run_dir, "metrics.jsonl"), encoding="utf-8") as f:
-        return [json.loads(line) for line in f]
-
-
-def test_grpo_trains_on_mixed_on_device_and_served_tasks_with_metrics_per_source(fault_server, tmp_path):
-    """``trainer.run`` on two on-device text tasks (WordProblems at two generator seeds,
+def test_grpo_updates_on_mixed_on_device_and_served_tasks_with_metrics_per_source(fault_server):
+    """A GRPO update on two on-device text tasks (WordProblems at two generator seeds,
     weights 2 and 1) and a served one (a bare OpenEnv WebSocket server on loopback, reward
-    len(text) / 10; seeds ending in 6-9 fail on purpose), weight 1: the update logs each
+    len(text) / 10; seeds ending in 6-9 fail on purpose), weight 1: its metrics hold each
     source's share (whole groups, summing to 1), reward and info; only the rows drawn from
-    the server reset a session on it; a second run with the same seed logs the same figures."""
-    from jaxrl.run import trainer
-
+    the server reset a session on it; the same update again (the same key) gives the same
+    metrics, bit for bit (one compiled program, run twice)."""
     url, server = fault_server
     served = {"remote": {"url": url, "prompt_len": 40, "turn_tokens": 12, "timeout_s": 30, "max_failure_frac": 1.0,
                          "check_schema": False}, "name": "served"}
     other = {"id": "text/WordProblems-v0", "name": "wp_seed1", "text": {**SMALL, "seed": 1}}
-    cfg = config_lib.config_from_dict(_raw([WP, other, served], num_prompts=6))
+    built = build.build(config_lib.config_from_dict(_raw([WP, other, served], num_prompts=6)))
+    state = jax.jit(built.program.init)(jax.random.PRNGKey(0))
+    update = jax.jit(built.program.update)
     runs, resets = [], []
-    for name in ("a", "b"):
+    for _ in range(2):
         before = server.resets
-        trainer.run(cfg, run_dir=str(tmp_path / name), evaluate=False)
-        runs.append(_records(tmp_path / name))
+        runs.append(jax.device_get(update(state)[1]))
         resets.append(server.resets - before)
-    (record,) = runs[0]
+    metrics = {k: float(v) for k, v in runs[0].items()}
     names = ("WordProblems-v0", "wp_seed1", "served")
-    shares = [record[f"source/{n}/frac"] for n in names]
+    shares = [metrics[f"source/{n}/frac"] for n in names]
     assert sum(shares) == pytest.approx(1.0) and all(abs(s * 6 - round(s * 6)) < 1e-5 for s in shares), shares  # whole groups
-    assert all(s > 0 for s in shares), shares  # seed 0 draws every source
+    assert all(s > 0 for s in shares), shares  # this key draws every source
     for n in names:
-        assert math.isfinite(record[f"reward/{n}/mean"])
+        assert math.isfinite(metrics[f"reward/{n}/mean"])
     assert resets == [round(shares[2] * 12)] * 2  # 6 groups of 2: a session per served row, none for the others
-    assert {"reward/WordProblems-v0/correct/mean", "reward/wp_seed1/correct/mean", "reward/served/remote_failed/mean",
-            "loss"} <= set(record)
-    assert "rewards/correct/mean" not in record  # the served task reports no `correct`: no batch-wide mean of it
-    same = {k: v for k, v in runs[1][0].items() if "time" not in k and "per_s" not in k}
-    assert json.dumps(same, sort_keys=True) == json.dumps({k: record[k] for k in same}, sort_keys=True)
+    assert {"reward/WordProblems-v0/correct/mean", "reward/wp_seed1/correct/mean", "reward/served/remote_failed/mean"} <= set(metrics)
+    assert "rewards/correct/mean" not in metrics  # the served task reports no `correct`: no batch-wide mean of it
+    assert math.isfinite(metrics["loss"])
+    assert {k: np.asarray(v).tobytes() for k, v in runs[1].items()} == {k: np.asarray(v).tobytes() for k, v in runs[0].items()}
 
 
 @pytest.fixture
