@@ -92,8 +92,8 @@ def reverse():
 
 def test_refilled_rollout_samples_the_fixed_loops_pairs_key_for_key(reverse):
     """decode_rows 5 of 12 completions: the tokens, masks and hand-on key of the fixed-length
-    loop with the same per-pair keys (log-probs within float32 rounding: other batch shapes),
-    and the rollout the task's verifier makes of them."""
+    loop drawing row by row (log-probs within float32 rounding: other batch shapes), today's
+    all-rows rollout's tokens and rewards, and the rollout the task's verifier makes of them."""
     task, p, policy, pp = reverse
     g, n = 4, 12
     keys = jnp.repeat(jax.random.split(jax.random.PRNGKey(1), n // g), g, axis=0)
@@ -109,9 +109,12 @@ def test_refilled_rollout_samples_the_fixed_loops_pairs_key_for_key(reverse):
         k_env = jax.random.split(ref[2])[1]  # the verifier's key, as after today's turn
         answer = jax.vmap(task.respond, in_axes=(0, 0, 0, None))(jax.random.split(k_env, n), state, ref[3], p)[1]
         ro = grpo.rollout.dialogue_rollout(policy, task, p, pp, keys, key, temp, group=g, decode_rows=5)
-        return prompt, ref, answer, ro
+        today = grpo.rollout.dialogue_rollout(policy, task, p, pp, keys, key, temp, group=g)  # all rows at once
+        return prompt, ref, answer, ro, today
 
-    prompt, (_, _, ref_key, tokens, logp, mask, entropy), answer, ro = programs(pp)
+    prompt, (_, _, ref_key, tokens, logp, mask, entropy), answer, ro, today = programs(pp)
+    np.testing.assert_array_equal(np.asarray(today.actions), np.asarray(tokens))  # today's samples, key for key
+    np.testing.assert_array_equal(np.asarray(today.returns), np.asarray(ro.returns))
     mask = np.asarray(mask)
     assert 1 <= mask.sum(1).min() < task.max_turn_tokens  # rows end at different steps
     np.testing.assert_array_equal(np.asarray(ro.actions), np.asarray(tokens))

@@ -7,10 +7,11 @@ the same key (tested bit for bit, under ``vmap`` and ``jit``). Two things make t
   ``split``, ``fold_in`` and draw as a 5-trip ``while`` loop (small programs compile
   faster so); XLA:CPU runs each trip's ~25 element-wise ops as separate kernels. Inside a
   decode or rollout loop that is hundreds of kernel launches per step: a ``[32, 1000]``
-  Gumbel draw took 4.4 ms, the unrolled hash (one fused kernel) 0.08 ms
-  (``docs/performance.md``). Here the hash is written out (20 rounds), as JAX does on GPU
-  and TPU; the counters are JAX's partitionable ones, so the bits are
-  ``jax.random.bits``'s.
+  Gumbel draw costs 488 us of CPU on two threads, 265 us with the hash written out.
+  Here the hash is :func:`jaxrl.core.threefry.threefry2x32_unrolled` (what ``jaxrl train``
+  registers as JAX's own CPU lowering, :func:`~jaxrl.core.threefry.unroll_on_cpu`; these
+  functions do it without touching JAX's rules, for programs built in a notebook or a
+  harness); the counters are JAX's partitionable ones, so the bits are ``jax.random.bits``'s.
 * **Drawn flat.** ``jax.random.normal(key, (B, A))`` under ``vmap`` over keys lowers to a
   counter computation per dimension, which compiles markedly slower than the flat form.
 
@@ -28,23 +29,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-_ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
-_PARITY = np.uint32(0x1BD11BDA)
-
-
-def _threefry2x32(k1, k2, x1, x2):
-    """Threefry-2x32 (20 rounds) of counters ``(x1, x2)`` under key words ``(k1, k2)``; uint32."""
-    ks = (k1, k2, k1 ^ k2 ^ _PARITY)
-    x1, x2 = x1 + ks[0], x2 + ks[1]
-    for i in range(5):
-        for r in _ROTATIONS[i % 2]:
-            x1 = x1 + x2
-            x2 = (x2 << np.uint32(r)) | (x2 >> np.uint32(32 - r))
-            x2 = x1 ^ x2
-        x1 = x1 + ks[(i + 1) % 3]
-        x2 = x2 + ks[(i + 2) % 3] + np.uint32(i + 1)
-    return x1, x2
-
+from jaxrl.core.threefry import threefry2x32_unrolled
 
 def _key_words(key):
     """``(k1, k2, typed)`` of a Threefry key JAX would hash the same way, else ``None``."""
@@ -72,7 +57,7 @@ def bits(key: jax.Array, shape: Sequence[int]) -> jax.Array:
     words = _key_words(key)
     if words is None or n >= 2**32:
         return jax.random.bits(key, shape, jnp.uint32)
-    b1, b2 = _threefry2x32(words[0], words[1], *_counters(n))
+    b1, b2 = threefry2x32_unrolled(words[0], words[1], *_counters(n))
     return (b1 ^ b2).reshape(shape)
 
 
@@ -81,7 +66,7 @@ def split(key: jax.Array, num: int = 2) -> jax.Array:
     words = _key_words(key)
     if words is None:
         return jax.random.split(key, num)
-    b1, b2 = _threefry2x32(words[0], words[1], *_counters(num))
+    b1, b2 = threefry2x32_unrolled(words[0], words[1], *_counters(num))
     data = jnp.stack([b1, b2], axis=1)
     return jax.random.wrap_key_data(data, impl="threefry2x32") if words[2] else data
 
@@ -175,16 +160,24 @@ def inverse_cdf(key: jax.Array, logits: jax.Array) -> jax.Array:
     return inverse_cdf_weights(key, jnp.exp(x - jnp.max(x, axis=-1, keepdims=True)))
 
 
-def inverse_cdf_weights(key: jax.Array, weights: jax.Array) -> jax.Array:
+def uniform_of_bits(b: jax.Array) -> jax.Array:
+    """float32 in [0, 1) of uint32 ``b``: ``jax.random.uniform``'s map from its bits."""
+    return jax.lax.bitcast_convert_type((b >> np.uint32(9)) | np.uint32(0x3F800000), jnp.float32) - np.float32(1.0)
+
+
+def inverse_cdf_weights(key: jax.Array | None, weights: jax.Array, u: jax.Array | None = None) -> jax.Array:
     """:func:`inverse_cdf` from nonnegative ``weights [..., V]`` (probabilities, or any multiple
-    of them: the draw normalises), e.g. the ``exp(log_softmax)`` a sampler has already made."""
+    of them: the draw normalises), e.g. the ``exp(log_softmax)`` a sampler has already made.
+    ``u`` float32 ``[...]`` in [0, 1): the rows' uniforms, instead of ``uniform(key, ...)``'s
+    (row ``i`` of that draw is :func:`uniform_of_bits` of the two words of
+    ``fold_in(key, i)`` xor-ed: a row can be drawn alone, as continuous batching does)."""
     lead, v = weights.shape[:-1], weights.shape[-1]
     p = weights.reshape(-1, v).astype(jnp.float32)
     n, block = p.shape[0], _block(v)
     blocks = (p if v % block == 0 else jnp.pad(p, ((0, 0), (0, (-v) % block)))).reshape(n, -1, block)
     block_sum = jnp.sum(blocks, axis=-1)
     block_end = jnp.cumsum(block_sum, axis=-1)
-    u = uniform(key, (n,)) * block_end[:, -1]
+    u = (uniform(key, (n,)) if u is None else u.reshape(n).astype(jnp.float32)) * block_end[:, -1]
     b = jnp.minimum(jnp.sum(block_end <= u[:, None], axis=-1), block_end.shape[1] - 1)
     start = jnp.take_along_axis(block_end - block_sum, b[:, None], axis=1)
     inner = jnp.take_along_axis(blocks, b[:, None, None], axis=1)[:, 0]

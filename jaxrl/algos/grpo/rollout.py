@@ -238,8 +238,8 @@ def dialogue_rollout(
     ``decode_rows`` (``grpo.sampling.decode_rows``; 0 = off): a single-turn task's ``N``
     completions decoded on that many rows, a row that ends taking the next queued (prompt,
     sample) pair (:func:`jaxrl.algos.common.lm.refill.decode_queue`: each prompt prefilled
-    once, one compile). Its samples are :func:`~jaxrl.algos.common.lm.refill.decode_pairs`'s
-    (each pair drawing with its own key): the same distribution as without it, other draws.
+    once, one compile). Its samples equal those without it, key for key (each pair draws
+    with its row of the step's uniforms, made alone).
     """
     n = reset_keys.shape[0]
     env_state, prompt, info = jax.vmap(task.start, in_axes=(0, None))(reset_keys, env_params)

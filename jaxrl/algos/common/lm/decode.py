@@ -22,18 +22,19 @@ from jaxrl.models.lm.generate import decode_loop
 Array = jax.Array
 
 
-def sample(logits: Array, temperature: Array, greedy: bool, key: Array, invert: bool = False) -> tuple[Array, Array, Array]:
+def sample(logits: Array, temperature: Array, greedy: bool, key: Array, invert: bool = False,
+           u: Array | None = None) -> tuple[Array, Array, Array]:
     """``(token int32 [N], logp [N], entropy [N])`` of ``logits [N, V] / temperature``: drawn by
     Gumbel-max (``jax.random.categorical``'s draw: small action spaces), or with ``invert`` by
     inversion (:func:`jaxrl.core.prng.inverse_cdf_weights`, one uniform per row: a
-    vocabulary)."""
+    vocabulary; ``u [N]`` the rows' uniforms, else ``key``'s)."""
     scaled = logits / temperature
     log_probs = jax.nn.log_softmax(scaled)
     probs = jnp.exp(log_probs)  # one exponential for the draw and the entropy
     if greedy:
         token = first_argmax(scaled)
     else:
-        token = inverse_cdf_weights(key, probs) if invert else gumbel_max(key, scaled)
+        token = inverse_cdf_weights(key, probs, u) if invert else gumbel_max(key, scaled)
     logp = jnp.take_along_axis(log_probs, token[:, None], axis=1)[:, 0]
     return token, logp, -jnp.sum(probs * log_probs, axis=-1)
 

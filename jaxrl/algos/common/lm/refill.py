@@ -7,15 +7,12 @@ cache and logits copied in) inside the same ``while_loop``
 (:func:`jaxrl.models.lm.generate.refill_loop`). Shapes are static: one compile.
 
 The draws do not depend on which row serves a pair, nor when: step ``s`` of pair ``q``
-draws with its own key ``fold_in(k_act_s, q)`` (``= split(k_act_s, P x G)[q]``), where
-``k_act_s`` is the action key :func:`~jaxrl.algos.common.lm.decode.decode_turn` splits off
-the rollout key at step ``s``, through :func:`~jaxrl.algos.common.lm.decode.sample` on that
-row alone. :func:`decode_pairs` is the fixed-length loop
-(:func:`jaxrl.models.lm.generate.decode_loop`) with those per-pair keys: the samples of
-:func:`decode_queue` equal its samples key for key, and the key both hand on is
-``decode_turn``'s. (``decode_turn`` itself draws all rows from one key, a draw whose row
-``q`` cannot be made alone without the sampler's counters: same distribution, other
-samples.) Greedy decoding draws nothing: then all three give the same tokens.
+draws by inversion with the uniform ``uniform(k_act_s, (P x G,))[q]``, where ``k_act_s`` is
+the action key :func:`~jaxrl.algos.common.lm.decode.decode_turn` splits off the rollout key
+at step ``s``: made alone from ``fold_in(k_act_s, q)`` (the same hash of counter ``q``,
+its two words xor-ed). So the samples equal ``decode_turn``'s, key for key, and the key
+both hand on is the same. :func:`decode_pairs` is the fixed-length loop
+(:func:`jaxrl.models.lm.generate.decode_loop`) drawing row by row the same way.
 """
 
 from __future__ import annotations
@@ -27,6 +24,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxrl.algos.common.lm.decode import sample
+from jaxrl.core import prng
 from jaxrl.core.threefry import threefry2x32_unrolled
 from jaxrl.models.lm.generate import decode_loop, refill_loop
 
@@ -82,11 +80,15 @@ def pair_keys(k_act: Array, pair: Array, step: Array) -> Array:
 
 
 def _draw(k_act, temperature, greedy: bool, logits, pair, step):
-    def one(row_logits, key):
-        token, logp, entropy = sample(row_logits[None], temperature, greedy, key)
+    keys = pair_keys(k_act, pair, step)
+    data = jax.random.key_data(keys) if jax.dtypes.issubdtype(keys.dtype, jax.dtypes.prng_key) else keys
+    u = prng.uniform_of_bits(data[:, 0] ^ data[:, 1])  # row `pair` of uniform(k_act[step], (n,)): decode_turn's
+
+    def one(row_logits, row_u):
+        token, logp, entropy = sample(row_logits[None], temperature, greedy, None, invert=True, u=row_u[None])
         return token[0], (logp[0], entropy[0])
 
-    return jax.vmap(one)(logits, pair_keys(k_act, pair, step))
+    return jax.vmap(one)(logits, u)
 
 
 def _feed(extend: Callable, axes, base, cache, token, step):
