@@ -17,7 +17,8 @@ from typing import Callable
 import jax
 import jax.numpy as jnp
 
-from jaxrl.core.prng import first_argmax, gumbel_max
+from jaxrl.core import prng
+from jaxrl.core.prng import first_argmax, inverse_cdf
 
 Array = jax.Array
 
@@ -27,7 +28,7 @@ def sample_token(logits: Array, key: Array | None, temperature: float = 1.0, top
     """Next token int32 ``[B]`` from float32 ``logits [B, V]``: argmax when ``key`` is None or
     ``temperature`` is 0, else a draw from ``softmax(logits / temperature)`` restricted to the
     ``top_k`` most likely tokens (0 = all) and to the smallest set whose probability reaches
-    ``top_p``."""
+    ``top_p``; drawn by inversion (:func:`jaxrl.core.prng.inverse_cdf`, as GRPO's rollouts)."""
     if key is None or temperature == 0:
         return first_argmax(logits)
     logits = logits / temperature
@@ -40,7 +41,7 @@ def sample_token(logits: Array, key: Array | None, temperature: float = 1.0, top
         before = jnp.cumsum(probs, axis=-1) - probs          # mass strictly above each token
         kept = jnp.where(before < top_p, ordered, jnp.inf)   # the first token is always kept
         logits = jnp.where(logits < jnp.min(kept, axis=-1, keepdims=True), -jnp.inf, logits)
-    return gumbel_max(key, logits)
+    return inverse_cdf(key, logits)
 
 
 def decode_loop(draw: Callable, feed: Callable, logits: Array, cache, writing: Array, key: Array, *, steps: int,
@@ -158,7 +159,7 @@ def _generate(model, params, input_ids, attention_mask, key, lora, *, max_new_to
               top_p, eos_ids, greedy):
     b, length = input_ids.shape
     # greedy decoding draws nothing: no threefry in the program
-    keys = jnp.zeros((max_new_tokens, 2), jnp.uint32) if greedy else jax.random.split(key, max_new_tokens)
+    keys = jnp.zeros((max_new_tokens, 2), jnp.uint32) if greedy else prng.split(key, max_new_tokens)
     logits, cache = model.prefill(params, input_ids, attention_mask, length + max_new_tokens, lora=lora)
     draw = functools.partial(_generate_draw, keys, temperature, top_k, top_p, greedy)
     feed = functools.partial(_generate_feed, model, params, lora, length)
