@@ -62,6 +62,9 @@ class TokenPolicy(NamedTuple):
     * ``token_logp_shared(params, obs [P * g, L], actions, temperature, g)``: ``token_logp``
       of dialogues whose consecutive runs of ``g`` rows share a prompt, each prompt computed
       once (``None``: the loss runs ``token_logp`` on every row).
+    * ``decode_params(params) -> params``: what :meth:`decode`'s ``extend`` reads, made once
+      per turn (a loaded model's float32 adapters folded into its base: one matmul per
+      projection per token instead of three; ``None``: ``params`` as they are).
 
     Token tasks write their turns with :meth:`decode` (``extend`` token by token).
     """
@@ -75,12 +78,15 @@ class TokenPolicy(NamedTuple):
     frozen: Callable | None = None
     start_grouped: Callable | None = None
     token_logp_shared: Callable | None = None
+    decode_params: Callable | None = None
 
     def decode(self, params, cache, logits: Array, writing: Array, key: Array, base, temperature, greedy: bool,
                steps: int, end_of_turn: int, pad_id: int, stop_early: bool = True):
         """One turn of up to ``steps`` tokens written from dialogue position ``base`` through
         ``extend``: :func:`jaxrl.algos.common.lm.decode.decode_turn`'s ``(cache, logits, key,
         tokens, logp, mask, entropy)``."""
+        if self.decode_params is not None:
+            params = self.decode_params(params)
         return decode_turn(functools.partial(self.extend, params), cache, logits, writing, key, base, temperature,
                            greedy, steps, end_of_turn, pad_id, stop_early)
 
@@ -172,6 +178,16 @@ def _frozen(weights):
     return weights
 
 
+def _decode_params(spec: LMSpec, params):
+    """The adapters folded into the base (``kernel + scale * a @ b``) for decoding, when the
+    model computes in float32; in bfloat16 the fold would round the adapters' small updates
+    away, so the factored form stays."""
+    base, adapters = split(spec.model, params)
+    if adapters is None or jnp.dtype(spec.model.dtype) != jnp.float32:
+        return params
+    return {"base": lm.merge_lora(spec.model, base, adapters, spec.lora), "lora": None}
+
+
 def lm_policy(spec: LMSpec, weights) -> TokenPolicy:
     """The policy of a loaded model ``spec.model`` with weights ``weights`` (see the module docstring)."""
     return TokenPolicy(
@@ -184,4 +200,5 @@ def lm_policy(spec: LMSpec, weights) -> TokenPolicy:
         None if spec.lora is None else functools.partial(_frozen, weights),
         functools.partial(_start_grouped, spec),
         functools.partial(_token_logp_shared, spec),
+        None if spec.lora is None else functools.partial(_decode_params, spec),
     )
