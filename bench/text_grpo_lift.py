@@ -31,6 +31,7 @@ import glob
 import json
 import os
 import random
+import re
 import resource
 import subprocess
 import sys
@@ -131,18 +132,22 @@ def markdown(record: dict, path: str) -> None:
              "greedy, every one of the 256 held-out rows once, 95% CI. CPU seconds: the whole `jaxrl train` process "
              "(all threads); wall seconds on a shared 2-core machine (load average in the JSON).", "",
              "## Per seed (the shipped configs)", "",
-             "| seed | SFT-only held-out correct | SFT+GRPO held-out correct | gain | SFT CPU s / wall s | GRPO CPU s / wall s | whole run CPU s / wall s |",
+             "| seed (runs) | SFT-only held-out correct | SFT+GRPO held-out correct | gain | SFT CPU s / wall s | GRPO CPU s / wall s | whole run CPU s / wall s |",
              "|---|---|---|---|---|---|---|"]
     for row in record["seeds"]:
         sft, grpo = row["sft"], row["grpo"]
-        lines.append(f"| {row['seed']} | {_figure(sft)} | {_figure(grpo)} | {row['gain']:+.3f} | {sft['cpu_s']} / "
+        lines.append(f"| {row['seed']} ({sft['name']}, {grpo['name']}) | {_figure(sft)} | {_figure(grpo)} | {row['gain']:+.3f} | {sft['cpu_s']} / "
                      f"{sft['wall_s']} | {grpo['cpu_s']} / {grpo['wall_s']} | {round(sft['cpu_s'] + grpo['cpu_s'], 1)} / "
                      f"{round(sft['wall_s'] + grpo['wall_s'], 1)} |")
+    gains = [row["gain"] for row in record["seeds"]]
+    if gains:
+        lines += ["", f"Gain of GRPO over SFT alone on {len(gains)} seed(s): {min(gains):+.3f} to {max(gains):+.3f} "
+                      f"(mean {sum(gains) / len(gains):+.3f}); seeds with a gain >= 0.10: {sum(g >= 0.10 for g in gains)}."]
     lines += ["", "## Every run (exploration included)", "",
               "| run | algo | settings (beyond the config) | updates | wall s | CPU s | load before/after | held-out correct |",
               "|---|---|---|---|---|---|---|---|"]
     for r in record["runs"]:
-        upd = r["curve"][-1]["update"] if r["curve"] else 0
+        upd = f"{r['curve'][-1]['update'] if r['curve'] else 0}" + ("" if r["returncode"] == 0 else f" (stopped by hand, exit {r['returncode']})")
         lines.append(f"| {r['name']} | {r['algo']} | {' '.join(r['sets']) or '-'}"
                      f"{' from ' + r['init_from'] if r['init_from'] else ''} | {upd} | {r['wall_s']} | {r['cpu_s']} | "
                      f"{r['load_before']:.1f} / {r['load_after']:.1f} | {_figure(r)} |")
@@ -166,12 +171,14 @@ def record() -> None:
         raise SystemExit(f"text_grpo_lift: no recorded runs in {BASE}; run `seeds` first")
     runs.sort(key=lambda r: r["utc"])
     by_name = {r["name"]: r for r in runs}
-    per_seed = []
-    for s in sorted({int(n[4:-5]) for n in by_name if n.startswith("seed") and n.endswith("_grpo")}):
-        sft, grpo = by_name.get(f"seed{s}_sft"), by_name[f"seed{s}_grpo"]
-        if sft and sft["eval"] and grpo["eval"]:
-            per_seed.append({"seed": s, "sft": sft, "grpo": grpo,
+    per_seed = []  # pairs NAME_sft, NAME_grpo with NAME "seed<S>" (``seeds``) or "seed<S><tag>" (``run``)
+    for name in sorted(n[:-5] for n in by_name if re.fullmatch(r"seed\d+\w*_grpo", n)):
+        sft, grpo = by_name.get(f"{name}_sft"), by_name[f"{name}_grpo"]
+        seed = int(re.match(r"seed(\d+)", name).group(1))
+        if sft and sft["eval"] and grpo["eval"] and grpo["init_from"] == sft["name"]:
+            per_seed.append({"seed": seed, "sft": sft, "grpo": grpo,
                              "gain": round(grpo["eval"]["correct"]["mean"] - sft["eval"]["correct"]["mean"], 4)})
+    per_seed.sort(key=lambda p: p["seed"])
     meta = common.metadata({"load_before": runs[0]["load_before"], "load_after": runs[-1]["load_after"],
                             "git": common.git_rev(), "nice": 19}, libraries=["jax", "jaxlib", "optax", "tokenizers", "numpy"])
     common.write_record(RESULTS, {"meta": meta, "configs": CONFIGS, "seeds": per_seed,
