@@ -6,9 +6,8 @@ the same key (tested bit for bit, under ``vmap`` and ``jit``). Two things make t
 * **Threefry unrolled.** On CPU, JAX lowers the Threefry-2x32 hash behind every
   ``split``, ``fold_in`` and draw as a 5-trip ``while`` loop (small programs compile
   faster so); XLA:CPU runs each trip's ~25 element-wise ops as separate kernels. Inside a
-  decode or rollout loop that is hundreds of kernel launches per step: a ``[32, 1000]``
-  Gumbel draw costs 488 us of CPU on two threads, 265 us with the hash written out.
-  Here the hash is :func:`jaxrl.core.threefry.threefry2x32_unrolled` (what ``jaxrl train``
+  decode or rollout loop that is hundreds of kernel launches per step
+  (``bench/results/lm_sampler.md``). Here the hash is :func:`jaxrl.core.threefry.threefry2x32_unrolled` (what ``jaxrl train``
   registers as JAX's own CPU lowering, :func:`~jaxrl.core.threefry.unroll_on_cpu`; these
   functions do it without touching JAX's rules, for programs built in a notebook or a
   harness); the counters are JAX's partitionable ones, so the bits are ``jax.random.bits``'s.

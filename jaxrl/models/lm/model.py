@@ -266,7 +266,7 @@ class LM:
         x0 = jnp.concatenate([self._embed(params, prompt_ids).reshape(1, tp, -1),
                               self._embed(params, ids).reshape(1, n * r, -1)], axis=1)
         # A few layers: written out (XLA:CPU then skips slicing each layer's weights, residuals and
-        # gradients in and out of stacked buffers: 5-20% of a 2-layer model's learn pass, bench/lm_grpo_step_parts.py)
+        # gradients in and out of stacked buffers; docs/language_models.md, "Speed and memory")
         x, _ = jax.lax.scan(body, x0, (params["layers"], lora, self._sliding()), unroll=c.num_layers <= UNROLL_LAYERS)
         x = rms_norm(x, params["norm"], c.rms_norm_eps)
         return x[0, :tp].reshape(p_, lp, -1), x[0, tp:].reshape(n, r, -1)
