@@ -50,10 +50,6 @@ class KVCache:
     count: Array  # int32 [B]: real tokens so far (= the next token's position)
 
 
-#: The shared-prefix loss pass writes its layer loop out for models of at most this many layers.
-UNROLL_LAYERS = 4
-
-
 def rms_norm(x: Array, weight: Array, eps: float) -> Array:
     """``weight * (x / rms(x))`` with the normalisation in float32, cast back to ``x``'s dtype
     before the weight (transformers' ``Qwen2RMSNorm``/``LlamaRMSNorm``)."""
@@ -265,9 +261,7 @@ class LM:
             body = jax.checkpoint(body, prevent_cse=False)
         x0 = jnp.concatenate([self._embed(params, prompt_ids).reshape(1, tp, -1),
                               self._embed(params, ids).reshape(1, n * r, -1)], axis=1)
-        # A few layers: written out (XLA:CPU then skips slicing each layer's weights, residuals and
-        # gradients in and out of stacked buffers; docs/language_models.md, "Speed and memory")
-        x, _ = jax.lax.scan(body, x0, (params["layers"], lora, self._sliding()), unroll=c.num_layers <= UNROLL_LAYERS)
+        x, _ = jax.lax.scan(body, x0, (params["layers"], lora, self._sliding()))
         x = rms_norm(x, params["norm"], c.rms_norm_eps)
         return x[0, :tp].reshape(p_, lp, -1), x[0, tp:].reshape(n, r, -1)
 
