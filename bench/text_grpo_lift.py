@@ -32,10 +32,7 @@ import json
 import os
 import random
 import re
-import resource
-import subprocess
 import sys
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -78,36 +75,13 @@ def run(name: str, stage: str, sets: list[str], init_from: str | None) -> dict:
     if (stage == "grpo") != (init_from is not None):
         raise SystemExit("text_grpo_lift: --init-from goes with --stage grpo (and only with it)")
     out = os.path.join(BASE, name)
-    cmd = ["nice", "-n", "19", sys.executable, "-m", "jaxrl.cli", "train", CONFIGS[stage], "--out", out]
-    for s in sets:
-        cmd += ["--set", s]
-    if init_from:
-        cmd += ["--init-from", os.path.join(BASE, init_from)]
-    shown = "jaxrl " + " ".join(cmd[cmd.index("train"):])
-    print(shown, flush=True)
-    load_before = os.getloadavg()[0]
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    t0 = time.perf_counter()
-    with open(os.path.join(ROOT, out + ".log"), "w") as log:
-        proc = subprocess.run(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
-    wall = time.perf_counter() - t0
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    path = os.path.join(ROOT, out)
-    rec = {
-        "utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - wall)), "git": common.git_rev(),
-        "name": name, "algo": stage, "command": shown, "sets": sets, "init_from": init_from,
-        "returncode": proc.returncode, "wall_s": round(wall, 1),
-        "cpu_s": round(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, 1),
-        "load_before": load_before, "load_after": os.getloadavg()[0],
-        "eval": text_tuning._eval(path), "stopped": text_tuning._stopped(path),
-        "curve": text_tuning._curve(path) if os.path.exists(os.path.join(path, "metrics.jsonl")) else [],
-    }
+    rec = {"name": name, "algo": stage, **text_tuning.train_process(CONFIGS[stage], out, sets, init_from, BASE)}
     with open(os.path.join(ROOT, out + ".json"), "w") as f:
         json.dump(rec, f, indent=1)
     ev = {k: v["mean"] for k, v in rec["eval"].items()}
-    print(f"{name}: rc {proc.returncode}, {rec['wall_s']} s wall, {rec['cpu_s']} s CPU, held-out {ev}", flush=True)
-    if proc.returncode != 0:
-        raise SystemExit(f"text_grpo_lift: {name} failed (exit {proc.returncode}); see {out}.log")
+    print(f"{name}: rc {rec['returncode']}, {rec['wall_s']} s wall, {rec['cpu_s']} s CPU, held-out {ev}", flush=True)
+    if rec["returncode"] != 0:
+        raise SystemExit(f"text_grpo_lift: {name} failed (exit {rec['returncode']}); see {out}.log")
     return rec
 
 

@@ -141,16 +141,16 @@ def _stopped(run: str) -> dict | None:
         return json.load(f)
 
 
-def run(task: str, name: str, sets: list[str], init_from: str | None) -> dict:
-    """One ``jaxrl train`` process of ``task`` (SFT, or GRPO with ``init_from``), recorded in ``BASE/NAME.json``."""
-    algo = "grpo" if init_from else "sft"
-    out = os.path.join(BASE, name)
-    cmd = ["nice", "-n", "19", sys.executable, "-m", "jaxrl.cli", "train", os.path.join(BASE, f"{algo}_{task}.yaml"),
-           "--out", out]
+def train_process(config: str, out: str, sets: list[str], init_from: str | None, runs: str = BASE) -> dict:
+    """One ``jaxrl train CONFIG --out OUT`` process (``nice -n 19``, its output in ``OUT.log``;
+    ``init_from``: a run's name in ``runs``):
+    the command, exit status, wall and CPU seconds, load, and the run's held-out evaluation,
+    stop and curve, as a record's fields."""
+    cmd = ["nice", "-n", "19", sys.executable, "-m", "jaxrl.cli", "train", config, "--out", out]
     for s in sets:
         cmd += ["--set", s]
     if init_from:
-        cmd += ["--init-from", os.path.join(BASE, init_from)]
+        cmd += ["--init-from", os.path.join(runs, init_from)]
     shown = "jaxrl " + " ".join(cmd[cmd.index("train"):])
     print(shown, flush=True)
     load_before = os.getloadavg()[0]
@@ -160,23 +160,31 @@ def run(task: str, name: str, sets: list[str], init_from: str | None) -> dict:
         proc = subprocess.run(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    path = os.path.join(ROOT, out)
+    return {
+        "utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - wall)), "git": common.git_rev(),
+        "command": shown, "sets": sets, "init_from": init_from, "returncode": proc.returncode, "wall_s": round(wall, 1),
+        "cpu_s": round(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, 1),
+        "load_before": load_before, "load_after": os.getloadavg()[0],
+        "eval": _eval(path), "stopped": _stopped(path),
+        "curve": _curve(path) if os.path.exists(os.path.join(path, "metrics.jsonl")) else [],
+    }
+
+
+def run(task: str, name: str, sets: list[str], init_from: str | None) -> dict:
+    """One ``jaxrl train`` process of ``task`` (SFT, or GRPO with ``init_from``), recorded in ``BASE/NAME.json``."""
+    algo = "grpo" if init_from else "sft"
+    out = os.path.join(BASE, name)
+    proc = train_process(os.path.join(BASE, f"{algo}_{task}.yaml"), out, sets, init_from)
     with open(os.path.join(ROOT, out + ".log")) as f:
         warnings = [ln.strip() for ln in f if "warning: training looks stalled" in ln]
     alerts_path = os.path.join(ROOT, out, "alerts.jsonl")
     alerts = [json.loads(ln) for ln in open(alerts_path)] if os.path.exists(alerts_path) else []
-    rec = {
-        "utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - wall)), "git": common.git_rev(),
-        "task": task, "name": name, "algo": algo, "command": shown, "sets": sets, "init_from": init_from,
-        "returncode": proc.returncode, "wall_s": round(wall, 1),
-        "cpu_s": round(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, 1),
-        "load_before": load_before, "load_after": os.getloadavg()[0],
-        "eval": _eval(os.path.join(ROOT, out)), "alerts": alerts, "stopped": _stopped(os.path.join(ROOT, out)), "warning_lines": warnings,
-        "curve": _curve(os.path.join(ROOT, out)) if os.path.exists(os.path.join(ROOT, out, "metrics.jsonl")) else [],
-    }
+    rec = {"task": task, "name": name, "algo": algo, **proc, "alerts": alerts, "warning_lines": warnings}
     with open(os.path.join(ROOT, out + ".json"), "w") as f:
         json.dump(rec, f, indent=1)
     ev = {k: v["mean"] for k, v in rec["eval"].items()}
-    print(f"{name}: rc {proc.returncode}, {rec['wall_s']} s wall, {rec['cpu_s']} s CPU, held-out {ev}, "
+    print(f"{name}: rc {rec['returncode']}, {rec['wall_s']} s wall, {rec['cpu_s']} s CPU, held-out {ev}, "
           f"alerts {[a['metric'] for a in alerts]}", flush=True)
     return rec
 
