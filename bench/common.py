@@ -96,6 +96,25 @@ def block(tree: Any) -> Any:
     return jax.block_until_ready(tree)
 
 
+#: :func:`child_runs`' two settings: pinned to one core (a program's own work, no second
+#: thread waiting) and the machine's default threads.
+ONE_CORE_AND_DEFAULT = (("one core", ("taskset", "-c", "1")), ("default", ()))
+
+
+def child_runs(script: str, args: Sequence[str], settings=ONE_CORE_AND_DEFAULT) -> dict[str, Any]:
+    """``{label: JSON}``: ``script --child ARGS`` run once per ``(label, command prefix)`` of
+    ``settings``, each printing its figures as JSON on its last line (a fresh process per
+    setting, so threads and affinity are the process's from its start)."""
+    import subprocess
+
+    runs = {}
+    for label, prefix in settings:
+        out = subprocess.run([*prefix, sys.executable, script, "--child", *args], capture_output=True, text=True,
+                             check=True).stdout
+        runs[label] = json.loads(out.strip().splitlines()[-1])
+    return runs
+
+
 def compile_fn(jitted: Callable, *args, **kwargs) -> tuple[Callable, float]:
     """Lower and compile a ``jax.jit``-ed function ahead of time.
 

@@ -18,7 +18,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 
@@ -88,11 +87,7 @@ def main(argv=None) -> None:
         print(json.dumps(measure(args.repeats)))
         return
     load_before = os.getloadavg()[0]
-    runs = {}
-    for label, prefix in (("default", []), ("one core", ["taskset", "-c", "1"])):
-        out = subprocess.run(prefix + [sys.executable, __file__, "--child", "--repeats", str(args.repeats)],
-                             capture_output=True, text=True, check=True).stdout
-        runs[label] = json.loads(out.strip().splitlines()[-1])
+    runs = common.child_runs(__file__, ["--repeats", str(args.repeats)], common.ONE_CORE_AND_DEFAULT[::-1])
     record = {"when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "machine": common.machine_info(),
               "versions": common.library_versions(), "command": common.command_line(), "repeats": args.repeats,
               "load_before": load_before, "load_after": os.getloadavg()[0], "runs": runs}
