@@ -25,6 +25,7 @@ pytest.importorskip("uvicorn")
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from remote_envs.servers import DROP, MALFORMED, OTHER_SESSION, SLOW, FaultServer, openenv_server  # noqa: E402
+from remote_envs.turns import encode_turns  # noqa: E402
 
 from jaxrl.run import config as config_lib  # noqa: E402
 from jaxrl.run.config import ConfigError  # noqa: E402
@@ -38,15 +39,6 @@ MODEL = os.path.join(ROOT, "envs", "assets", "text_model")  # the project's CPU 
 @pytest.fixture(scope="module")
 def codec():
     return remote.tokenizer_codec(MODEL, chat_template=True, system_prompt="")
-
-
-def _turns(codec, texts, length):
-    """int32 ``[len(texts), length]``: each text's ids, the end of turn, pad ids after."""
-    out = np.full((len(texts), length), codec.pad_id, np.int32)
-    for i, text in enumerate(texts):
-        ids = [*codec.encode(text)][: length - 1] + [codec.end_of_turn]
-        out[i, : len(ids)] = ids
-    return out
 
 
 # ------------------------------------------------------------------------------- faults
@@ -65,7 +57,7 @@ def test_each_fault_fails_its_session_only_and_the_turn_waits_one_timeout(codec)
         assert not failed.any() and sorted(slots.tolist()) == list(range(8))
         assert codec.decode([int(i) for i in prompts[0] if i != codec.pad_id]).strip().endswith("assistant")
         t0 = time.monotonic()
-        replies, rewards, done, failed = host.step(slots, np.zeros(8, np.int32), np.ones(8, bool), _turns(codec, ["hi"] * 8, 8))
+        replies, rewards, done, failed = host.step(slots, np.zeros(8, np.int32), np.ones(8, bool), encode_turns(codec, ["hi"] * 8, 8))
         wall = time.monotonic() - t0
         assert failed.tolist() == [False, True, True, True, True, True, True, False]
         assert rewards[failed].tolist() == [0.0] * 6 and rewards[0] == rewards[7] == pytest.approx(0.2) and done[[0, 7]].all()
@@ -75,7 +67,7 @@ def test_each_fault_fails_its_session_only_and_the_turn_waits_one_timeout(codec)
         time.sleep(1.6)  # the slow replies arrive now, on closed connections
         slots, _, failed = host.reset(np.array([0, 1, 2, 3], np.int32), np.int32(0))
         assert not failed.any()
-        _, rewards, _, failed = host.step(slots, np.zeros(4, np.int32), np.ones(4, bool), _turns(codec, ["hello"] * 4, 8))
+        _, rewards, _, failed = host.step(slots, np.zeros(4, np.int32), np.ones(4, bool), encode_turns(codec, ["hello"] * 4, 8))
         assert not failed.any() and np.allclose(rewards, 0.5)
         host.close()
 
@@ -90,7 +82,7 @@ def test_too_many_failures_stop_with_one_line(codec):
         host = remote.remote_task(cfg, codec).host
         slots, _, _ = host.reset(np.array([0, 1, DROP, MALFORMED], np.int32), np.int32(0))
         with pytest.raises(RemoteEnvError, match=r"2 of 4 sessions failed at one step .*max_failure_frac 0.25.*first: session"):
-            host.step(slots, np.zeros(4, np.int32), np.ones(4, bool), _turns(codec, ["x"] * 4, 8))
+            host.step(slots, np.zeros(4, np.int32), np.ones(4, bool), encode_turns(codec, ["x"] * 4, 8))
         host.close()
     code, line = cli.failure(RemoteEnvError("env.remote: 2 of 4 sessions failed"))
     assert code != 0 and line == "jaxrl: env.remote: 2 of 4 sessions failed"
@@ -169,7 +161,7 @@ def test_a_served_text_task_scores_each_completion_as_the_task_on_device():
         rows = [int(np.flatnonzero((tables["prompts"] == p).all(axis=1))[0]) for p in prompts]  # IndexError: no such row
         answers = [bytes(tables["answers"][r][: tables["answer_lens"][r]].astype(np.uint8)).decode() for r in rows]
         texts = [f"<answer>{a}</answer>" if i % 3 == 0 else f"<answer>{a}7</answer>" for i, a in enumerate(answers)]
-        turns = _turns(codec, texts, tt)
+        turns = encode_turns(codec, texts, tt)
         rng = np.random.default_rng(0)
         for i in range(2, n, 3):  # random tokens that decode and re-encode to themselves
             ids = [int(t) for t in rng.integers(300, codec.vocab, size=6)]

@@ -18,6 +18,7 @@ import sys
 
 import numpy as np
 import pytest
+from remote_envs.turns import encode_turns
 
 from jaxrl.run import build
 from jaxrl.run import config as config_lib
@@ -70,14 +71,6 @@ def toy():
     sys.path.remove(os.path.join(os.path.dirname(os.path.abspath(__file__)), "verifiers_envs"))
 
 
-def _turns(codec, texts, length):
-    out = np.full((len(texts), length), codec.pad_id, np.int32)
-    for i, text in enumerate(texts):
-        ids = [*codec.encode(text)][: length - 1] + [codec.end_of_turn]
-        out[i, : len(ids)] = ids
-    return out
-
-
 def test_a_taskset_scores_completions_through_its_own_rewards(toy):
     """Prompts are the tasks' (in the chat template), split by held_out_every; the task's own
     ``score`` pays the right completion 1 and a wrong one 0; a reward that raises and a
@@ -99,7 +92,7 @@ def test_a_taskset_scores_completions_through_its_own_rewards(toy):
     assert codec.decode([int(i) for i in prompts[0] if i != codec.pad_id]) == "user\nWrite dog backwards.\nassistant\n"
     live = ~failed
     texts = [train[0], "nope", train[2], train[3], "x", ""]
-    _, rewards, done, failed_step = host.step(slots, np.zeros(6, np.int32), live, _turns(codec, texts, 8))
+    _, rewards, done, failed_step = host.step(slots, np.zeros(6, np.int32), live, encode_turns(codec, texts, 8))
     assert rewards.tolist()[:4] == [1.0, 0.0, 1.0, 1.0] and failed_step.tolist() == [False] * 4 + [True, False]
     assert host.faults == {"malformed reply": 1, "scoring": 1} and done[:4].all()
     host.close()
