@@ -74,8 +74,7 @@ def split(key: jax.Array, num: int = 2) -> jax.Array:
 def _uniform_unit(key, shape, minval, maxval):
     """float32: ``jax.random.uniform``'s formula over :func:`bits` (jitted, as JAX's is: an
     eager multiply-add would round differently from the fused one)."""
-    b = bits(key, shape)
-    floats = jax.lax.bitcast_convert_type((b >> np.uint32(9)) | np.uint32(0x3F800000), jnp.float32) - 1.0
+    floats = uniform_of_bits(bits(key, shape))
     minval = jnp.asarray(minval, jnp.float32)
     return jax.lax.max(minval, floats * (jnp.asarray(maxval, jnp.float32) - minval) + minval)
 
