@@ -3,8 +3,9 @@
 :func:`decode_turn` runs :func:`jaxrl.models.lm.generate.decode_loop` (the one decode loop)
 with the draw of a rollout: the rollout key split three ways per step, a token drawn from
 ``logits / temperature`` by inversion (:func:`jaxrl.core.prng.inverse_cdf`, one uniform per
-row; greedy: the first argmax), its log-prob and the distribution's entropy kept for the loss. GRPO's dialogues, its evaluation and SFT's evaluation all reach
-it through :meth:`jaxrl.algos.common.lm.policy.TokenPolicy.decode`.
+row; greedy: the first argmax), its log-prob and the distribution's entropy kept for the
+loss. GRPO's dialogues, its evaluation and SFT's evaluation all reach it through
+:meth:`jaxrl.algos.common.lm.policy.TokenPolicy.decode`.
 """
 
 from __future__ import annotations

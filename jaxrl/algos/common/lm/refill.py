@@ -126,13 +126,14 @@ def decode_queue(policy, params, prompts: Array, group: int, key: Array, base, t
         raise ValueError(f"decode_queue: {rows} rows for {n} (prompt, sample) pairs; expected 1 <= rows < {n}")
     axes = batch_axes(policy.start, params, prompts)
     prompt_cache, prompt_logits = policy.start(params, prompts)
+    decode_params = params if policy.decode_params is None else policy.decode_params(params)  # as TokenPolicy.decode
     prompt_logits = prompt_logits.astype(jnp.float32)
     k_act, key = step_keys(key, steps)
     first = jnp.arange(rows, dtype=jnp.int32)
     logits, cache = prompt_logits[first // group], _take(axes, prompt_cache, first // group)
     tokens, mask, (logp, entropy), iterations = refill_loop(
         functools.partial(_draw, k_act, temperature, greedy),
-        functools.partial(_feed, functools.partial(policy.extend, params), axes, base),
+        functools.partial(_feed, functools.partial(policy.extend, decode_params), axes, base),
         functools.partial(_refill, axes, group, prompt_cache, prompt_logits),
         logits, cache, pairs=n, steps=steps, pad_id=pad_id, end_ids=end_of_turn)
     return key, tokens, logp, mask, entropy, iterations
