@@ -99,8 +99,8 @@ def halves(side: Side) -> dict:
 
     setup = grpo.make_setup(side.built.envs, side.cfg.algo_config)
     state = side.state
-    gen = jax.jit(jax.vmap(lambda s: update.sample(setup, s))).lower(state).compile()
-    learn = jax.jit(jax.vmap(lambda s: update.learn(setup, s, update.shape_batch(setup, s, s.pending)))).lower(state).compile()
+    gen = jax.jit(jax.vmap(lambda s: update.sample_pending(setup, s))).lower(state).compile()
+    learn = jax.jit(jax.vmap(lambda s: update.learn(setup, s, update.shape_batch(setup, s, s.pending, s.pending_ref)))).lower(state).compile()
     return {"generation": lambda: gen(state), "learning": lambda: learn(state)}
 
 

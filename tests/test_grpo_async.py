@@ -19,7 +19,7 @@ import jaxrl
 from jaxrl.algos import grpo
 from jaxrl.algos.contract import EnvSetup
 from jaxrl.algos.grpo import offpolicy
-from jaxrl.algos.grpo.config import GRPOHyper, ModelConfig, OffPolicyConfig, SamplingConfig
+from jaxrl.algos.grpo.config import GRPOHyper, LossConfig, ModelConfig, OffPolicyConfig, SamplingConfig
 from jaxrl.run import config as config_lib
 from jaxrl.run.checkpoint import Checkpoints
 
@@ -131,14 +131,14 @@ def test_the_weight_multiplies_each_tokens_surrogate_and_its_gradient_not_the_kl
 
 # --- the update ---------------------------------------------------------------------------------
 
-def _states_after(*off_policies, updates=2):
+def _states_after(*off_policies, updates=2, beta=0.0):
     """GRPO on CartPole (the smallest program: an MLP, 16 steps) with each of ``off_policies``:
     ``[(state, metrics of the last update)]`` after ``updates`` updates, every run in one program
     (one compile) at -O0 (tests/fast_compile.py): the comparisons keep their meaning."""
     env, params = jaxrl.make("CartPole-v1")
     setups = [grpo.make_setup(EnvSetup(env, params, params), grpo.GRPOConfig(
-        num_prompts=2, group_size=2, sampling=SamplingConfig(max_steps=16), model=ModelConfig(hidden=(8,)), off_policy=op))
-        for op in off_policies]
+        num_prompts=2, group_size=2, sampling=SamplingConfig(max_steps=16), model=ModelConfig(hidden=(8,)), off_policy=op,
+        loss=LossConfig(beta=beta))) for op in off_policies]
 
     def runs(key):
         out = []
@@ -165,11 +165,15 @@ def test_staleness_0_is_on_policy_grpo_bit_for_bit():
 def test_the_overlapped_schedule_equals_the_plain_one_bit_for_bit():
     """``off_policy.overlap`` on one device (generation and learning one after the other; on
     two, tests/test_algo_conformance.py's grpo_async case holds them equal to one): the same
-    parameters, ring and records as the plain schedule at the same staleness."""
+    parameters, ring and records as the plain schedule at the same staleness, with a KL term
+    (beta > 0: the reference pass of the batch in flight runs beside its generation)."""
     (plain, plain_m), (overlapped, overlapped_m) = _states_after(
-        OffPolicyConfig(staleness=1), OffPolicyConfig(staleness=1, overlap=True), updates=3)
-    assert plain.pending is None and overlapped.pending is not None
-    for x, y in zip(jax.tree_util.tree_leaves(plain), jax.tree_util.tree_leaves(overlapped.replace(pending=None))):
+        OffPolicyConfig(staleness=1), OffPolicyConfig(staleness=1, overlap=True), updates=3, beta=0.04)
+    assert plain.pending is None and overlapped.pending is not None and overlapped.pending_ref is not None
+    assert overlapped.pending_ref.shape == overlapped.pending.logp.shape
+    assert float(plain_m["kl"]) > 0
+    for x, y in zip(jax.tree_util.tree_leaves(plain),
+                    jax.tree_util.tree_leaves(overlapped.replace(pending=None, pending_ref=None))):
         np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
     assert {k: float(v) for k, v in plain_m.items()} == {k: float(v) for k, v in overlapped_m.items()}
 

@@ -61,6 +61,9 @@ class GRPOState:
     # off_policy.overlap: the Rollout of update update_step, generated during the update before (or
     # by init for update 0) and not trained on yet; None without overlap
     pending: Any = None
+    # off_policy.overlap with beta > 0: the reference log-probs of pending's kept rows, computed
+    # beside its generation (the reference never changes); None otherwise
+    pending_ref: Any = None
 
 
 class Setup(NamedTuple):
@@ -308,6 +311,18 @@ def sample(setup: Setup, state: GRPOState) -> Rollout:
     return _group_rollout(setup, state, k_collect)
 
 
+def sample_pending(setup: Setup, state: GRPOState) -> tuple[Rollout, Array | None]:
+    """:func:`sample` and, with ``beta > 0``, the reference log-probs of the rows
+    :func:`shape_batch` will keep: the generation half of :func:`overlapped_update`. The
+    reference is the initial policy, so its pass needs nothing the update learns and runs
+    beside generation rather than on the learner's critical path."""
+    ro = sample(setup, state)
+    if setup.cfg.loss.beta <= 0:
+        return ro, None
+    kept, _, group_valid, _, _ = _select(setup, ro)
+    return ro, _reference_logp(setup, state, kept, _kept_mask(setup, kept, group_valid))
+
+
 def _select(setup: Setup, ro: Rollout) -> tuple[Rollout, Array, Array, Array, Array]:
     """``(ro's kept groups' rows, their rewards [P, G], group_valid [P], members, penalty [N'])``:
     overlong shaping and (dynamic sampling) group selection of a group rollout."""
@@ -324,8 +339,22 @@ def _select(setup: Setup, ro: Rollout) -> tuple[Rollout, Array, Array, Array, Ar
     return jax.tree_util.tree_map(lambda x: x[members], ro), grouped[idx], group_valid, members, penalty
 
 
-def shape_batch(setup: Setup, state: GRPOState, ro: Rollout) -> tuple[Rollout, Batch, dict]:
-    """Overlong shaping, group selection and advantages of a group rollout ``ro``."""
+def _kept_mask(setup: Setup, kept: Rollout, group_valid: Array) -> Array:
+    """The loss mask of :func:`_select`'s kept rows: their tokens, in valid groups only."""
+    return kept.mask & jnp.repeat(group_valid, setup.cfg.group_size)[:, None]
+
+
+def _reference_logp(setup: Setup, state: GRPOState, kept: Rollout, mask: Array) -> Array:
+    """The KL reference's log-probs ``[n, T]`` of the kept rows (whole groups in order)."""
+    ref_logp, _ = _token_logp(setup.policy, reference_params(state), kept.obs, kept.actions, state.hyper.temperature,
+                              setup.cfg.group_size, mask, setup.loss_lengths)
+    return jax.lax.stop_gradient(ref_logp)
+
+
+def shape_batch(setup: Setup, state: GRPOState, ro: Rollout, ref_logp: Array | None = None) -> tuple[Rollout, Batch, dict]:
+    """Overlong shaping, group selection and advantages of a group rollout ``ro`` (with
+    ``beta > 0``, ``ref_logp``: the kept rows' reference log-probs when already computed, by
+    :func:`sample_pending`)."""
     cfg = setup.cfg
     g = cfg.group_size
     ro, grouped, group_valid, members, penalty = _select(setup, ro)
@@ -338,12 +367,12 @@ def shape_batch(setup: Setup, state: GRPOState, ro: Rollout) -> tuple[Rollout, B
         adv = token_advantages(step_r, valid, advantage_kind(cfg.loss.type, cfg.loss.scale_rewards), cfg.loss.credit_discount).reshape(cfg.num_prompts * g, -1)
     else:
         adv = group_advantages(grouped, valid, advantage_kind(cfg.loss.type, cfg.loss.scale_rewards)).reshape(-1)
-    mask = ro.mask & jnp.repeat(group_valid, g)[:, None]
-    ref_logp = jnp.zeros_like(ro.logp)
-    if cfg.loss.beta > 0:
-        ref_logp, _ = _token_logp(setup.policy, reference_params(state), ro.obs, ro.actions, state.hyper.temperature,
-                                  cfg.group_size, mask, setup.loss_lengths)  # the batch's rows: whole groups in order
-    batch = Batch(ro.obs, ro.actions, ro.logp, jax.lax.stop_gradient(ref_logp), mask, adv)
+    mask = _kept_mask(setup, ro, group_valid)
+    if cfg.loss.beta <= 0:
+        ref_logp = jnp.zeros_like(ro.logp)
+    elif ref_logp is None:
+        ref_logp = _reference_logp(setup, state, ro, mask)
+    batch = Batch(ro.obs, ro.actions, ro.logp, ref_logp, mask, adv)
     metrics = _reward_metrics(ro, grouped.reshape(-1), grouped, mask)
     if cfg.off_policy.staleness > 0:
         batch, off = _off_policy_batch(setup, state, batch)
@@ -393,9 +422,10 @@ OVERLAP_DEVICES = 2
 def overlapped_update(setup: Setup, state: GRPOState) -> tuple[GRPOState, dict]:
     """One update with the next batch's generation beside it (``off_policy.overlap``).
 
-    ``state.pending`` is update ``t``'s rollout, sampled earlier. The step learns on it
+    ``state.pending`` is update ``t``'s rollout, sampled earlier (with ``beta > 0`` its
+    reference log-probs beside it, ``state.pending_ref``). The step learns on it
     (:func:`shape_batch`, :func:`learn`) and, independently, samples update ``t + 1``'s rollout
-    (:func:`sample` of the state after ``t`` but for its learned parameters: with staleness
+    (:func:`sample_pending` of the state after ``t`` but for its learned parameters: with staleness
     ``k >= 1`` the parameters that sample ``t + 1`` are in the ring, or for ``k = 1`` the ones at
     ``t``'s start, before the step learns anything). The values are those of :func:`update`
     at the same staleness: the same rollouts, the same keys, the same parameters.
@@ -408,17 +438,17 @@ def overlapped_update(setup: Setup, state: GRPOState) -> tuple[GRPOState, dict]:
     the other, the same values; other meshes are refused.
     """
     def learner(s: GRPOState):
-        new, metrics = learn(setup, s, shape_batch(setup, s, s.pending))
-        return new.replace(pending=None), metrics
+        new, metrics = learn(setup, s, shape_batch(setup, s, s.pending, s.pending_ref))
+        return new.replace(pending=None, pending_ref=None), metrics
 
-    def generator(s: GRPOState) -> Rollout:
-        return sample(setup, _advance(setup, s, _select(setup, s.pending)[0]))
+    def generator(s: GRPOState) -> tuple[Rollout, Array | None]:
+        return sample_pending(setup, _advance(setup, s, _select(setup, s.pending)[0]))
 
     mesh = jax.sharding.get_abstract_mesh()
     sizes = {} if mesh.empty else dict(mesh.shape)
     if sizes.get(batching.DATA, 1) == 1 and all(n == 1 for n in sizes.values()):  # one device
-        (new, metrics), ro = learner(state), generator(state)
-        return new.replace(pending=ro), metrics
+        (new, metrics), (ro, ref) = learner(state), generator(state)
+        return new.replace(pending=ro, pending_ref=ref), metrics
     if sizes.get(batching.DATA) != OVERLAP_DEVICES or any(n > 1 for a, n in sizes.items() if a != batching.DATA):
         raise ValueError(f"off_policy.overlap: generation and learning take one device each of a {OVERLAP_DEVICES}-device "
                          f"data mesh (devices: {OVERLAP_DEVICES}, mesh.model: 1); this run's mesh is "
@@ -433,8 +463,8 @@ def overlapped_update(setup: Setup, state: GRPOState) -> tuple[GRPOState, dict]:
         return jax.tree_util.tree_map(_psum_exact, out)
 
     spec = jax.sharding.PartitionSpec()
-    (new, metrics), ro = jax.shard_map(halves, in_specs=spec, out_specs=spec, axis_names={batching.DATA})(state)
-    return new.replace(pending=ro), metrics
+    (new, metrics), (ro, ref) = jax.shard_map(halves, in_specs=spec, out_specs=spec, axis_names={batching.DATA})(state)
+    return new.replace(pending=ro, pending_ref=ref), metrics
 
 
 def _psum_exact(x: Array) -> Array:
@@ -484,8 +514,11 @@ def init(setup: Setup, key: Array, hyper: dict | None = None) -> GRPOState:
 
 def with_pending(setup: Setup, state: GRPOState) -> GRPOState:
     """``state`` with update ``state.update_step``'s rollout in flight (``off_policy.overlap``;
-    :func:`sample`), else unchanged."""
-    return state.replace(pending=sample(setup, state)) if setup.cfg.off_policy.overlap else state
+    :func:`sample_pending`), else unchanged."""
+    if not setup.cfg.off_policy.overlap:
+        return state
+    ro, ref = sample_pending(setup, state)
+    return state.replace(pending=ro, pending_ref=ref)
 
 
 def schedule(cfg: GRPOConfig) -> Schedule:
