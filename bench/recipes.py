@@ -53,19 +53,21 @@ _CHILD = """
 import sys, time
 t0 = time.perf_counter()
 from jaxrl.run import config, trainer
-cfg = config.load_config(sys.argv[1], sys.argv[3:])
-trainer.run(cfg, run_dir=sys.argv[2])
+cfg = config.load_config(sys.argv[1], sys.argv[4:])
+trainer.run(cfg, run_dir=sys.argv[2], init_from=sys.argv[3] or None)
 print("TOTAL_S", time.perf_counter() - t0)
 """
 
 
-def run_recipe(name: str, overrides: list[str]) -> dict:
+def run_recipe(name: str, overrides: list[str], init_from: str | None = None, keep_dir: str | None = None) -> dict:
     """Train one recipe in a fresh process; returns its record (curve included), with
-    ``cpu_s_total``: the process's user + system seconds (what ``/usr/bin/time`` reports)."""
+    ``cpu_s_total``: the process's user + system seconds (what ``/usr/bin/time`` reports).
+    ``init_from``: a run directory whose learned parameters start this run (``jaxrl train
+    --init-from``); ``keep_dir``: the run directory, kept (else a temporary one)."""
     path = REPO / "configs" / f"{name}.yaml"
     with tempfile.TemporaryDirectory() as tmp:
-        run_dir = Path(tmp) / "run"
-        cmd = [sys.executable, "-c", _CHILD, str(path), str(run_dir), "train.progress=false", *overrides]
+        run_dir = Path(keep_dir) if keep_dir else Path(tmp) / "run"
+        cmd = [sys.executable, "-c", _CHILD, str(path), str(run_dir), init_from or "", "train.progress=false", *overrides]
         cpu0 = resource.getrusage(resource.RUSAGE_CHILDREN)
         start = time.perf_counter()
         proc = subprocess.run(cmd, capture_output=True, text=True)
@@ -75,7 +77,10 @@ def run_recipe(name: str, overrides: list[str]) -> dict:
             raise RuntimeError(f"{name} failed:\n{proc.stderr[-3000:]}")
         records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
         summary = json.loads((run_dir / "eval.json").read_text())
+        stop = run_dir / "stopped.json"  # train.stop_at ended the run early
+        stopped = json.loads(stop.read_text()) if stop.exists() else None
     record = make_record(name, " ".join(overrides), records, summary, round(wall, 2), common.run_meta())
+    record["stopped"] = stopped
     record["cpu_s_total"] = round(cpu1.ru_utime + cpu1.ru_stime - cpu0.ru_utime - cpu0.ru_stime, 1)
     return record
 
@@ -100,6 +105,10 @@ def make_record(name: str, overrides: str, records: list[dict], summary: dict, w
         "eval_det_ci95": [round(det["ci95_low"], 2), round(det["ci95_high"], 2)],
         "eval_sto_mean": round(sto.get("mean", float("nan")), 2),
         "eval_episodes": det["episodes"],
+        "updates": records[-1]["update"],
+        # every score of the evaluation (PPO: deterministic, stochastic; GRPO: greedy reward,
+        # exact match, a text task's own scores), as eval.json has them
+        "policies": summary["policies"],
         "eval_det_mean_per_seed": [round(v, 2) for v in per_seed],
         # seeds whose own deterministic mean reaches the target (issue 15 counts seeds)
         "seeds_at_target": None if target is None or not per_seed else sum(v >= target for v in per_seed),
