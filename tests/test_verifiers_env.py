@@ -5,7 +5,9 @@ package (CI: it is not in [dev], too heavy) building names the extra to install.
 installed: a toy taskset (tests/verifiers_envs/jaxrl_toy_words) scored through its own
 ``Task.score``: the right completion earns its reward, a wrong one none, a reward that
 raises and a prompt of two messages fail their episode only; one update through
-``trainer.run``.
+``trainer.run``. A multi-turn env (tests/verifiers_envs/jaxrl_toy_guess: its ``Env.run``
+answers each guess with higher / lower) played turn by turn, its failures per session, and
+two updates through ``jaxrl train``.
 """
 
 from __future__ import annotations
@@ -47,6 +49,8 @@ def test_the_config_section_and_its_one_line_errors():
         ({"id": "x"}, {"text": {"num_train": 3}}, "env.text: not with env.verifiers"),
         ({"id": "x"}, {"id": "CartPole-v1"}, "env.id: 'CartPole-v1' with env.verifiers"),
         ({"id": "x", "colour": 1}, {}, "unknown key 'env.verifiers.colour'"),
+        ({"id": "x", "turns": 0}, {}, "env.verifiers.turns: must be >= 1"),
+        ({"id": "x", "turns": 2}, {}, r"env.verifiers.reply_tokens: turns 2 > 1 needs reply slots"),
     ]:
         with pytest.raises(ConfigError, match=match):
             config_lib.config_from_dict(_raw(section, **env))
@@ -128,3 +132,51 @@ def test_a_taskset_mixed_with_an_on_device_task(toy):
     for row in np.flatnonzero(mine):
         assert "backwards" in host.codec.decode([int(i) for i in np.asarray(prompts[row]) if i != host.codec.pad_id])
     host.close()
+
+
+def _guess(**extra):
+    return _raw({"id": "jaxrl-toy-guess", "prompt_len": 48, "turn_tokens": 8, "turns": 3, "reply_tokens": 24,
+                 "held_out_every": 0, "max_failure_frac": 1.0, **extra})
+
+
+def test_a_multi_turn_env_is_played_turn_by_turn(toy):
+    """The env's own ``run`` writes the user turns: a wrong guess gets its hint as the env
+    reply, the right one ends the episode with the task's reward on the whole dialogue
+    (1 / turns), the third turn is the last (terminated, scored); an env that raises and a
+    reward that raises fail their session only; a single-turn taskset refuses turns > 1."""
+    with pytest.raises(ConfigError, match=r"^env.verifiers.turns: jaxrl-toy-words has no multi-turn env"):
+        build.env_setup(config_lib.config_from_dict(_raw({"id": "jaxrl-toy-words", "turns": 2, "reply_tokens": 8})).env)
+    with pytest.raises(ConfigError, match=r"^env.verifiers.seat: GuessEnv has no seat 'judge' \(its seats: \['player'\]\)$"):
+        build.env_setup(config_lib.config_from_dict(_guess(seat="judge")).env)
+    host = build.env_setup(config_lib.config_from_dict(_guess(args={"secrets": [1, 2, 3, 4, 5, 6]})).env).env.host
+    codec = host.codec
+    slots, prompts, failed = host.reset(np.arange(6, dtype=np.int32), np.int32(0))
+    assert host.seat == "player" and not failed.any()
+    assert codec.decode([int(i) for i in prompts[0] if i != codec.pad_id]) == "user\nGuess my number from 1 to 4.\nassistant\n"
+    live, got = ~failed, []
+    for turn, guess in enumerate("123"):
+        replies, rewards, done, failed = host.step(slots, np.full(6, turn, np.int32), live, encode_turns(codec, [guess] * 6, 8))
+        got.append(([round(float(r), 3) for r in rewards], done.tolist(), failed.tolist()))
+        if turn == 0:
+            assert codec.decode([int(i) for i in replies[1] if i != codec.pad_id]).endswith("user\nNo, higher.\nassistant\n")
+        live = live & ~done & ~failed
+    assert got == [([1.0, 0, 0, 0, 0, 0], [True] + [False] * 5, [False] * 4 + [True, False]),  # 5: the env raises
+                   ([0, 0.5, 0, 0, 0, 0], [False, True] + [False] * 4, [False] * 6),
+                   ([0, 0, 0.333, 0, 0, 0], [False, False, True, True, False, False], [False] * 5 + [True])]  # 6: the reward raises
+    assert host.faults == {"env": 1, "scoring": 1} and not host.episodes_
+    host.close()
+
+
+def test_grpo_trains_on_a_multi_turn_env_through_jaxrl_train(toy, tmp_path):
+    import yaml
+
+    from jaxrl import cli
+
+    raw = _guess(args={"secrets": [1, 2, 3, 4]})
+    raw["grpo"]["num_updates"] = 2
+    path = tmp_path / "guess.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    assert cli.main(["train", str(path), "--out", str(tmp_path / "run")]) == 0
+    with open(tmp_path / "run" / "metrics.jsonl", encoding="utf-8") as f:
+        records = [json.loads(line) for line in f]
+    assert len(records) == 2 and all(math.isfinite(r["loss"]) and r["rewards/remote_failed/mean"] == 0.0 for r in records)

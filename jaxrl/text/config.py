@@ -197,15 +197,24 @@ class VerifiersConfig:
     num_tasks: int = 0  # read at most this many tasks of the taskset (0: all; an infinite taskset needs a number)
     timeout_s: float = 30.0  # seconds one batch's scoring may take before its episodes fail
     max_failure_frac: float = 0.25  # stop the run when more than this fraction of a batch's episodes fail to score
+    env: str = ""  # a verifiers Env id run over the taskset ("": the taskset package's own Env, if it exports one; else single-turn)
+    env_args: dict = dataclasses.field(default_factory=dict)  # the Env config's fields (multi-turn envs)
+    seat: str = ""  # the Env's seat (AgentConfig field) jaxrl's policy plays ("": its only seat, or the only one left trainable)
+    turns: int = 1  # policy turns per episode of a multi-turn env (its next turn after the last comes back terminated)
+    reply_tokens: int = 0  # token slots of one env reply (turns > 1 needs them); a longer reply keeps its last tokens
 
 
 def check_verifiers(cfg: VerifiersConfig) -> None:
     """``ValueError`` naming the ``env.verifiers`` key that cannot work (nothing imported)."""
     if not cfg.id:
         raise ValueError("env.verifiers: no taskset named; e.g. env: {verifiers: my-taskset}")
-    for key in ("prompt_len", "turn_tokens"):
+    for key in ("prompt_len", "turn_tokens", "turns"):
         if isinstance(getattr(cfg, key), bool) or getattr(cfg, key) < 1:
             raise ValueError(f"env.verifiers.{key}: must be >= 1, got {getattr(cfg, key)!r}")
+    if cfg.reply_tokens < 0:
+        raise ValueError(f"env.verifiers.reply_tokens: must be >= 0, got {cfg.reply_tokens}")
+    if cfg.turns > 1 and cfg.reply_tokens < 1:
+        raise ValueError(f"env.verifiers.reply_tokens: turns {cfg.turns} > 1 needs reply slots for the env's replies (>= 1)")
     if cfg.held_out_every < 0 or cfg.held_out_every == 1:
         raise ValueError(f"env.verifiers.held_out_every: 0 (none) or k >= 2, got {cfg.held_out_every}")
     if cfg.num_tasks < 0:

@@ -1,4 +1,4 @@
-"""``env: {verifiers: NAME}``: an installed ``verifiers`` 0.4 taskset as a single-turn GRPO task.
+"""``env: {verifiers: NAME}``: an installed ``verifiers`` 0.4 taskset as a GRPO task.
 
 ``verifiers`` 0.4 is its ``verifiers.v1`` stack: an environment's data half is a
 ``Taskset`` (a package exporting its ``Taskset`` subclass, loaded by id with its
@@ -16,9 +16,11 @@ Generation and the update stay on device: :class:`VerifiersTask` is a
 (``asyncio.gather`` on the host's loop, under ``timeout_s``), with the remote env's failure
 rules: a task whose scoring raises, records an error, times out or returns no finite reward
 fails its episode (zero reward, masked, ``remote_failed``); more than ``max_failure_frac`` of
-a batch failing stops the run with one line. Multi-turn tasksets (a harness that talks to
-the model through an endpoint) and tasks whose prompt is more than one user message are not
-supported. Needs the ``[verifiers]`` extra. Guide: docs/remote_envs.md#verifiers-environments.
+a batch failing stops the run with one line. A single-turn task whose prompt is more than
+one user message fails its episode. A taskset whose package exports a multi-turn ``Env``
+(or one named by ``env.verifiers.env``) is played turn by turn instead, its ``Env.run``
+writing the user turns (:mod:`jaxrl.text.vf_dialogue`). Needs the ``[verifiers]`` extra.
+Guide: docs/remote_envs.md#verifiers-environments.
 """
 
 from __future__ import annotations
@@ -31,7 +33,9 @@ from typing import Any
 
 from jaxrl.text.callback_errors import quiet_callback_log
 from jaxrl.text.config import RemoteConfig, VerifiersConfig, check_verifiers
+from jaxrl.text import vf_dialogue
 from jaxrl.text.remote import RemoteEnvError, RemoteHost, RemoteTask, SessionFault, tokenizer_codec
+from jaxrl.text.vf_dialogue import message_text
 
 #: The id a verifiers env section runs under (run directories, records).
 ENV_ID = "verifiers"
@@ -48,8 +52,21 @@ def _v1():
     return vf, loaders
 
 
-def load_tasks(cfg: VerifiersConfig) -> list:
-    """The taskset's tasks (at most ``num_tasks``); one-line ``ValueError`` naming the key."""
+def load_tasks(cfg: VerifiersConfig, taskset: Any = None) -> list:
+    """The taskset's tasks (at most ``num_tasks``; of ``taskset`` when given, else one built
+    from ``cfg``); one-line ``ValueError`` naming the key."""
+    if taskset is None:
+        taskset = load_taskset(cfg)
+    if not cfg.num_tasks and not taskset.bounded:
+        raise ValueError(f"env.verifiers.num_tasks: {cfg.id} yields tasks forever; set how many to read")
+    tasks = list(itertools.islice(iter(taskset), cfg.num_tasks or None))
+    if not tasks:
+        raise ValueError(f"env.verifiers.id: {cfg.id} yielded no task")
+    return tasks
+
+
+def load_taskset(cfg: VerifiersConfig) -> Any:
+    """The taskset of ``cfg`` built with its config; one-line ``ValueError`` naming the key."""
     vf, loaders = _v1()
     try:
         cls = loaders.taskset_class(cfg.id)
@@ -58,13 +75,7 @@ def load_tasks(cfg: VerifiersConfig) -> list:
         raise ValueError(f"env.verifiers.id: {' '.join(str(exc).split())}") from None
     except Exception as exc:  # pydantic's ValidationError: the args do not fit the taskset's config
         raise ValueError(f"env.verifiers.args: {cfg.id}'s config refuses them: {' '.join(str(exc).split())[:300]}") from None
-    taskset = cls(config)
-    if not cfg.num_tasks and not taskset.bounded:
-        raise ValueError(f"env.verifiers.num_tasks: {cfg.id} yields tasks forever; set how many to read")
-    tasks = list(itertools.islice(iter(taskset), cfg.num_tasks or None))
-    if not tasks:
-        raise ValueError(f"env.verifiers.id: {cfg.id} yielded no task")
-    return tasks
+    return cls(config)
 
 
 def split_tasks(tasks: list, every: int) -> tuple[list, list]:
@@ -83,19 +94,11 @@ def prompt_parts(data: Any) -> tuple[str, str]:
         return prompt, system
     messages = list(prompt or [])
     if messages and getattr(messages[0], "role", None) == "system":
-        system = system or _text(messages[0].content)
+        system = system or message_text(messages[0].content)
         messages = messages[1:]
     if len(messages) != 1 or getattr(messages[0], "role", None) != "user":
         raise SessionFault(f"malformed reply: the task's prompt is {len(messages)} messages, not one user message")
-    return _text(messages[0].content), system
-
-
-def _text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    from verifiers.v1.types import content_text
-
-    return content_text(content)
+    return message_text(messages[0].content), system
 
 
 class VerifiersHost(RemoteHost):
@@ -191,14 +194,33 @@ def verifiers_task(cfg: VerifiersConfig, tokenizer_path: str, chat_template: boo
                    record: list | None = None) -> VerifiersTask:
     """The :class:`VerifiersTask` of ``cfg`` in the tokenizer at ``tokenizer_path``."""
     check_verifiers(cfg)
-    tasks = split_tasks(load_tasks(cfg), cfg.held_out_every)
-    codec = tokenizer_codec(tokenizer_path, False, "")  # completions decoded as text; prompts rendered per task
+    _v1()
+    env = vf_dialogue.load_env(cfg.env, cfg.id, cfg.args, cfg.env_args)
+    if env is None and cfg.turns > 1:
+        raise ValueError(f"env.verifiers.turns: {cfg.id} has no multi-turn env (its tasks are single-turn); "
+                         "turns > 1 needs one (env.verifiers.env)")
+    if env is None and cfg.seat:
+        raise ValueError(f"env.verifiers.seat: {cfg.id} has no multi-turn env (no seats to choose from)")
+    tasks = split_tasks(load_tasks(cfg, env.taskset if env is not None else None), cfg.held_out_every)
+    # completions decoded as text; prompts rendered per task; a multi-turn env's replies in the user turn
+    codec = tokenizer_codec(tokenizer_path, chat_template and env is not None, "")
     render = _renderer(tokenizer_path, chat_template, system_prompt)
-    rcfg = RemoteConfig(url=TRAIN, eval_url=HELD, prompt_len=cfg.prompt_len, turns=1, turn_tokens=cfg.turn_tokens,
-                        timeout_s=cfg.timeout_s, max_failure_frac=cfg.max_failure_frac, check_schema=False)
+    turns, reply = (1, 0) if env is None else (cfg.turns, cfg.reply_tokens)
+    if turns > 1 and len(codec.reply_prefix + codec.reply_suffix) >= reply:
+        raise ValueError(f"env.verifiers.reply_tokens: {reply} leaves no room for text after the chat template's "
+                         f"{len(codec.reply_prefix + codec.reply_suffix)} tokens")
+    rcfg = RemoteConfig(url=TRAIN, eval_url=HELD, prompt_len=cfg.prompt_len, turns=turns, turn_tokens=cfg.turn_tokens,
+                        reply_tokens=reply, timeout_s=cfg.timeout_s, max_failure_frac=cfg.max_failure_frac,
+                        check_schema=False)
     quiet_callback_log(RemoteEnvError)
-    host = VerifiersHost(cfg, rcfg, codec, render, tasks, record)
-    return VerifiersTask(cfg.id, cfg.prompt_len, 1, cfg.turn_tokens, 0, codec.vocab, codec.pad_id, codec.end_of_turn, host)
+    if env is None:
+        host = VerifiersHost(cfg, rcfg, codec, render, tasks, record)
+    else:
+        host = vf_dialogue.VerifiersDialogueHost(cfg, rcfg, codec, render, tasks, record, env=env,
+                                                 seat=vf_dialogue.played_seat(env, cfg.seat), splits=(TRAIN, HELD))
+    return VerifiersTask(cfg.id, cfg.prompt_len, turns, cfg.turn_tokens, reply, codec.vocab, codec.pad_id,
+                         codec.end_of_turn, host)
 
 
-__all__ = ["ENV_ID", "INSTALL", "VerifiersHost", "VerifiersTask", "load_tasks", "prompt_parts", "split_tasks", "verifiers_task"]
+__all__ = ["ENV_ID", "INSTALL", "VerifiersHost", "VerifiersTask", "load_taskset", "load_tasks", "prompt_parts", "split_tasks",
+           "verifiers_task"]
