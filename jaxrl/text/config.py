@@ -195,7 +195,7 @@ class VerifiersConfig:
     turn_tokens: int = 64  # token slots of the completion (its end-of-turn included)
     held_out_every: int = 10  # the task at position i is held out (evaluation only) iff i % k == 0 (0: none held out)
     num_tasks: int = 0  # read at most this many tasks of the taskset (0: all; an infinite taskset needs a number)
-    timeout_s: float = 30.0  # seconds one batch's scoring may take before its episodes fail
+    timeout_s: float = 30.0  # seconds one batch's scoring (a multi-turn env: its next turn, or its end and scoring) may take before its episodes fail
     max_failure_frac: float = 0.25  # stop the run when more than this fraction of a batch's episodes fail to score
     env: str = ""  # a verifiers Env id run over the taskset ("": the taskset package's own Env, if it exports one; else single-turn)
     env_args: dict = dataclasses.field(default_factory=dict)  # the Env config's fields (multi-turn envs)
