@@ -180,3 +180,20 @@ def test_grpo_trains_on_a_multi_turn_env_through_jaxrl_train(toy, tmp_path):
     with open(tmp_path / "run" / "metrics.jsonl", encoding="utf-8") as f:
         records = [json.loads(line) for line in f]
     assert len(records) == 2 and all(math.isfinite(r["loss"]) and r["rewards/remote_failed/mean"] == 0.0 for r in records)
+
+
+def test_the_docs_examples_are_the_shipped_files():
+    """docs/remote_envs.md shows examples/verifiers_{words,guess}.{py,yaml} as they are, and
+    the two configs are valid run configs."""
+    import yaml
+
+    with open(os.path.join(ROOT, "docs", "remote_envs.md"), encoding="utf-8") as f:
+        page = f.read()
+    for name in ("verifiers_words", "verifiers_guess"):
+        for ext, lang in (("py", "python"), ("yaml", "yaml")):
+            with open(os.path.join(ROOT, "examples", f"{name}.{ext}"), encoding="utf-8") as f:
+                text = f.read().rstrip()
+            assert f"```{lang}\n{text}\n```" in page, f"docs/remote_envs.md does not show examples/{name}.{ext} as it is"
+            if ext == "yaml":
+                cfg = config_lib.config_from_dict(yaml.safe_load(text))
+                assert cfg.env.verifiers.id == name.replace("_", "-")
