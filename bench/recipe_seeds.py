@@ -18,9 +18,9 @@ reward, a text task's own score), the target and an estimate of one seed's CPU s
 
 The record, ``bench/results/recipe_seeds.{json,md}``, holds per recipe the per-seed final
 figures, their range, the seeds at target, CPU and wall seconds and the load. It is written
-after every seed: a recipe's stored seeds are kept unless it is re-run (``--rerun``, or other
-``--set`` overrides than the stored ones), so a sweep done in several invocations, or stopped
-part-way, loses nothing.
+after every seed: a recipe's stored seeds are kept unless it is re-run (``--rerun``), so a
+sweep done in several invocations, or stopped part-way, loses nothing. A run with ``--set``
+overrides (a retuning trial) is its own entry, beside the shipped recipe's.
 """
 
 from __future__ import annotations
@@ -231,7 +231,8 @@ def _fold_old(record: dict) -> None:
 
 def write(record: dict) -> None:
     order = {n: i for i, n in enumerate(CLAIMS)}
-    record["recipes"] = dict(sorted(record["recipes"].items(), key=lambda kv: order.get(kv[0], len(order))))
+    record["recipes"] = dict(sorted(record["recipes"].items(),
+                                    key=lambda kv: (order.get(kv[1]["recipe"], len(order)), kv[0])))
     record["meta"] = common.metadata({"git": common.git_rev(), "nice": 19,
                                       "note": "each recipe entry carries its own utc, git, loads and seconds"})
     common.write_record(str(STEM), record, markdown)
@@ -249,6 +250,9 @@ def markdown(record: dict, path: str) -> None:
              "started from SFT runs its SFT recipe first with the same seed (seconds of both stages). Figure: the "
              "final evaluation's mean of the metric named (PPO/SAC: deterministic return; DQN/PQN: greedy return; "
              "GRPO: held-out greedy exact match, reward or the task's own score).", "",
+             f"Machine: {record['meta']['machine']['cpu_model']}, {record['meta']['machine']['cpus_usable']} cores usable, "
+             f"jax {record['meta']['versions'].get('jax')}; each recipe's row names when and at which commit it ran, and the "
+             "1-minute load average before its seeds (other sessions shared the machine).", "",
              "## Results", "",
              "| recipe | metric | target | per-seed figure (train.seed: value) | range | seeds at target | CPU s | wall s | load 1m | measured |",
              "|---|---|---|---|---|---|---|---|---|---|"]
@@ -275,7 +279,7 @@ def markdown(record: dict, path: str) -> None:
               "| recipe | quoted | where | metric | cost / seed (CPU s, source) | swept |", "|---|---|---|---|---|---|"]
     for name, c in CLAIMS.items():
         e = record["recipes"].get(name)
-        swept = (f"{len(e['seeds'])} seeds" if e else ("not run: " + c.runnable if c.runnable else "not yet"))
+        swept = (f"{len(e['seeds'])} seeds" if e else ("not run: " + c.runnable if c.runnable else "not swept"))
         lines.append(f"| {name} | {c.claim} | {c.where} | {c.metric} | {c.cpu_s:g} ({c.source}) | {swept} |")
     lines += ["", "Shipped recipes with no figure of their own run quoted:", ""]
     lines += [f"- `{n}`: {why}" for n, why in NOT_CLAIMED.items()]
@@ -289,8 +293,9 @@ def sweep(names: list[str], seeds: list[int], overrides: list[str], rerun: bool)
         if not (REPO / "configs" / f"{name}.yaml").exists():
             raise SystemExit(f"recipe_seeds: no configs/{name}.yaml")
         claim = CLAIMS.get(name) or Claim("deterministic", None, "-", "-", 0, "-")
-        old = record["recipes"].get(name)
-        rows = [] if rerun or old is None or old["overrides"] != overrides else [r for r in old["seeds"] if not r.get("error")]
+        key = " ".join([name, *overrides])  # a retuning trial is kept beside the shipped recipe's entry
+        old = record["recipes"].get(key)
+        rows = [] if rerun or old is None else [r for r in old["seeds"] if not r.get("error")]
         done = {r["seed"] for r in rows}
         todo = [s for s in seeds if s not in done]
         if not todo:
@@ -299,7 +304,7 @@ def sweep(names: list[str], seeds: list[int], overrides: list[str], rerun: bool)
         for s in todo:
             row = run_seed(name, claim, s, overrides)
             rows = sorted([*rows, row], key=lambda r: r["seed"])
-            record["recipes"][name] = summary(name, claim, rows, overrides)
+            record["recipes"][key] = summary(name, claim, rows, overrides)
             write(record)
             print(f"{name} seed {s}: {claim.metric} {row.get('figure')} (target {claim.target}), "
                   f"{row.get('wall_s')} s wall, {row.get('cpu_s')} s CPU{' ERROR' if row.get('error') else ''}", flush=True)
