@@ -180,3 +180,20 @@ def test_jaxrl_eval_reports_the_score_of_each_source():
     lines = format_summary(summary).splitlines()
     assert lines[1].startswith("eval source a ") and "over 2 episodes (50% of them)" in lines[1]
     assert lines[3] == "eval source c              no episode drawn"
+
+
+def test_jaxrl_serve_refuses_a_mix_with_one_line(tmp_path, capsys):
+    """A server holds one compiled task: ``jaxrl serve --config`` of an ``env.mix`` (or a
+    remote / verifiers) config stops with one line saying what to do, before anything is built."""
+    import yaml
+
+    from jaxrl import cli
+
+    for env, line in ((_raw([WP, SORT])["env"], "env.mix: jaxrl serve serves one task; serve each on-device member"),
+                      ({"remote": {"url": "ws://127.0.0.1:9"}}, "env.remote: already a served environment"),
+                      ({"verifiers": "my-words"}, "env.verifiers: a verifiers taskset is scored on the host")):
+        path = tmp_path / "run.yaml"
+        path.write_text(yaml.safe_dump({**_raw([WP]), "env": env}))
+        assert cli.main(["serve", "--config", str(path), "--port", "0"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and line in err, err

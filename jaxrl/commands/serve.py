@@ -26,6 +26,16 @@ from jaxrl.serve.main import EXIT_IO, AddressUnavailable, bind, check_args, env_
 __all__ = ["main_serve", "resolve_env"]
 
 
+#: Env sections a server cannot hold (what to do instead): they are tasks stepped on the host.
+NOT_SERVED = {
+    "mix": "jaxrl serve serves one task; serve each on-device member with its own config and mix them in the "
+           "training run (env.mix members with remote: ...)",
+    "remote": "already a served environment; connect to its server directly",
+    "verifiers": "a verifiers taskset is scored on the host by its own code, not in a compiled pool; train on it "
+                 "with env: {verifiers: ...}",
+}
+
+
 def config_source(args) -> str | None:
     """The YAML run config ``args`` names (``--config``, or a run directory's ``config.yaml``),
     None for a registered env id; one :class:`ConfigError` line for a bad combination."""
@@ -71,6 +81,8 @@ def resolve_env(args) -> tuple:
     if any(str(o).partition("=")[0].strip() == "env.id" for o in overrides):
         raise ConfigError("--set env.id: serve that env by its id (jaxrl serve ENV_ID) instead")
     cfg = config_lib.load_config(source, overrides)
+    if cfg.env.id in NOT_SERVED:
+        raise ConfigError(f"env.{cfg.env.id}: {NOT_SERVED[cfg.env.id]}")
     setup = build.env_setup(cfg.env)
     return cfg.env.id, setup.env, setup.eval_params if held_out else setup.params, registry.spec(cfg.env.id).description
 
