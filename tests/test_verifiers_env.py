@@ -164,6 +164,14 @@ def test_a_multi_turn_env_is_played_turn_by_turn(toy):
                    ([0, 0.5, 0, 0, 0, 0], [False, True] + [False] * 4, [False] * 6),
                    ([0, 0, 0.333, 0, 0, 0], [False, False, True, True, False, False], [False] * 5 + [True])]  # 6: the reward raises
     assert host.faults == {"env": 1, "scoring": 1} and not host.episodes_
+
+    async def two_exchanges(task, agents):  # one conversation per episode: a second one fails it
+        async with agents.player.interaction(task), agents.player.interaction(task):
+            pass
+
+    host.env.run = two_exchanges
+    _, _, failed = host.reset(np.zeros(1, np.int32), np.int32(0))
+    assert failed.tolist() == [True] and host.faults["unsupported"] == 1
     host.close()
 
 

@@ -26,7 +26,8 @@ as a harness's turn limit does), as does one refused by the task's ``@stop`` on 
 or the seat's ``max_turns``. A session fails (zero reward, masked, counted by kind) when
 ``run`` or ``finalize`` raises, scoring raises or records an error, nothing happens within
 ``timeout_s``, the env ends before the first turn, or the env needs a seat jaxrl does not
-play (a second model); past ``max_failure_frac`` the run stops with one line.
+play (a second model) or a second exchange in one episode; past ``max_failure_frac`` the run
+stops with one line.
 
 Not driven: tool calls (a harness's MCP tools: the policy's turn is text only), request /
 response ``@stop`` and ``@intercept`` hooks (no HTTP request exists), ``send`` / ``steer``.
@@ -77,6 +78,8 @@ class _Seat:
     def interaction(self, task: Any, **_: Any):
         if not self.played:
             raise SeatError(f"seat {self.name!r} needs its own model; jaxrl plays seat {self.host.seat!r} (env.verifiers.seat)")
+        if self.episode.exchanges:
+            raise SeatError(f"a second exchange of seat {self.name!r} in one episode (jaxrl plays one conversation per episode)")
         return _Exchange(self, task)
 
     async def run(self, task: Any, **_: Any):
