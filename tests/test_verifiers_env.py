@@ -172,7 +172,37 @@ def test_a_multi_turn_env_is_played_turn_by_turn(toy):
     host.env.run = two_exchanges
     _, _, failed = host.reset(np.zeros(1, np.int32), np.int32(0))
     assert failed.tolist() == [True] and host.faults["unsupported"] == 1
+    host.env = _two_seats(asks_user=True)  # a seat with its own model (a modeled user): not played here
+    _, _, failed = host.reset(np.zeros(1, np.int32), np.int32(0))
+    assert failed.tolist() == [True] and host.faults["unsupported"] == 2
     host.close()
+
+
+def _two_seats(asks_user: bool = False, user_trainable: bool = False):
+    import verifiers.v1 as vf
+
+    class TwoConfig(vf.EnvConfig):
+        user: vf.AgentConfig = vf.AgentConfig()
+        player: vf.AgentConfig = vf.AgentConfig()
+
+    class Two(vf.Env[TwoConfig]):
+        async def setup(self, agents):
+            agents.user.trainable = user_trainable
+
+        async def run(self, task, agents):
+            async with agents.user.interaction(task) if asks_user else agents.player.interaction(task) as x:
+                await x.turn()
+
+    return Two(TwoConfig(taskset={"id": "jaxrl-toy-guess"}))
+
+
+def test_the_seat_jaxrl_plays(toy):
+    """The only seat ``setup`` leaves trainable, or the one named; else one line."""
+    from jaxrl.text.vf_dialogue import played_seat
+
+    assert played_seat(_two_seats(), "") == "player" and played_seat(_two_seats(), "user") == "user"
+    with pytest.raises(ValueError, match=r"^env.verifiers.seat: Two has seats \['user', 'player'\] \(2 trainable\); name the one"):
+        played_seat(_two_seats(user_trainable=True), "")
 
 
 def test_grpo_trains_on_a_multi_turn_env_through_jaxrl_train(toy, tmp_path):

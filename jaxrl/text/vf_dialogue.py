@@ -71,7 +71,7 @@ def seats(env: Any) -> list[str]:
 class _Seat:
     """One seat of ``agents``: jaxrl's policy (``played``) or a seat that cannot be run."""
 
-    def __init__(self, host: VerifiersDialogueHost, episode: _Episode | None, name: str, played: bool, config: Any):
+    def __init__(self, host: VerifiersDialogueHost | None, episode: _Episode | None, name: str, played: bool, config: Any):
         self.host, self.episode, self.name, self.played, self.config = host, episode, name, played, config
         self.trainable = True
 
@@ -92,10 +92,10 @@ class _Seat:
 class _Agents:
     """``agents`` as ``Env.setup`` / ``Env.run`` see it (attribute per seat)."""
 
-    def __init__(self, host: VerifiersDialogueHost, episode: _Episode | None, played: str | None):
+    def __init__(self, env: Any, host: VerifiersDialogueHost | None, episode: _Episode | None, played: str | None):
         from verifiers.v1.configs.agent import agent_config_fields
 
-        fields = agent_config_fields(host.env.config)
+        fields = agent_config_fields(env.config)
         self._seats = {n: _Seat(host, episode, n, n == played, c) for n, c in fields.items()}
 
     def __getattr__(self, name: str) -> _Seat:
@@ -251,7 +251,7 @@ class VerifiersDialogueHost(RemoteHost):
 
         env, task = self.env, ep.task
         try:
-            agents = _Agents(self, ep, self.seat)
+            agents = _Agents(env, self, ep, self.seat)
             await env.setup(agents)
             await env.run(task, agents)
             played = [x for x in ep.exchanges if x.closed]
@@ -411,10 +411,7 @@ def played_seat(env: Any, seat: str) -> str:
         return seat
     if len(names) == 1:
         return names[0]
-    probe = _Agents.__new__(_Agents)
-    from verifiers.v1.configs.agent import agent_config_fields
-
-    probe._seats = {n: _Seat(None, None, n, False, c) for n, c in agent_config_fields(env.config).items()}  # type: ignore[arg-type]
+    probe = _Agents(env, None, None, None)  # setup only marks seats (trainable)
     try:
         asyncio.run(env.setup(probe))
     except Exception as exc:
