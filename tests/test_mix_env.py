@@ -4,7 +4,8 @@ The config's one-line errors (a member's keys, a token shape that does not agree
 of an episode's member (by weight, a pure function of its reset key); per-source figures
 and their records; a GRPO update mixing two on-device text tasks with a served one
 (per-source metrics, groups of one source, sessions only for the served rows, the same
-metrics from the same key); ``jaxrl eval``'s per-source lines.
+metrics from the same key); ``jaxrl eval``'s per-source lines; ``jaxrl serve --config``'s
+one-line refusal of a mix.
 """
 
 from __future__ import annotations
