@@ -74,6 +74,38 @@ QWEN2_CONFIG = {
 }
 
 
+DTYPE = "float32"  # the weights' dtype on both sides
+MICRO_BATCHES: int | str = 1  # jaxrl's grpo.micro_batches
+TUNIX_MICRO_BATCH = None  # Tunix's train_micro_batch_size in prompts (None: all PROMPTS at once)
+SHAPE = "tiny"
+
+
+def use_shape(name: str) -> None:
+    """Switch the module to the shape ``name``: ``tiny`` (the defaults above) or
+    ``qwen2.5-0.5b`` (issue 36's second comparison: Qwen2.5-0.5B's shapes with random weights,
+    vocabulary 151,936, prompts of 256 tokens, 128 new tokens, 4 prompts x 4 samples, LoRA r16,
+    bfloat16 weights; written to ``/tmp`` in float32 and read as bfloat16 by both sides)."""
+    global PROMPTS, SAMPLES, NEW_TOKENS, PROMPT_LEN, N_WORDS, PAD, BOS_CHAT, EOS, VOCAB, LORA_RANK, LORA_ALPHA
+    global CONFIGS, QWEN2_CONFIG, CKPT, RESULTS, DTYPE, MICRO_BATCHES, SHAPE, TUNIX_MICRO_BATCH
+    if name == "tiny":
+        return
+    if name != "qwen2.5-0.5b":
+        raise SystemExit(f"--shape: expected tiny or qwen2.5-0.5b, got {name!r}")
+    SHAPE = name
+    PROMPTS, SAMPLES, NEW_TOKENS, PROMPT_LEN = 4, 4, 128, 256
+    VOCAB = 151936
+    N_WORDS, PAD, BOS_CHAT, EOS = VOCAB - 3, VOCAB - 3, VOCAB - 2, VOCAB - 1
+    LORA_RANK, LORA_ALPHA = 16, 32.0
+    DTYPE, MICRO_BATCHES = "bfloat16", "auto"
+    TUNIX_MICRO_BATCH = 1  # all 4 prompts at once asks XLA for 31 GB (29 GiB) on this 23 GiB machine
+    CONFIGS = (("lora16_beta0", LORA_RANK, 0.0), ("lora16_beta0.04", LORA_RANK, 0.04))
+    QWEN2_CONFIG = dict(QWEN2_CONFIG, vocab_size=VOCAB, hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
+                        num_attention_heads=14, num_key_value_heads=2, head_dim=64, max_position_embeddings=32768,
+                        max_window_layers=21, eos_token_id=EOS, pad_token_id=PAD, torch_dtype="bfloat16")
+    CKPT = "/tmp/jaxrl_bench_qwen2.5_0.5b_random"
+    RESULTS = os.path.join(HERE, "results", "lm_grpo_vs_tunix_0.5b")
+
+
 def qwen2_tensors(cfg: dict, seed: int = 0, std: float = 0.02) -> dict[str, np.ndarray]:
     """HF-named float32 tensors of a random Qwen2 (``[out, in]`` weights, as torch stores them)."""
     rng = np.random.default_rng(seed)
@@ -110,10 +142,11 @@ def word_level_tokenizer() -> dict:
     }
 
 
-def make_checkpoint(path: str = CKPT) -> str:
+def make_checkpoint(path: str | None = None) -> str:
     """Write the checkpoint directory (idempotent: same seed, same bytes); returns ``path``."""
     from safetensors.numpy import save_file
 
+    path = path or CKPT
     os.makedirs(path, exist_ok=True)
     with open(os.path.join(path, "config.json"), "w") as f:
         json.dump(QWEN2_CONFIG, f, indent=2)
@@ -205,16 +238,17 @@ def _total(tree):
     return sum(jnp.sum(jnp.asarray(x, jnp.float32)) for x in jax.tree_util.tree_leaves(tree))
 
 
-def jaxrl_setup(rank: int, beta: float, path: str = CKPT):
+def jaxrl_setup(rank: int, beta: float, path: str | None = None):
     from jaxrl.algos import grpo
     from jaxrl.algos.contract import EnvSetup
 
     task = even_task_cls()()
     params = task.default_params
-    model = grpo.config.ModelConfig(policy="hf", path=path, dtype="float32",
+    model = grpo.config.ModelConfig(policy="hf", path=path or CKPT, dtype=DTYPE,
                                     lora=grpo.config.LoRASection(rank=rank, alpha=LORA_ALPHA))
     cfg = grpo.GRPOConfig(
-        num_prompts=PROMPTS, group_size=SAMPLES, num_minibatches=1, num_epochs=1, micro_batches=1, eval_episodes=8,
+        num_prompts=PROMPTS, group_size=SAMPLES, num_minibatches=1, num_epochs=1, micro_batches=MICRO_BATCHES,
+        eval_episodes=8,
         model=model, loss=grpo.config.LossConfig(type="grpo", beta=beta, eps_low=0.2, eps_high=0.2),
         optim=grpo.config.GRPOOptim(lr=LR, max_grad_norm=1.0),
     )
@@ -307,12 +341,16 @@ def tunix_side(rank: int, beta: float, steps: int) -> dict:
     from tunix.rl.grpo import grpo_learner
     from tunix.rl.rollout import base_rollout
 
+    import jax.numpy as jnp
+
+    c, dtype = QWEN2_CONFIG, jnp.dtype(DTYPE)
     cfg = qwen2_model.ModelConfig(
-        num_layers=2, vocab_size=VOCAB, embed_dim=64, hidden_dim=128, num_heads=4, head_dim=16, num_kv_heads=2,
-        rope_theta=1_000_000, norm_eps=1e-6, use_tied_embedding=True)
+        num_layers=c["num_hidden_layers"], vocab_size=VOCAB, embed_dim=c["hidden_size"], hidden_dim=c["intermediate_size"],
+        num_heads=c["num_attention_heads"], head_dim=c["head_dim"], num_kv_heads=c["num_key_value_heads"],
+        rope_theta=1_000_000, norm_eps=1e-6, use_tied_embedding=True, dtype=dtype, param_dtype=dtype)
     mesh = jax.make_mesh((1, 1), ("fsdp", "tp"), axis_types=(jax.sharding.AxisType.Auto,) * 2)
     t_load = time.perf_counter()
-    base = qwen2_params.create_model_from_safe_tensors(CKPT, cfg, mesh)
+    base = qwen2_params.create_model_from_safe_tensors(CKPT, cfg, mesh, dtype=dtype)
     if rank:  # Tunix's LoRA recipe: qwix adapters on the base, the base is the reference
         provider = qwix.LoraProvider(module_path=TUNIX_LORA_MODULES, rank=rank, alpha=LORA_ALPHA)
         actor = qwix.apply_lora_to_model(base, provider, rngs=nnx.Rngs(0), **base.get_model_input())
@@ -322,7 +360,7 @@ def tunix_side(rank: int, beta: float, steps: int) -> dict:
         reference = base
     else:  # full fine-tune: the actor is trained, the reference is a second copy
         actor = base
-        reference = qwen2_params.create_model_from_safe_tensors(CKPT, cfg, mesh) if beta > 0 else None
+        reference = qwen2_params.create_model_from_safe_tensors(CKPT, cfg, mesh, dtype=dtype) if beta > 0 else None
     load_s = time.perf_counter() - t_load
     tokenizer = transformers.PreTrainedTokenizerFast(  # AutoTokenizer picks Qwen2's BPE class from config.json
         tokenizer_file=os.path.join(CKPT, "tokenizer.json"), eos_token="<|im_end|>", pad_token="<|endoftext|>")
@@ -334,7 +372,7 @@ def tunix_side(rank: int, beta: float, steps: int) -> dict:
         offload_to_cpu=False,
         training_config=rl_cluster_lib.RLTrainingConfig(
             actor_optimizer=optimizer, eval_every_n_steps=10_000, max_steps=steps + 1,
-            mini_batch_size=PROMPTS, train_micro_batch_size=PROMPTS),
+            mini_batch_size=PROMPTS, train_micro_batch_size=TUNIX_MICRO_BATCH or PROMPTS),
         rollout_config=base_rollout.RolloutConfig(
             max_tokens_to_generate=NEW_TOKENS, max_prompt_length=PROMPT_LEN,
             kv_cache_size=PROMPT_LEN + NEW_TOKENS + 16, temperature=1.0, top_p=1.0, top_k=None),
@@ -393,6 +431,7 @@ def tunix_main(args) -> None:
         if args.only and name not in args.only:
             continue
         results[name] = tunix_side(rank, beta, args.steps)
+        results[name]["peak_rss_mib"] = peak_rss_mib()
         print(f"tunix {name}: {results[name]['steady_median_s']:.3f} s/step", file=sys.stderr, flush=True)
     meta = {"python": sys.version.split()[0], "jax_devices": [str(d) for d in jax.devices()]}
     import importlib.metadata as md
@@ -402,13 +441,45 @@ def tunix_main(args) -> None:
         json.dump({"meta": meta, "results": results}, f, indent=1)
 
 
+def peak_rss_mib() -> float:
+    """This process's peak resident memory so far (``ru_maxrss``, KiB on Linux), in MiB."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def jaxrl_child(args) -> None:
+    """jaxrl's side of one configuration (``--jaxrl-side``), alone in its process, so that its
+    peak resident memory is its own."""
+    (name, rank, beta), = [c for c in CONFIGS if c[0] == args.only[0]]
+    result = run_jaxrl(rank, beta, args.steps)
+    result["peak_rss_mib"] = peak_rss_mib()
+    with open(args.tunix_out, "w") as f:
+        json.dump(result, f, indent=1)
+
+
 # ----------------------------------------------------------------------------------------
 # The comparison
 # ----------------------------------------------------------------------------------------
+def run_jaxrl_process(name: str, steps: int) -> dict:
+    """jaxrl's side of one configuration in a fresh process of this Python (:func:`jaxrl_child`)."""
+    out = os.path.join("/tmp", f"lm_grpo_vs_tunix_{os.getpid()}_{name}_jaxrl.json")
+    cmd = [sys.executable, os.path.abspath(__file__), "--jaxrl-side", "--tunix-out", out, "--steps", str(steps),
+           "--only", name, "--shape", SHAPE]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"jaxrl side failed ({name}):\n{proc.stderr[-4000:]}")
+    with open(out) as f:
+        data = json.load(f)
+    os.remove(out)
+    return data
+
+
 def run_tunix(python: str, name: str, steps: int) -> dict:
     """Tunix's side of one configuration in a subprocess of its own environment."""
     out = os.path.join("/tmp", f"lm_grpo_vs_tunix_{os.getpid()}_{name}.json")
-    cmd = [python, os.path.abspath(__file__), "--tunix-side", "--tunix-out", out, "--steps", str(steps), "--only", name]
+    cmd = [python, os.path.abspath(__file__), "--tunix-side", "--tunix-out", out, "--steps", str(steps), "--only", name,
+           "--shape", SHAPE]
     env = {**os.environ, "JAX_PLATFORMS": os.environ.get("JAX_PLATFORMS", "cpu")}
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
@@ -429,7 +500,8 @@ def write_markdown(record: dict, path: str) -> None:
         f"shared with other jobs: load average {m['load_before']:.1f} before, {m['load_after']:.1f} after). "
         "Figures under this load are noisy; compare the ratio within a row (both sides ran back to back).", "",
         f"Command: `{m['command']}` (jaxrl at commit {m.get('git', '?')})", "",
-        f"Checkpoint: `bench/assets/qwen2_tiny_v1000` ({record['setup']['checkpoint']}). "
+        f"Checkpoint: `{record['setup'].get('checkpoint_path', 'bench/assets/qwen2_tiny_v1000')}` "
+        f"({record['setup']['checkpoint']}). "
         f"Batch: {record['setup']['batch']}.", "",
         "| config | jaxrl step (median) | Tunix step (median) | Tunix / jaxrl | jaxrl first step | Tunix first step "
         "| CPU s/step jaxrl, Tunix | gen tok/s jaxrl | gen tok/s Tunix | load (jaxrl, Tunix) |",
@@ -447,6 +519,10 @@ def write_markdown(record: dict, path: str) -> None:
             f"**{r['speedup_tunix_over_jaxrl']:.2f}x** | {j['first_step_s']:.1f} s | {t['first_step_s']:.1f} s | "
             f"{j['steady_median_cpu_s']:.2f}, {t['steady_median_cpu_s']:.2f} | {j['gen_tokens_per_s']:,.0f} | "
             f"{t['gen_tokens_per_s']:,.0f} | {r['load_jaxrl']:.1f}, {r['load_tunix']:.1f} |")
+    rss = [(n, r["jaxrl"].get("peak_rss_mib"), (r.get("tunix") or {}).get("peak_rss_mib")) for n, r in record["configs"].items()]
+    if any(j is not None for _, j, _ in rss):
+        lines += ["", "Peak resident memory of each side's process (MiB, `ru_maxrss`): " + "; ".join(
+            f"{n}: jaxrl {j:,.0f}" + (f", Tunix {t:,.0f}" if t is not None else "") for n, j, t in rss if j is not None) + "."]
     lines += ["", "Target (issue 23): jaxrl >= 5x faster than Tunix. Details, method and findings: the JSON's "
               "`setup` and `notes`, and the docstring of `bench/lm_grpo_vs_tunix.py`.", ""]
     lines += [f"- {n}" for n in record["notes"]]
@@ -490,6 +566,19 @@ NOTES = [
 ]
 
 
+NOTES_05B = [
+    "Issue 36's second comparison: Qwen2.5-0.5B's shapes (24 layers, hidden 896, 14/2 heads, MLP 4,864, vocabulary "
+    "151,936, tied embeddings) with random weights, read as bfloat16 by both sides; 4 prompts x 4 samples, prompts of "
+    "256 tokens, 128 new tokens, LoRA rank 16 on q/k/v/o/gate/up/down; target: jaxrl >= 2x Tunix per step.",
+    "Each side runs in a fresh process of its own (peak RSS per side); the method is the tiny record's (the docstring "
+    "of bench/lm_grpo_vs_tunix.py): a step is a whole GRPO step, first (compile) step apart.",
+    "jaxrl runs with grpo.micro_batches: auto (the memory plan chooses remat, head chunking and micro-batches); Tunix "
+    "with train_micro_batch_size 1 (one prompt's 4 samples per micro-batch): with all 4 prompts in one micro-batch "
+    "its update asked XLA for 31,271,739,524 bytes and failed (RESOURCE_EXHAUSTED) on this 23 GiB machine.",
+    "Random weights almost never sample EOS, so both sides decode all 128 tokens of every row.",
+]
+
+
 def main(args) -> None:
     sys.path.insert(0, ROOT)
     from bench import common
@@ -512,7 +601,8 @@ def main(args) -> None:
             row["tunix"] = tunix["results"][name]
             row["tunix_meta"] = tunix["meta"]
         row["load_jaxrl"] = os.getloadavg()[0]
-        row["jaxrl"] = run_jaxrl(rank, beta, args.steps)
+        # the 0.5B shape: each side alone in a fresh process (peak RSS per side); tiny: in this one
+        row["jaxrl"] = run_jaxrl(rank, beta, args.steps) if SHAPE == "tiny" else run_jaxrl_process(name, args.steps)
         if "tunix" in row:
             row["speedup_tunix_over_jaxrl"] = row["tunix"]["steady_median_s"] / row["jaxrl"]["steady_median_s"]
             row["gen_speedup"] = row["jaxrl"]["gen_tokens_per_s"] / row["tunix"]["gen_tokens_per_s"]
@@ -523,15 +613,20 @@ def main(args) -> None:
         print(msg, flush=True)
     meta = common.metadata({"load_before": load_before, "load_after": os.getloadavg()[0], "git": git_rev},
                            libraries=("jax", "jaxlib", "numpy", "flax", "optax", "safetensors", "tokenizers"))
+    c = QWEN2_CONFIG
     setup = {
-        "checkpoint": "Qwen2, 2 layers, hidden 64, 4/2 heads (head_dim 16), MLP 128, vocab 1,000, tied embeddings, "
-                      "q/k/v bias, rope_theta 1e6, 138,304 parameters, float32, random normal(0, 0.02) weights",
+        "shape": SHAPE, "checkpoint_path": CKPT if SHAPE == "tiny" else "(written to /tmp by the bench)",
+        "checkpoint": f"Qwen2, {c['num_hidden_layers']} layers, hidden {c['hidden_size']}, {c['num_attention_heads']}/"
+                      f"{c['num_key_value_heads']} heads (head_dim {c['head_dim']}), MLP {c['intermediate_size']}, vocab "
+                      f"{VOCAB:,}, tied embeddings, q/k/v bias, rope_theta 1e6, random normal(0, 0.02) weights, read as "
+                      f"{DTYPE}" + (", 138,304 parameters" if SHAPE == "tiny" else ""),
         "batch": f"{PROMPTS} prompts x {SAMPLES} samples x {NEW_TOKENS} new tokens, prompts {PROMPT_LEN} tokens",
-        "reward": "fraction of the 32 completion tokens that are ordinary tokens w<even id>",
+        "reward": f"fraction of the {NEW_TOKENS} completion tokens that are ordinary tokens w<even id>",
+        "lora": f"rank {LORA_RANK}, alpha {LORA_ALPHA}", "jaxrl_micro_batches": MICRO_BATCHES,
         "optimizer": f"Adam lr {LR}, b1 0.9, b2 0.99, global-norm clip 1.0",
         "steps": f"1 first (compile) + {args.steps} steady; median reported",
     }
-    record = {"meta": meta, "setup": setup, "configs": configs, "notes": NOTES}
+    record = {"meta": meta, "setup": setup, "configs": configs, "notes": NOTES if SHAPE == "tiny" else NOTES_05B}
     os.makedirs(os.path.dirname(RESULTS), exist_ok=True)
     with open(RESULTS + ".json", "w") as f:
         f.write(common.dumps(record))
@@ -547,13 +642,18 @@ def parse_args(argv=None):
     p.add_argument("--markdown-only", action="store_true", help="rewrite the .md from the existing .json")
     p.add_argument("--tunix-side", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--tunix-out", default="", help=argparse.SUPPRESS)
+    p.add_argument("--jaxrl-side", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--shape", default="tiny", help="tiny (the default) or qwen2.5-0.5b (a record of its own)")
     return p.parse_args(argv)
 
 
 if __name__ == "__main__":
     ARGS = parse_args()
+    use_shape(ARGS.shape)
     if ARGS.tunix_side:
         tunix_main(ARGS)
+    elif ARGS.jaxrl_side:
+        jaxrl_child(ARGS)
     elif ARGS.markdown_only:
         with open(RESULTS + ".json") as f:
             REC = json.load(f)
