@@ -290,7 +290,8 @@ def markdown(record: dict, path: str) -> None:
              "export with matched settings (bench/peers/trl_pick_grpo.py). Held-out: every one of the 256 held-out rows "
              "once, greedy, 95% CI, by jaxrl's evaluation of each model loaded from its Hugging Face directory "
              "(the SFT export, the export of jaxrl's GRPO run, TRL's saved model), so the three are measured alike. "
-             "CPU seconds: the whole process (all threads; TRL's also without its start-up: the training loop alone).", "",
+             "CPU seconds: the whole process (all threads; TRL's as the peer measured itself, and its training loop alone); "
+             "wall seconds on a shared 2-core machine (load average in the JSON).", "",
              "## Held-out correct per seed", "",
              "| seed (SFT run) | SFT only | jaxrl SFT+GRPO | jaxrl gain | TRL SFT+GRPO | TRL gain | jaxrl GRPO CPU s / wall s | "
              "TRL GRPO CPU s / wall s (process) | TRL training loop CPU s / wall s |",
@@ -299,8 +300,8 @@ def markdown(record: dict, path: str) -> None:
         h, jx, trl = r["held_out"], r["jaxrl_grpo"], r["trl_grpo"]
         p = trl["peer"]
         lines.append(f"| {r['seed']} ({r['sft']['name']}) | {_fig(h['sft'])} | {_fig(h['jaxrl_grpo'])} | {r['gain_jaxrl']:+.3f} | "
-                     f"{_fig(h['trl_grpo'])} | {r['gain_trl']:+.3f} | {jx['cpu_s']} / {jx['wall_s']} | {trl['cpu_s']} / "
-                     f"{trl['wall_s']} | {p['train_cpu_s']} / {p['train_wall_s']} |")
+                     f"{_fig(h['trl_grpo'])} | {r['gain_trl']:+.3f} | {jx['cpu_s']} / {jx['wall_s']} | {p['process_cpu_s']} / "
+                     f"{p['process_wall_s']} | {p['train_cpu_s']} / {p['train_wall_s']} |")
     gj, gt = record["gains"]["jaxrl"], record["gains"]["trl"]
     if gj:
         lines += ["", f"Gain over SFT alone on {len(gj)} seed(s): jaxrl {min(gj):+.3f} to {max(gj):+.3f} (mean "
@@ -309,7 +310,10 @@ def markdown(record: dict, path: str) -> None:
                       f"{record['cpu_ratio']['max']:.1f}x."]
     lines += ["", "The same figures from the runs' own records (jaxrl's `eval.json`; they should equal the column above):", ""]
     for r in record["seeds"]:
-        lines.append(f"* seed {r['seed']}: SFT run {_fig2(r['sft']['eval'])}, jaxrl GRPO run {_fig2(r['jaxrl_grpo']['eval'])}")
+        lift = r.get("lift_grpo")
+        lines.append(f"* seed {r['seed']}: SFT run {_fig2(r['sft']['eval'])}, jaxrl GRPO run {_fig2(r['jaxrl_grpo']['eval'])}"
+                     + (f"; the GRPO run from the same SFT run in bench/results/text_grpo_lift.md ({lift['name']}, jaxrl at "
+                        f"{lift['git']}): {_fig2(lift['eval'])}" if lift else ""))
     lines += ["", "## Reward function check", "",
               "TRL's reward function (bench/peers/trl_pick_grpo.py `pick_reward`, on the text TRL decodes) against jaxrl's "
               "on-device rubric (on the token ids), over TRL's logged completions (the first and last 4 updates of each "
@@ -344,7 +348,7 @@ SETTINGS = [
     ("optimiser", "optax Adam b1 0.9 b2 0.99 eps 1e-8, clip 1.0", "torch AdamW, weight decay 0, same betas, eps, clip"),
     ("learning rate", "3e-4 constant, no warm-up", "3e-4, lr_scheduler_type constant, warmup_steps 0"),
     ("sampling", "temperature 1, whole vocabulary", "temperature 1, top_p 1, top_k 0"),
-    ("completion", "at most 16 tokens, ends at <|im_end|>", "max_completion_length 16, eos <|im_end|>"),
+    ("completion", "at most 16 tokens, ends at the eos token (id 2, im_end)", "max_completion_length 16, the same eos"),
     ("reward", "rubric {numeric, answer_tag, format_weight 0.1} on the token bytes", "pick_reward on the decoded text"),
     ("precision", "float32", "float32 (bf16 off)"),
     ("in-run held-out evaluation", "64 rows every 10 updates, all 256 at the end", "none (scored after, by jaxrl)"),
@@ -364,7 +368,10 @@ def record() -> None:
         h = r["held_out"]
         r["gain_jaxrl"] = round(h["jaxrl_grpo"]["mean"] - h["sft"]["mean"], 4)
         r["gain_trl"] = round(h["trl_grpo"]["mean"] - h["sft"]["mean"], 4)
-    ratios = [r["trl_grpo"]["cpu_s"] / r["jaxrl_grpo"]["cpu_s"] for r in seeds]
+        lift = _load(os.path.join(text_grpo_lift.BASE, r["sft"]["name"][:-4] + "_grpo.json"))
+        if lift and lift["init_from"] == r["sft"]["name"]:
+            r["lift_grpo"] = {k: lift[k] for k in ("name", "git", "eval", "cpu_s", "wall_s")}
+    ratios = [r["trl_grpo"]["peer"]["process_cpu_s"] / r["jaxrl_grpo"]["cpu_s"] for r in seeds]
     peer = seeds[-1]["trl_grpo"]["peer"]
     meta = common.metadata({"load_before": seeds[0]["jaxrl_grpo"]["load_before"], "load_after": seeds[-1]["trl_grpo"]["load_after"],
                             "git": common.git_rev(), "nice": 19},
