@@ -395,14 +395,16 @@ def tunix_side(rank: int, beta: float, steps: int) -> dict:
     t0, c0 = time.perf_counter(), time.process_time()
     learner.train(dataset)
     t_end = time.perf_counter()
-    if len(stamps) != steps + 1:
-        raise RuntimeError(f"expected {steps + 1} reward calls (one per step), got {len(stamps)}")
-    # step k (k >= 1) = from reward call k to reward call k+1 (its update, then the next
-    # generation); the last one ends when train returns (its update only: slightly short).
-    bounds = stamps + [t_end]
+    m = PROMPTS // (TUNIX_MICRO_BATCH or PROMPTS)  # reward calls per step: one per micro-batch
+    if len(stamps) != (steps + 1) * m:
+        raise RuntimeError(f"expected {(steps + 1) * m} reward calls ({m} per step), got {len(stamps)}")
+    # step k (k >= 1) = from its first reward call to the next step's first (its update, then
+    # the next generation); the last one ends when train returns (its update only: slightly short).
+    bounds = stamps[::m] + [t_end]
     times = [bounds[1] - t0] + [bounds[k + 1] - bounds[k] for k in range(1, steps + 1)]
-    cb = cpu_stamps
+    cb = cpu_stamps[::m]
     cpu = [cb[1] - c0] + [cb[k + 1] - cb[k] for k in range(1, steps)]
+    rewards = [float(np.mean(rewards[k * m:(k + 1) * m])) for k in range(steps + 1)]
     gen = tunix_generation(cluster, texts, steps)
     return {**timing(times[:-1], cpu), "last_step_update_only_s": times[-1],
             "train_total_s": t_end - t0, "load_s": load_s, "reward_per_step": rewards, **gen}
