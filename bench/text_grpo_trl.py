@@ -56,13 +56,15 @@ EDGE_CASES = [  # completions (text) the check scores besides TRL's own; each ag
 EDGE_ANSWERS = ["392", "347", "1392", "0"]
 
 
-def _child(cmd: list[str], log: str) -> dict:
-    """Run ``cmd`` under ``nice -n 19`` from ROOT, its output in ``log``: exit status, wall and CPU s, load."""
+def _child(cmd: list[str], log: str, env: dict | None = None) -> dict:
+    """Run ``cmd`` under ``nice -n 19`` from ROOT (``env``: variables added), its output in ``log``:
+    exit status, wall and CPU s, load."""
     load_before = os.getloadavg()[0]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     with open(os.path.join(ROOT, log), "w") as f:
-        proc = subprocess.run(["nice", "-n", "19", *cmd], cwd=ROOT, stdout=f, stderr=subprocess.STDOUT)
+        proc = subprocess.run(["nice", "-n", "19", *cmd], cwd=ROOT, stdout=f, stderr=subprocess.STDOUT,
+                              env={**os.environ, **(env or {})})
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return {"returncode": proc.returncode, "wall_s": round(wall, 1),
@@ -158,6 +160,40 @@ def seed_run(seed: int) -> dict:
     print(f"seed {seed}: held-out correct SFT {h['sft']['mean']:.3f}, jaxrl GRPO {h['jaxrl_grpo']['mean']:.3f}, "
           f"TRL GRPO {h['trl_grpo']['mean']:.3f}; reward check {rec['reward_check']['differ']} of "
           f"{rec['reward_check']['compared']} differ", flush=True)
+    return rec
+
+
+ONE_CORE = ["taskset", "-c", "1"]  # bench/common.py's "one core": a program's own work, no second thread waiting
+
+
+def timing(seed: int) -> dict:
+    """Both GRPO stages of ``seed`` again, each pinned to one core with one thread (jaxrl's
+    ``jaxrl train``; TRL with ``OMP_NUM_THREADS=1``), back to back, and scored like
+    :func:`seed_run`'s: CPU seconds on equal footing; ``BASE/timing_seed<S>.json``."""
+    sft = sft_run(seed)
+    sft_hf = os.path.join(BASE, f"seed{seed}_sft_hf")
+    export(os.path.join(text_grpo_lift.BASE, sft["name"]), sft_hf)
+    out = os.path.join(BASE, "timing")
+    os.makedirs(os.path.join(ROOT, out), exist_ok=True)
+    jx_dir, trl_dir = os.path.join(out, f"seed{seed}_jaxrl_grpo"), os.path.join(out, f"seed{seed}_trl")
+    train = [sys.executable, "-m", "jaxrl.cli", "train", CONFIGS["grpo"], "--out", jx_dir, "--set", f"train.seed={seed}",
+             "--init-from", os.path.join(text_grpo_lift.BASE, sft["name"])]
+    jx = _must(_child(ONE_CORE + train, jx_dir + ".log", {"XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false"}),
+               "jaxrl GRPO (one core)", jx_dir + ".log")
+    trl = _must(_child(ONE_CORE + [TRL_PYTHON, PEER, "--model", sft_hf, "--out", trl_dir, "--seed", str(seed)],
+                       trl_dir + ".log", {"OMP_NUM_THREADS": "1"}), "TRL GRPO (one core)", trl_dir + ".log")
+    export(jx_dir, jx_dir + "_hf")
+    scores = os.path.join(out, f"seed{seed}_scores.json")
+    _must(_child([sys.executable, __file__, "score", str(seed), scores, f"jaxrl_grpo={jx_dir}_hf",
+                  f"trl_grpo={os.path.join(trl_dir, 'model')}"], scores + ".log"), "scoring (timing)", scores + ".log")
+    rec = {"seed": seed, "utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "git": common.git_rev(),
+           "setting": "taskset -c 1; jaxrl: XLA_FLAGS=--xla_cpu_multi_thread_eigen=false; TRL: OMP_NUM_THREADS=1",
+           "jaxrl_grpo": jx, "trl_grpo": {**trl, "peer": _load(os.path.join(trl_dir, "peer.json"))},
+           "held_out": _load(scores)}
+    with open(os.path.join(ROOT, BASE, f"timing_seed{seed}.json"), "w") as f:
+        f.write(common.dumps(rec))
+    print(f"timing seed {seed}: jaxrl {jx['cpu_s']} CPU s / {jx['wall_s']} wall s, TRL {trl['cpu_s']} / {trl['wall_s']}; "
+          f"held-out jaxrl {rec['held_out']['jaxrl_grpo']['mean']:.3f}, TRL {rec['held_out']['trl_grpo']['mean']:.3f}", flush=True)
     return rec
 
 
@@ -307,13 +343,27 @@ def markdown(record: dict, path: str) -> None:
         lines += ["", f"Gain over SFT alone on {len(gj)} seed(s): jaxrl {min(gj):+.3f} to {max(gj):+.3f} (mean "
                       f"{sum(gj) / len(gj):+.3f}), TRL {min(gt):+.3f} to {max(gt):+.3f} (mean {sum(gt) / len(gt):+.3f}). "
                       f"GRPO CPU seconds (whole process), TRL / jaxrl: {record['cpu_ratio']['min']:.1f}x to "
-                      f"{record['cpu_ratio']['max']:.1f}x."]
+                      f"{record['cpu_ratio']['max']:.1f}x at this load (on one core each: below)."]
     lines += ["", "The same figures from the runs' own records (jaxrl's `eval.json`; they should equal the column above):", ""]
     for r in record["seeds"]:
         lift = r.get("lift_grpo")
         lines.append(f"* seed {r['seed']}: SFT run {_fig2(r['sft']['eval'])}, jaxrl GRPO run {_fig2(r['jaxrl_grpo']['eval'])}"
                      + (f"; the GRPO run from the same SFT run in bench/results/text_grpo_lift.md ({lift['name']}, jaxrl at "
                         f"{lift['git']}): {_fig2(lift['eval'])}" if lift else ""))
+    if record.get("timing"):
+        lines += ["", "## GRPO's CPU seconds on one core, one thread each", "",
+                  "The table above ran at load average 5-10 with TRL's default 2 torch threads; on this shared machine 2 torch "
+                  "threads took several times the CPU seconds of one for the same updates, so those figures overstate TRL's "
+                  "work. Here each GRPO stage runs again from the same SFT "
+                  "run, pinned to one core (`taskset -c 1`, jaxrl with `XLA_FLAGS=--xla_cpu_multi_thread_eigen=false`, TRL "
+                  "with `OMP_NUM_THREADS=1`), back to back, scored the same way:", "",
+                  "| seed | jaxrl GRPO CPU s / wall s (whole process) | TRL GRPO CPU s / wall s (process) | TRL training loop "
+                  "CPU s | TRL / jaxrl CPU | held-out jaxrl / TRL | load before / after |", "|---|---|---|---|---|---|---|"]
+        for t in record["timing"]:
+            jx, p = t["jaxrl_grpo"], t["trl_grpo"]["peer"]
+            lines.append(f"| {t['seed']} | {jx['cpu_s']} / {jx['wall_s']} | {p['process_cpu_s']} / {p['process_wall_s']} | "
+                         f"{p['train_cpu_s']} | {p['process_cpu_s'] / jx['cpu_s']:.1f}x | {_fig(t['held_out']['jaxrl_grpo'])} / "
+                         f"{_fig(t['held_out']['trl_grpo'])} | {jx['load_before']:.1f} / {t['trl_grpo']['load_after']:.1f} |")
     lines += ["", "## Reward function check", "",
               "TRL's reward function (bench/peers/trl_pick_grpo.py `pick_reward`, on the text TRL decodes) against jaxrl's "
               "on-device rubric (on the token ids), over TRL's logged completions (the first and last 4 updates of each "
@@ -372,6 +422,8 @@ def record() -> None:
         if lift and lift["init_from"] == r["sft"]["name"]:
             r["lift_grpo"] = {k: lift[k] for k in ("name", "git", "eval", "cpu_s", "wall_s")}
     ratios = [r["trl_grpo"]["peer"]["process_cpu_s"] / r["jaxrl_grpo"]["cpu_s"] for r in seeds]
+    timings = sorted((_load(os.path.relpath(path, ROOT)) for path in glob.glob(os.path.join(ROOT, BASE, "timing_seed*.json"))),
+                     key=lambda t: t["seed"])
     peer = seeds[-1]["trl_grpo"]["peer"]
     meta = common.metadata({"load_before": seeds[0]["jaxrl_grpo"]["load_before"], "load_after": seeds[-1]["trl_grpo"]["load_after"],
                             "git": common.git_rev(), "nice": 19},
@@ -379,7 +431,8 @@ def record() -> None:
     common.write_record(RESULTS, {"meta": meta, "peer_versions": peer["versions"], "torch_threads": peer["torch_threads"],
                                   "configs": CONFIGS, "settings": SETTINGS, "seeds": seeds,
                                   "gains": {"jaxrl": [r["gain_jaxrl"] for r in seeds], "trl": [r["gain_trl"] for r in seeds]},
-                                  "cpu_ratio": {"min": round(min(ratios), 2), "max": round(max(ratios), 2)}}, markdown)
+                                  "cpu_ratio": {"min": round(min(ratios), 2), "max": round(max(ratios), 2)},
+                                  "timing": timings}, markdown)
 
 
 def main() -> None:
@@ -387,6 +440,8 @@ def main() -> None:
     sub = ap.add_subparsers(dest="cmd", required=True)
     s = sub.add_parser("seeds")
     s.add_argument("seed", type=int, nargs="+")
+    t = sub.add_parser("timing")
+    t.add_argument("seed", type=int, nargs="+")
     sub.add_parser("record")
     c = sub.add_parser("check")
     c.add_argument("completions", nargs="*", help="TRL's completions.jsonl files (default: every seed's)")
@@ -401,6 +456,9 @@ def main() -> None:
     if args.cmd == "seeds":
         for seed in args.seed:
             seed_run(seed)
+    elif args.cmd == "timing":
+        for seed in args.seed:
+            timing(seed)
     elif args.cmd == "record":
         record()
     elif args.cmd == "check":
