@@ -3,6 +3,7 @@
     python bench/text_grpo_trl.py seeds 1 2 3       # per train.seed: both GRPO stages from the same SFT run
     python bench/text_grpo_trl.py record            # bench/results/text_grpo_trl.{json,md}
     python bench/text_grpo_trl.py check             # TRL's reward function against jaxrl's scorer (also in `seeds`)
+    python bench/text_grpo_trl.py timing 1          # both GRPO stages again, one core and one thread each
 
 Per seed: the SFT run of ``bench/text_grpo_lift.py`` (``runs/text_grpo_lift/seed<S>*_sft``
 with ``train.seed=<S>`` only, reused when it exists, else made with
@@ -364,6 +365,11 @@ def markdown(record: dict, path: str) -> None:
             lines.append(f"| {t['seed']} | {jx['cpu_s']} / {jx['wall_s']} | {p['process_cpu_s']} / {p['process_wall_s']} | "
                          f"{p['train_cpu_s']} | {p['process_cpu_s'] / jx['cpu_s']:.1f}x | {_fig(t['held_out']['jaxrl_grpo'])} / "
                          f"{_fig(t['held_out']['trl_grpo'])} | {jx['load_before']:.1f} / {t['trl_grpo']['load_after']:.1f} |")
+    if record.get("threads_probe"):
+        lines += ["", "TRL's peer for 10 updates from seed 1's SFT export, by torch threads (`OMP_NUM_THREADS`; unpinned, run by "
+                      "hand one after the other): " + "; ".join(
+                          f"{t['torch_threads']} thread(s): {t['train_cpu_s']} CPU s / {t['train_wall_s']} wall s of training"
+                          for t in record["threads_probe"]) + "."]
     lines += ["", "## Reward function check", "",
               "TRL's reward function (bench/peers/trl_pick_grpo.py `pick_reward`, on the text TRL decodes) against jaxrl's "
               "on-device rubric (on the token ids), over TRL's logged completions (the first and last 4 updates of each "
@@ -422,6 +428,7 @@ def record() -> None:
         if lift and lift["init_from"] == r["sft"]["name"]:
             r["lift_grpo"] = {k: lift[k] for k in ("name", "git", "eval", "cpu_s", "wall_s")}
     ratios = [r["trl_grpo"]["peer"]["process_cpu_s"] / r["jaxrl_grpo"]["cpu_s"] for r in seeds]
+    threads = [_load(os.path.relpath(path, ROOT)) for path in sorted(glob.glob(os.path.join(ROOT, BASE, "threads", "*.json")))]
     timings = sorted((_load(os.path.relpath(path, ROOT)) for path in glob.glob(os.path.join(ROOT, BASE, "timing_seed*.json"))),
                      key=lambda t: t["seed"])
     peer = seeds[-1]["trl_grpo"]["peer"]
@@ -432,7 +439,7 @@ def record() -> None:
                                   "configs": CONFIGS, "settings": SETTINGS, "seeds": seeds,
                                   "gains": {"jaxrl": [r["gain_jaxrl"] for r in seeds], "trl": [r["gain_trl"] for r in seeds]},
                                   "cpu_ratio": {"min": round(min(ratios), 2), "max": round(max(ratios), 2)},
-                                  "timing": timings}, markdown)
+                                  "timing": timings, "threads_probe": threads}, markdown)
 
 
 def main() -> None:
