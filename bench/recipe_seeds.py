@@ -264,6 +264,9 @@ def markdown(record: dict, path: str) -> None:
         over = "".join(f" `{o}`" for o in e["overrides"])
         lines.append(f"| {name}{over} | {e['metric']} | {tgt} | {per} | **{rng}** | {at} | {e['cpu_s']} | {e['wall_s']} | "
                      f"{e['load'][0]:.1f}-{e['load'][1]:.1f} | {e['utc'][:16]} at {e['git']} |")
+    notes = [(n, e["note"]) for n, e in record["recipes"].items() if e.get("note")]
+    if notes:
+        lines += [""] + [f"- {n}: {note}" for n, note in notes]
     staged = [(n, e) for n, e in record["recipes"].items() if e.get("init_from")]
     if staged:
         lines += ["", "Two-stage recipes, the SFT stage alone (same seed) and after GRPO:", "",
@@ -304,7 +307,9 @@ def sweep(names: list[str], seeds: list[int], overrides: list[str], rerun: bool)
         for s in todo:
             row = run_seed(name, claim, s, overrides)
             rows = sorted([*rows, row], key=lambda r: r["seed"])
-            record["recipes"][key] = summary(name, claim, rows, overrides)
+            record = load_record()  # what other invocations wrote meanwhile is kept
+            note = record["recipes"].get(key, {}).get("note")
+            record["recipes"][key] = summary(name, claim, rows, overrides) | ({"note": note} if note else {})
             write(record)
             print(f"{name} seed {s}: {claim.metric} {row.get('figure')} (target {claim.target}), "
                   f"{row.get('wall_s')} s wall, {row.get('cpu_s')} s CPU{' ERROR' if row.get('error') else ''}", flush=True)
