@@ -262,7 +262,7 @@ def markdown(record: dict, path: str) -> None:
         at = "-" if e["seeds_at_target"] is None else f"{e['seeds_at_target']} of {len(e['seeds'])}"
         rng = "-" if e["range"] is None else f"{_fmt(e['range'][0])} to {_fmt(e['range'][1])}"
         over = "".join(f" `{o}`" for o in e["overrides"])
-        lines.append(f"| {name}{over} | {e['metric']} | {tgt} | {per} | **{rng}** | {at} | {e['cpu_s']} | {e['wall_s']} | "
+        lines.append(f"| {e['recipe']}{over} | {e['metric']} | {tgt} | {per} | **{rng}** | {at} | {e['cpu_s']} | {e['wall_s']} | "
                      f"{e['load'][0]:.1f}-{e['load'][1]:.1f} | {e['utc'][:16]} at {e['git']} |")
     notes = [(n, e["note"]) for n, e in record["recipes"].items() if e.get("note")]
     if notes:
