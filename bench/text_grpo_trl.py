@@ -365,6 +365,11 @@ def markdown(record: dict, path: str) -> None:
             lines.append(f"| {t['seed']} | {jx['cpu_s']} / {jx['wall_s']} | {p['process_cpu_s']} / {p['process_wall_s']} | "
                          f"{p['train_cpu_s']} | {p['process_cpu_s'] / jx['cpu_s']:.1f}x | {_fig(t['held_out']['jaxrl_grpo'])} / "
                          f"{_fig(t['held_out']['trl_grpo'])} | {jx['load_before']:.1f} / {t['trl_grpo']['load_after']:.1f} |")
+        lines += ["", "jaxrl's process CPU includes compiling its programs unless its persistent compile cache already holds "
+                      "them: the first one-core run (new XLA flags) compiled, the later ones loaded. jaxrl's GRPO on one core "
+                      "does not repeat its default-thread run bit for bit (the in-training held-out figures part from update "
+                      "30), so its final figure may differ from the table above; TRL's with one thread equalled its run "
+                      "with two."]
     if record.get("threads_probe"):
         lines += ["", "TRL's peer for 10 updates from seed 1's SFT export, by torch threads (`OMP_NUM_THREADS`; unpinned, run by "
                       "hand one after the other): " + "; ".join(
