@@ -115,6 +115,23 @@ def child_runs(script: str, args: Sequence[str], settings=ONE_CORE_AND_DEFAULT) 
     return runs
 
 
+def serve_process(args: Sequence[str], nice: bool = False):
+    """A ``jaxrl serve ARGS`` process started from the repository root (``nice``: under
+    ``nice -n 19``); ``(process, its WebSocket URL)`` once it prints that it is ready."""
+    import subprocess
+
+    root = str(Path(__file__).resolve().parent.parent)
+    cmd = (["nice", "-n", "19"] if nice else []) + [sys.executable, "-m", "jaxrl.cli", "serve", *args]
+    proc = subprocess.Popen(cmd, cwd=root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": root})
+    line = ""
+    while "(WebSocket " not in line:
+        line = proc.stdout.readline()
+        if not line:
+            raise RuntimeError("jaxrl serve did not start: " + proc.stderr.read()[-2000:])
+    return proc, line.split("(WebSocket ")[1].split(")")[0]
+
+
 def compile_fn(jitted: Callable, *args, **kwargs) -> tuple[Callable, float]:
     """Lower and compile a ``jax.jit``-ed function ahead of time.
 

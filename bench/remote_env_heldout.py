@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 
@@ -45,18 +44,10 @@ STEM = os.path.join(HERE, "results", "remote_env_heldout")
 SESSIONS = 256  # the final evaluation's 256 episodes are in flight together
 
 
-def serve(held_out: bool) -> tuple[subprocess.Popen, str]:
+def serve(held_out: bool):
     """A ``jaxrl serve --config GRPO`` process (``nice -n 19``); ``(process, ws URL)`` once ready."""
-    cmd = ["nice", "-n", "19", sys.executable, "-m", "jaxrl.cli", "serve", "--config", GRPO, "--port", "0",
-           "--max-sessions", str(SESSIONS)] + (["--held-out"] if held_out else [])
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": ROOT})
-    line = ""
-    while "(WebSocket " not in line:
-        line = proc.stdout.readline()
-        if not line:
-            raise RuntimeError("jaxrl serve did not start: " + proc.stderr.read()[-2000:])
-    return proc, line.split("(WebSocket ")[1].split(")")[0]
+    return common.serve_process(["--config", GRPO, "--port", "0", "--max-sessions", str(SESSIONS)]
+                                + (["--held-out"] if held_out else []), nice=True)
 
 
 def cpu_s(pid: int) -> float:

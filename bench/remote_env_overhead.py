@@ -22,7 +22,6 @@ import argparse
 import functools
 import os
 import statistics
-import subprocess
 import sys
 import time
 
@@ -33,18 +32,12 @@ STEM = os.path.join(HERE, "results", "remote_env_overhead")
 GROUPS = {8: (4, 2), 64: (16, 4), 256: (32, 8)}
 
 
-def serve(sessions: int, completion_len: int) -> tuple[subprocess.Popen, str]:
+def serve(sessions: int, completion_len: int):
     """A ``jaxrl serve`` process of the task; ``(process, ws URL)`` once it is ready."""
-    cmd = [sys.executable, "-m", "jaxrl.cli", "serve", "text/WordProblems-v0", "--port", "0", "--max-sessions", str(sessions),
-           "--set", f"env.tokenizer.path={MODEL}", "--set", f"env.text.completion_len={completion_len}"]
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": ROOT})
-    line = ""
-    while "(WebSocket " not in line:
-        line = proc.stdout.readline()
-        if not line:
-            raise RuntimeError("jaxrl serve did not start: " + proc.stderr.read()[-2000:])
-    return proc, line.split("(WebSocket ")[1].split(")")[0]
+    from bench import common
+
+    return common.serve_process(["text/WordProblems-v0", "--port", "0", "--max-sessions", str(sessions),
+                                 "--set", f"env.tokenizer.path={MODEL}", "--set", f"env.text.completion_len={completion_len}"])
 
 
 def time_update(setup, reps: int, host_ms: list[float]) -> dict:
