@@ -279,7 +279,7 @@ def markdown(record: dict, path: str) -> None:
                                  f"{r['init']['cpu_s']} | {r.get('cpu_s', '-')} |")
     lines += ["", "## The documented figures and whether this record has them", "",
               "Cost: estimated CPU seconds of one seed's whole run, from the record named.", "",
-              "| recipe | quoted | where | metric | cost / seed (CPU s, source) | swept |", "|---|---|---|---|---|---|"]
+              "| recipe | quoted before this sweep | where | metric | cost / seed (CPU s, source) | swept |", "|---|---|---|---|---|---|"]
     for name, c in CLAIMS.items():
         e = record["recipes"].get(name)
         swept = (f"{len(e['seeds'])} seeds" if e else ("not run: " + c.runnable if c.runnable else "not swept"))
