@@ -406,11 +406,12 @@ def test_ctrl_c_saves_a_checkpoint_and_names_the_resume_command(straight, tmp_pa
     run_dir = str(tmp_path / "run")
     config = write_yaml(tmp_path / "c.yaml", fake_raw(checkpoint_every=0))  # only the interrupt saves
     _interrupt_on_first_update(monkeypatch, how)
+    # the handlers the process had (default_int_handler, or SIG_IGN in a job a shell put in the background)
+    before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
     assert cli.main(["train", config, "--out", run_dir]) == 130
     last = capsys.readouterr().err.strip().splitlines()[-1]
     assert last == f"jaxrl: interrupted at update 3; checkpoint saved; continue with: jaxrl train --resume {run_dir}"
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the handlers were put back
-    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before  # the handlers were put back
     with Checkpoints(os.path.join(run_dir, "checkpoints"), read_only=True) as ckpts:
         assert ckpts.steps() == [3] and ckpts.verified_step() == 3
     monkeypatch.undo()

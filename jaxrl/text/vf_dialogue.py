@@ -1,37 +1,24 @@
 """A multi-turn ``verifiers`` 0.4 environment driven by jaxrl's dialogue machinery.
 
-In ``verifiers.v1`` a multi-turn environment is an ``Env`` subclass (exported by the
-taskset's package, or named by ``env.verifiers.env``) whose ``run(task, agents)`` holds a
-seat's exchange open (``async with agents.<seat>.interaction(task) as x``) and writes its
-user turns: ``segment = await x.turn(message)`` returns the model's next reply, and the
-exchange is over when ``run`` returns (or a turn comes back ``terminated``). verifiers
-itself answers a turn by running the seat's *harness*: a chat program started per
-rollout (a ``uv`` script in a sandbox) that calls an OpenAI-compatible endpoint — its own
-model client, which cannot reach a model that generates on jaxrl's device inside a
-compiled rollout. So jaxrl runs the env's own ``setup`` / ``run`` / ``finalize`` and the
-task's ``@stop`` and ``@reward`` / ``@metric`` methods, and stands in for the harness:
-the seat jaxrl plays (``env.verifiers.seat``, else the only seat left trainable after
-``setup``) is an :class:`_Exchange` whose ``turn`` parks the conversation until the device
-has generated the answer.
+In ``verifiers.v1`` a multi-turn environment is an ``Env`` whose ``run(task, agents)`` holds a
+seat's exchange open and writes its user turns (``segment = await x.turn(message)`` returns the
+model's reply). verifiers answers a turn by running the seat's harness, a chat program that
+calls an OpenAI-compatible endpoint: no such endpoint reaches a model generating inside a
+compiled rollout. So jaxrl runs the env's own ``setup`` / ``run`` / ``finalize`` and the task's
+``@stop``, ``@reward`` and ``@metric`` methods, and stands in for the harness: the seat jaxrl
+plays (``env.verifiers.seat``, else the only trainable one) is an :class:`_Exchange` whose
+``turn`` parks the conversation until the device has generated the answer.
 
-Each session's ``run`` is a task on the host's event loop. A reset starts it and waits for
-its first ``turn`` (the opening messages become the prompt); a step hands the decoded turn
-to the parked ``turn`` and waits, under ``timeout_s``, for the next one (its user messages
-become the env reply, tokenized into the episode and loss-masked) or for ``run`` to
-return: the exchange is then scored by the task's own ``score`` on the trace of the whole
-conversation, then ``Env.finalize``, and the trace's reward lands on the last turn. All
-sessions of a batch are stepped together (one ``asyncio.gather`` per host callback).
-After ``turns`` policy turns the next ``turn`` comes back ``terminated`` (``max_turns``,
-as a harness's turn limit does), as does one refused by the task's ``@stop`` on the trace
-or the seat's ``max_turns``. A session fails (zero reward, masked, counted by kind) when
-``run`` or ``finalize`` raises, scoring raises or records an error, nothing happens within
-``timeout_s``, the env ends before the first turn, or the env needs a seat jaxrl does not
-play (a second model) or a second exchange in one episode; past ``max_failure_frac`` the run
-stops with one line.
-
-Not driven: tool calls (a harness's MCP tools: the policy's turn is text only), request /
-response ``@stop`` and ``@intercept`` hooks (no HTTP request exists), ``send`` / ``steer``.
-Guide: docs/remote_envs.md#multi-turn-environments.
+Each session's ``run`` is a task on the host's event loop: a reset waits for its first
+``turn`` (the opening messages become the prompt); a step hands every session its decoded turn
+at once (one ``asyncio.gather`` per host callback) and waits, under ``timeout_s``, for the next
+``turn`` (the env reply, tokenized and loss-masked) or for ``run`` to return (the trace scored
+by the task's own ``score``; the reward lands on the last turn). After ``turns`` policy turns,
+or at a ``@stop`` or the seat's ``max_turns``, the next ``turn`` comes back ``terminated``. A
+raising env or scorer, a timeout, an unplayable seat or a second exchange fail that session
+(zero reward, masked, counted), with ``env.remote``'s failure fraction. Not driven: tool calls,
+request / response hooks, ``send`` / ``steer``. Guide:
+docs/remote_envs.md#multi-turn-environments.
 """
 
 from __future__ import annotations
