@@ -115,6 +115,27 @@ def child_runs(script: str, args: Sequence[str], settings=ONE_CORE_AND_DEFAULT) 
     return runs
 
 
+def timed_process(cmd: Sequence[str], log: str, cwd: str | None = None, env: dict | None = None,
+                  nice: bool = True) -> dict[str, Any]:
+    """Run ``cmd`` to its end (``nice``: under ``nice -n 19``; ``env``: variables added), its
+    output in the file ``log``: its exit status, wall and CPU seconds (the child's user +
+    system, what ``/usr/bin/time`` reports) and the load average before and after."""
+    import resource
+    import subprocess
+
+    load_before = os.getloadavg()[0]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    with open(log, "w") as f:
+        proc = subprocess.run([*(["nice", "-n", "19"] if nice else []), *cmd], cwd=cwd, stdout=f,
+                              stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return {"returncode": proc.returncode, "wall_s": round(wall, 1),
+            "cpu_s": round(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, 1),
+            "load_before": load_before, "load_after": os.getloadavg()[0]}
+
+
 def serve_process(args: Sequence[str], nice: bool = False):
     """A ``jaxrl serve ARGS`` process started from the repository root (``nice``: under
     ``nice -n 19``); ``(process, its WebSocket URL)`` once it prints that it is ready."""

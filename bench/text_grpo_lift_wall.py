@@ -16,11 +16,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
-import subprocess
 import sys
 import tempfile
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -36,16 +33,14 @@ def run(seed: int, tmp: str) -> dict:
               ("grpo", ["configs/grpo_pick_larger.yaml", "--init-from", f"{tmp}/sft", "--out", f"{tmp}/grpo"])]
     out = {}
     for name, args in stages:
-        c0, t0, l0 = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter(), os.getloadavg()[0]
-        p = subprocess.run([sys.executable, "-m", "jaxrl.cli", "train", *args, "--set", f"train.seed={seed}",
-                            "--set", "train.progress=false"], capture_output=True, text=True, cwd=ROOT)
-        wall, c1 = time.perf_counter() - t0, resource.getrusage(resource.RUSAGE_CHILDREN)
-        if p.returncode != 0:
-            raise SystemExit(f"{name} failed:\n{p.stderr[-2000:]}")
+        log = f"{tmp}/{name}.log"
+        p = common.timed_process([sys.executable, "-m", "jaxrl.cli", "train", *args, "--set", f"train.seed={seed}",
+                                  "--set", "train.progress=false"], log, cwd=ROOT, nice=False)
+        if p.pop("returncode") != 0:
+            with open(log) as f:
+                raise SystemExit(f"{name} failed:\n{f.read()[-2000:]}")
         with open(f"{tmp}/{name}/eval.json") as f:
-            ev = json.load(f)
-        out[name] = {"wall_s": round(wall, 1), "cpu_s": round(c1.ru_utime + c1.ru_stime - c0.ru_utime - c0.ru_stime, 1),
-                     "load_before": l0, "load_after": os.getloadavg()[0], "eval": ev}
+            out[name] = {**p, "eval": json.load(f)}
         print(name, out[name]["wall_s"], out[name]["cpu_s"], flush=True)
     return out
 

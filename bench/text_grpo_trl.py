@@ -28,8 +28,6 @@ import glob
 import json
 import os
 import re
-import resource
-import subprocess
 import sys
 import time
 
@@ -60,17 +58,7 @@ EDGE_ANSWERS = ["392", "347", "1392", "0"]
 def _child(cmd: list[str], log: str, env: dict | None = None) -> dict:
     """Run ``cmd`` under ``nice -n 19`` from ROOT (``env``: variables added), its output in ``log``:
     exit status, wall and CPU s, load."""
-    load_before = os.getloadavg()[0]
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    t0 = time.perf_counter()
-    with open(os.path.join(ROOT, log), "w") as f:
-        proc = subprocess.run(["nice", "-n", "19", *cmd], cwd=ROOT, stdout=f, stderr=subprocess.STDOUT,
-                              env={**os.environ, **(env or {})})
-    wall = time.perf_counter() - t0
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return {"returncode": proc.returncode, "wall_s": round(wall, 1),
-            "cpu_s": round(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, 1),
-            "load_before": load_before, "load_after": os.getloadavg()[0]}
+    return common.timed_process(cmd, os.path.join(ROOT, log), cwd=ROOT, env=env)
 
 
 def _must(rec: dict, what: str, log: str) -> dict:

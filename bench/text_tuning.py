@@ -28,8 +28,6 @@ import argparse
 import json
 import os
 import random
-import resource
-import subprocess
 import sys
 import time
 
@@ -146,26 +144,19 @@ def train_process(config: str, out: str, sets: list[str], init_from: str | None,
     ``init_from``: a run's name in ``runs``):
     the command, exit status, wall and CPU seconds, load, and the run's held-out evaluation,
     stop and curve, as a record's fields."""
-    cmd = ["nice", "-n", "19", sys.executable, "-m", "jaxrl.cli", "train", config, "--out", out]
+    cmd = [sys.executable, "-m", "jaxrl.cli", "train", config, "--out", out]
     for s in sets:
         cmd += ["--set", s]
     if init_from:
         cmd += ["--init-from", os.path.join(runs, init_from)]
     shown = "jaxrl " + " ".join(cmd[cmd.index("train"):])
     print(shown, flush=True)
-    load_before = os.getloadavg()[0]
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    t0 = time.perf_counter()
-    with open(os.path.join(ROOT, out + ".log"), "w") as log:
-        proc = subprocess.run(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
-    wall = time.perf_counter() - t0
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    proc = common.timed_process(cmd, os.path.join(ROOT, out + ".log"), cwd=ROOT)
     path = os.path.join(ROOT, out)
     return {
-        "utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - wall)), "git": common.git_rev(),
-        "command": shown, "sets": sets, "init_from": init_from, "returncode": proc.returncode, "wall_s": round(wall, 1),
-        "cpu_s": round(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, 1),
-        "load_before": load_before, "load_after": os.getloadavg()[0],
+        "utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - proc["wall_s"])), "git": common.git_rev(),
+        "command": shown, "sets": sets, "init_from": init_from, "returncode": proc["returncode"],
+        "wall_s": proc["wall_s"], "cpu_s": proc["cpu_s"], "load_before": proc["load_before"], "load_after": proc["load_after"],
         "eval": _eval(path), "stopped": _stopped(path),
         "curve": _curve(path) if os.path.exists(os.path.join(path, "metrics.jsonl")) else [],
     }
