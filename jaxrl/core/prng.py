@@ -7,10 +7,11 @@ the same key (tested bit for bit, under ``vmap`` and ``jit``). Two things make t
   ``split``, ``fold_in`` and draw as a 5-trip ``while`` loop (small programs compile
   faster so); XLA:CPU runs each trip's ~25 element-wise ops as separate kernels. Inside a
   decode or rollout loop that is hundreds of kernel launches per step
-  (``bench/results/lm_sampler.md``). Here the hash is :func:`jaxrl.core.threefry.threefry2x32_unrolled` (what ``jaxrl train``
-  registers as JAX's own CPU lowering, :func:`~jaxrl.core.threefry.unroll_on_cpu`; these
-  functions do it without touching JAX's rules, for programs built in a notebook or a
-  harness); the counters are JAX's partitionable ones, so the bits are ``jax.random.bits``'s.
+  (``bench/results/lm_sampler.md``). Here the hash is
+  :func:`jaxrl.core.threefry.threefry2x32_unrolled` (what ``jaxrl train`` registers as JAX's
+  own CPU lowering, :func:`~jaxrl.core.threefry.unroll_on_cpu`; these functions do it without
+  touching JAX's rules, for programs built in a notebook or a harness); the counters are
+  JAX's partitionable ones, so the bits are ``jax.random.bits``'s.
 * **Drawn flat.** ``jax.random.normal(key, (B, A))`` under ``vmap`` over keys lowers to a
   counter computation per dimension, which compiles markedly slower than the flat form.
 
