@@ -35,7 +35,6 @@ from jaxrl.text.callback_errors import quiet_callback_log
 from jaxrl.text.config import RemoteConfig, VerifiersConfig, check_verifiers
 from jaxrl.text import vf_dialogue
 from jaxrl.text.remote import RemoteEnvError, RemoteHost, RemoteTask, SessionFault, tokenizer_codec
-from jaxrl.text.vf_dialogue import message_text
 
 #: The id a verifiers env section runs under (run directories, records).
 ENV_ID = "verifiers"
@@ -94,11 +93,11 @@ def prompt_parts(data: Any) -> tuple[str, str]:
         return prompt, system
     messages = list(prompt or [])
     if messages and getattr(messages[0], "role", None) == "system":
-        system = system or message_text(messages[0].content)
+        system = system or vf_dialogue.message_text(messages[0].content)
         messages = messages[1:]
     if len(messages) != 1 or getattr(messages[0], "role", None) != "user":
         raise SessionFault(f"malformed reply: the task's prompt is {len(messages)} messages, not one user message")
-    return message_text(messages[0].content), system
+    return vf_dialogue.message_text(messages[0].content), system
 
 
 class VerifiersHost(RemoteHost):
