@@ -26,6 +26,7 @@ overrides (a retuning trial) is its own entry, beside the shipped recipe's.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import sys
@@ -56,6 +57,15 @@ class Claim:
     init_from: str | None = None  # an SFT recipe whose run (same seed) this one starts from
     lower_is_better: bool = False
     runnable: str = ""  # why the sweep does not run it here ("" = it does)
+    extra: tuple[str, str] | None = None  # (pip extra, module): --all runs it where the module imports
+
+    def why_not(self) -> str:
+        """Why ``--all`` skips it on this machine ("" = it runs it)."""
+        if self.runnable:
+            return self.runnable
+        if self.extra and importlib.util.find_spec(self.extra[1]) is None:
+            return f"needs the [{self.extra[0]}] extra (`pip install -e .[{self.extra[0]}]`), not installed here"
+        return ""
 
     def met(self, value: float | None) -> bool | None:
         if self.target is None or value is None:
@@ -96,7 +106,7 @@ CLAIMS: dict[str, Claim] = {
     "grpo_tool_addition": Claim("exact match", 0.9, "held-out exact match >= 0.9 in 5 min: 1.000, stops at 300 updates",
                                 f"{R} (issue 16); docs/dialogues.md", 150, "grpo_tool_addition.json (148 CPU-s)"),
     "grpo_guess_number": Claim("turns", 6.0, "held-out mean turns 3.82 (<= 6 = log2(16) + 1 + 1), 93.0% solved",
-                               f"{R} (issue 16); docs/dialogues.md; config header", 150, "grpo_guess_number.json (142.6 CPU-s)",
+                               f"{R} (issue 16); docs/dialogues.md; config header", 160, "this record (154-164 CPU-s)",
                                lower_is_better=True),
     "grpo_sort": Claim("exact match", 0.9, "sort-6 >= 0.9: 0.912 at 825 updates (budget 1,200 updates)",
                        f"{R} (GRPO); config header", 170, "grpo_sort.json (106.6 CPU-s for 825 updates)"),
@@ -104,29 +114,29 @@ CLAIMS: dict[str, Claim] = {
                                 "docs/text_tasks.md; docs/sft.md; README.md", 180, "text_recipes.json (96.3 + 25.0 s wall, quiet)",
                                 init_from="sft_word_problems"),
     "ppo_brax_inverted_double_pendulum": Claim("deterministic", None, "9,350.8 at 512k steps (max ~9,350)",
-                                               f"{R} (Physics); README.md", 200, "recipes.json (215 s training, load 14)"),
+                                               f"{R} (Physics); README.md", 65, "this record (62-66 CPU-s)"),
     "grpo_alphabet_sort": Claim("greedy", 0.9, "held-out mean reward >= 0.9: 0.901 at 2,300 updates, seeds 0-4 all reach 0.9",
-                                f"{R} (GRPO); config header", 270, "grpo_alphabet_sort.json (199 CPU-s for 2,300 of 3,000 updates)"),
+                                f"{R} (GRPO); config header", 220, "this record (213-220 CPU-s)"),
     "ppo_minatar_breakout_cnn_500k": Claim("stochastic", None, "training return 21.66 vs the MLP's 17.84 (8 held-out seeds)",
-                                           f"{R} (issue 27); docs/networks.md; config header", 150,
-                                           "minatar_cnn_heldout_shared_lr4e-3.json (484 CPU-s for 8 seeds vmapped)"),
-    "ppo_playground_cartpole_balance": Claim("deterministic", None, "eval 997.2", f"{R} (Ecosystem)", 300,
-                                             "recipes.json (386 s wall at load 14.6)",
-                                             runnable="needs the [playground] extra, not installed on this machine"),
+                                           f"{R} (issue 27); docs/networks.md; config header", 60,
+                                           "this record (58-61 CPU-s)"),
+    "ppo_playground_cartpole_balance": Claim("deterministic", None, "eval 997.2", f"{R} (Ecosystem)", 46,
+                                             "this record (43-48 CPU-s)",
+                                             extra=("playground", "mujoco_playground")),
     "ppo_craftax_classic_1m": Claim("stochastic", None, "training return 4.65, stochastic eval 4.32",
                                     f"{R} (Ecosystem)", 350, "recipes.json (183 s wall, quiet)",
-                                    runnable="needs the [craftax] extra, not installed on this machine"),
+                                    extra=("craftax", "craftax")),
     "grpo_alphabet_sort_text": Claim("greedy", 0.9, "SFT 0.962, after GRPO 0.959 held-out reward (target >= 0.9)",
-                                     "docs/text_tasks.md; docs/sft.md", 350, "text_recipes.json (217.7 + 24.9 s wall, quiet)",
+                                     "docs/text_tasks.md; docs/sft.md", 300, "this record (282-303 CPU-s, both stages)",
                                      init_from="sft_alphabet_sort_text"),
     "grpo_alphabet_sort_turns": Claim("greedy", 0.9, "held-out mean reward >= 0.9 in 5 min: 0.920 in 251.5 s",
-                                      f"{R} (issue 16); docs/dialogues.md", 410, "grpo_alphabet_sort_turns.json (408 CPU-s)"),
+                                      f"{R} (issue 16); docs/dialogues.md", 390, "this record (388 CPU-s)"),
     "ppo_jumanji_binpack": Claim("deterministic", None, "masked 0.68 vs unmasked 0.33 (4 seeds)",
-                                 f"{R} (issue 27); docs/masks.md", 110, "masked_ppo.md (1 seed: 62.9 s wall quiet)"),
+                                 f"{R} (issue 27); docs/masks.md", 118, "this record (115-118 CPU-s)"),
     "ppo_jumanji_snake_cnn": Claim("stochastic", None, "sampling return 8.82 vs 1.59 unmasked (4 held-out seeds)",
-                                   f"{R} (issue 27); docs/masks.md; config header", 70, "masked_ppo.md (254.6 CPU-s for 4 seeds)"),
+                                   f"{R} (issue 27); docs/masks.md; config header", 73, "this record (69-73 CPU-s)"),
     "grpo_addition": Claim("exact match", 0.9, "2+2 >= 0.9: seeds 0-6 reach 0.9 (slowest 3,050 updates)",
-                           f"{R} (GRPO); config header", 500, "grpo_addition.json (117 CPU-s for 1,500 of 6,500 updates)"),
+                           f"{R} (GRPO); config header", 400, "this record (385-399 CPU-s for 6,500 updates)"),
     "mappo_smax_2s3z": Claim("deterministic", None, "team return 9.96 / 9.98, greedy win 0.97 / 1.00 at 999,424 steps",
                              f"{R} (issue 27); docs/multi_agent.md", 1500, "marl_smax_2s3z_999424.json",
                              runnable="1e7 steps as shipped (the figure is at 999,424): hours on this CPU"),
@@ -134,7 +144,7 @@ CLAIMS: dict[str, Claim] = {
                                     f"{R} (issue 27); docs/multi_agent.md", 3000, "marl_vs_jaxmarl.json",
                                     runnable="1e7 steps, measured on an H200"),
     "pqn_minatar_breakout_cnn": Claim("greedy", None, "greedy eval 34.31 vs the MLP's 32.7 (4 seeds, 2M steps)",
-                                      "bench/results/minatar_pqn.md; config header", 400, "minatar_pqn.json (612 CPU-s for 4 seeds)"),
+                                      "bench/results/minatar_pqn.md; config header", 130, "this record (127-130 CPU-s)"),
 }
 
 #: Shipped recipes that quote no figure of their own run (listed in the record for completeness).
@@ -246,7 +256,8 @@ def markdown(record: dict, path: str) -> None:
     lines = ["# Every documented recipe on seeds it was not tuned on (issue 42)", "",
              "`python bench/recipe_seeds.py --all` (or named recipes): each seed one fresh process running "
              "what `jaxrl train configs/<recipe>.yaml --set train.seed=S` runs (its `train.stop_at` where it has one, "
-             "the final evaluation), `nice -n 19`, one process at a time on the shared 2-core CPU; a GRPO recipe "
+             "the final evaluation), `nice -n 19` on the shared 2-core CPU (one process at a time, or two sweeps "
+             "side by side: wall seconds then count the wait for a core, CPU seconds do not); a GRPO recipe "
              "started from SFT runs its SFT recipe first with the same seed (seconds of both stages). Figure: the "
              "final evaluation's mean of the metric named (PPO/SAC: deterministic return; DQN/PQN: greedy return; "
              "GRPO: held-out greedy exact match, reward or the task's own score).", "",
@@ -282,7 +293,7 @@ def markdown(record: dict, path: str) -> None:
               "| recipe | quoted before this sweep | where | metric | cost / seed (CPU s, source) | swept |", "|---|---|---|---|---|---|"]
     for name, c in CLAIMS.items():
         e = record["recipes"].get(name)
-        swept = (f"{len(e['seeds'])} seeds" if e else ("not run: " + c.runnable if c.runnable else "not swept"))
+        swept = (f"{len(e['seeds'])} seeds" if e else ("not run: " + c.why_not() if c.why_not() else "not swept"))
         lines.append(f"| {name} | {c.claim} | {c.where} | {c.metric} | {c.cpu_s:g} ({c.source}) | {swept} |")
     lines += ["", "Shipped recipes with no figure of their own run quoted:", ""]
     lines += [f"- `{n}`: {why}" for n, why in NOT_CLAIMED.items()]
@@ -328,7 +339,7 @@ def main() -> None:
     args = ap.parse_args()
     if args.list:
         for name, c in sorted(CLAIMS.items(), key=lambda kv: kv[1].cpu_s):
-            print(f"{name:36s} {c.cpu_s:6g} CPU-s/seed  {c.metric:13s} {c.claim}  [{c.where}]{'  NOT RUN: ' + c.runnable if c.runnable else ''}")
+            print(f"{name:36s} {c.cpu_s:6g} CPU-s/seed  {c.metric:13s} {c.claim}  [{c.where}]{'  NOT RUN: ' + c.why_not() if c.why_not() else ''}")
         return
     if args.fold:
         write(load_record())
@@ -342,7 +353,7 @@ def main() -> None:
         names = args.recipes
     else:
         names = [n for n, c in sorted(CLAIMS.items(), key=lambda kv: kv[1].cpu_s)
-                 if not c.runnable and (args.max_cpu is None or c.cpu_s <= args.max_cpu)]
+                 if not c.why_not() and (args.max_cpu is None or c.cpu_s <= args.max_cpu)]
     sweep(names, args.seeds, args.set, args.rerun)
 
 
