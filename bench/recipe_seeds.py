@@ -124,7 +124,7 @@ CLAIMS: dict[str, Claim] = {
                                              "this record (43-48 CPU-s)",
                                              extra=("playground", "mujoco_playground")),
     "ppo_craftax_classic_1m": Claim("stochastic", None, "training return 4.65, stochastic eval 4.32",
-                                    f"{R} (Ecosystem)", 350, "recipes.json (183 s wall, quiet)",
+                                    f"{R} (Ecosystem)", 350, "this record (349-354 CPU-s)",
                                     extra=("craftax", "craftax")),
     "grpo_alphabet_sort_text": Claim("greedy", 0.9, "SFT 0.962, after GRPO 0.959 held-out reward (target >= 0.9)",
                                      "docs/text_tasks.md; docs/sft.md", 300, "this record (282-303 CPU-s, both stages)",
