@@ -141,8 +141,7 @@ CLAIMS: dict[str, Claim] = {
                              f"{R} (issue 27); docs/multi_agent.md", 1500, "marl_smax_2s3z_999424.json",
                              runnable="1e7 steps as shipped (the figure is at 999,424): hours on this CPU"),
     "ippo_mpe_simple_spread": Claim("deterministic", None, "team return -40.0 (above JaxMARL's band), H200",
-                                    f"{R} (issue 27); docs/multi_agent.md", 3000, "marl_vs_jaxmarl.json",
-                                    runnable="1e7 steps, measured on an H200"),
+                                    f"{R} (issue 27); docs/multi_agent.md", 320, "this record (307-324 CPU-s)"),
     "pqn_minatar_breakout_cnn": Claim("greedy", None, "greedy eval 34.31 vs the MLP's 32.7 (4 seeds, 2M steps)",
                                       "bench/results/minatar_pqn.md; config header", 130, "this record (127-130 CPU-s)"),
 }
@@ -317,8 +316,11 @@ def sweep(names: list[str], seeds: list[int], overrides: list[str], rerun: bool)
             continue
         for s in todo:
             row = run_seed(name, claim, s, overrides)
-            rows = sorted([*rows, row], key=lambda r: r["seed"])
-            record = load_record()  # what other invocations wrote meanwhile is kept
+            rows = sorted([*(r for r in rows if r["seed"] != s), row], key=lambda r: r["seed"])
+            record = load_record()  # what other invocations wrote meanwhile is kept, their seeds of this entry too
+            mine = {r["seed"] for r in rows}
+            theirs = [r for r in record["recipes"].get(key, {}).get("seeds", []) if r["seed"] not in mine and not r.get("error")]
+            rows = sorted([*rows, *theirs], key=lambda r: r["seed"])
             note = record["recipes"].get(key, {}).get("note")
             record["recipes"][key] = summary(name, claim, rows, overrides) | ({"note": note} if note else {})
             write(record)
