@@ -138,8 +138,9 @@ CLAIMS: dict[str, Claim] = {
     "grpo_addition": Claim("exact match", 0.9, "2+2 >= 0.9: seeds 0-6 reach 0.9 (slowest 3,050 updates)",
                            f"{R} (GRPO); config header", 400, "this record (385-399 CPU-s for 6,500 updates)"),
     "mappo_smax_2s3z": Claim("deterministic", None, "team return 9.96 / 9.98, greedy win 0.97 / 1.00 at 999,424 steps",
-                             f"{R} (issue 27); docs/multi_agent.md", 1500, "marl_smax_2s3z_999424.json",
-                             runnable="1e7 steps as shipped (the figure is at 999,424): hours on this CPU"),
+                             f"{R} (issue 27); docs/multi_agent.md", 730, "this record (724-728 CPU-s at 999,424 steps)",
+                             runnable="1e7 steps as shipped, hours on this CPU; the figure is at 999,424: "
+                                      "name it with --set mappo.total_env_steps=999424"),
     "ippo_mpe_simple_spread": Claim("deterministic", None, "team return -40.0 (above JaxMARL's band), H200",
                                     f"{R} (issue 27); docs/multi_agent.md", 320, "this record (307-324 CPU-s)"),
     "pqn_minatar_breakout_cnn": Claim("greedy", None, "greedy eval 34.31 vs the MLP's 32.7 (4 seeds, 2M steps)",
@@ -291,8 +292,9 @@ def markdown(record: dict, path: str) -> None:
               "Cost: estimated CPU seconds of one seed's whole run, from the record named.", "",
               "| recipe | quoted before this sweep | where | metric | cost / seed (CPU s, source) | swept |", "|---|---|---|---|---|---|"]
     for name, c in CLAIMS.items():
-        e = record["recipes"].get(name)
-        swept = (f"{len(e['seeds'])} seeds" if e else ("not run: " + c.why_not() if c.why_not() else "not swept"))
+        e = record["recipes"].get(name) or next((v for v in record["recipes"].values() if v["recipe"] == name), None)
+        over = "".join(f" `{o}`" for o in (e or {}).get("overrides", []))
+        swept = (f"{len(e['seeds'])} seeds{over}" if e else ("not run: " + c.why_not() if c.why_not() else "not swept"))
         lines.append(f"| {name} | {c.claim} | {c.where} | {c.metric} | {c.cpu_s:g} ({c.source}) | {swept} |")
     lines += ["", "Shipped recipes with no figure of their own run quoted:", ""]
     lines += [f"- `{n}`: {why}" for n, why in NOT_CLAIMED.items()]
