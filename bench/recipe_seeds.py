@@ -294,7 +294,7 @@ def markdown(record: dict, path: str) -> None:
     for name, c in CLAIMS.items():
         e = record["recipes"].get(name) or next((v for v in record["recipes"].values() if v["recipe"] == name), None)
         over = "".join(f" `{o}`" for o in (e or {}).get("overrides", []))
-        swept = (f"{len(e['seeds'])} seeds{over}" if e else ("not run: " + c.why_not() if c.why_not() else "not swept"))
+        swept = f"{len(e['seeds'])} seeds{over}" if e else ("not run: " + why if (why := c.why_not()) else "not swept")
         lines.append(f"| {name} | {c.claim} | {c.where} | {c.metric} | {c.cpu_s:g} ({c.source}) | {swept} |")
     lines += ["", "Shipped recipes with no figure of their own run quoted:", ""]
     lines += [f"- `{n}`: {why}" for n, why in NOT_CLAIMED.items()]
@@ -318,11 +318,11 @@ def sweep(names: list[str], seeds: list[int], overrides: list[str], rerun: bool)
             continue
         for s in todo:
             row = run_seed(name, claim, s, overrides)
-            rows = sorted([*(r for r in rows if r["seed"] != s), row], key=lambda r: r["seed"])
+            mine = [*(r for r in rows if r["seed"] != s), row]
             record = load_record()  # what other invocations wrote meanwhile is kept, their seeds of this entry too
-            mine = {r["seed"] for r in rows}
-            theirs = [r for r in record["recipes"].get(key, {}).get("seeds", []) if r["seed"] not in mine and not r.get("error")]
-            rows = sorted([*rows, *theirs], key=lambda r: r["seed"])
+            seen = {r["seed"] for r in mine}
+            theirs = [r for r in record["recipes"].get(key, {}).get("seeds", []) if r["seed"] not in seen and not r.get("error")]
+            rows = sorted([*mine, *theirs], key=lambda r: r["seed"])
             note = record["recipes"].get(key, {}).get("note")
             record["recipes"][key] = summary(name, claim, rows, overrides) | ({"note": note} if note else {})
             write(record)
@@ -343,7 +343,7 @@ def main() -> None:
     args = ap.parse_args()
     if args.list:
         for name, c in sorted(CLAIMS.items(), key=lambda kv: kv[1].cpu_s):
-            print(f"{name:36s} {c.cpu_s:6g} CPU-s/seed  {c.metric:13s} {c.claim}  [{c.where}]{'  NOT RUN: ' + c.why_not() if c.why_not() else ''}")
+            print(f"{name:36s} {c.cpu_s:6g} CPU-s/seed  {c.metric:13s} {c.claim}  [{c.where}]{'  NOT RUN: ' + why if (why := c.why_not()) else ''}")
         return
     if args.fold:
         write(load_record())

@@ -25,8 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
-import subprocess
 import sys
 import tempfile
 import time
@@ -68,20 +66,17 @@ def run_recipe(name: str, overrides: list[str], init_from: str | None = None, ke
     with tempfile.TemporaryDirectory() as tmp:
         run_dir = Path(keep_dir) if keep_dir else Path(tmp) / "run"
         cmd = [sys.executable, "-c", _CHILD, str(path), str(run_dir), init_from or "", "train.progress=false", *overrides]
-        cpu0 = resource.getrusage(resource.RUSAGE_CHILDREN)
-        start = time.perf_counter()
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-        wall = time.perf_counter() - start
-        cpu1 = resource.getrusage(resource.RUSAGE_CHILDREN)
-        if proc.returncode != 0:
-            raise RuntimeError(f"{name} failed:\n{proc.stderr[-3000:]}")
+        log = Path(tmp) / "train.log"
+        proc = common.timed_process(cmd, str(log), nice=False)
+        if proc["returncode"] != 0:
+            raise RuntimeError(f"{name} failed:\n{log.read_text()[-3000:]}")
         records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
         summary = json.loads((run_dir / "eval.json").read_text())
         stop = run_dir / "stopped.json"  # train.stop_at ended the run early
         stopped = json.loads(stop.read_text()) if stop.exists() else None
-    record = make_record(name, " ".join(overrides), records, summary, round(wall, 2), common.run_meta())
+    record = make_record(name, " ".join(overrides), records, summary, proc["wall_s"], common.run_meta())
     record["stopped"] = stopped
-    record["cpu_s_total"] = round(cpu1.ru_utime + cpu1.ru_stime - cpu0.ru_utime - cpu0.ru_stime, 1)
+    record["cpu_s_total"] = proc["cpu_s"]
     return record
 
 
