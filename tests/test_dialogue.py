@@ -29,19 +29,20 @@ def _setup(env=ENV, params=PARAMS):
     return grpo.make_setup(EnvSetup(env, params, env.held_out_params(params)), cfg)
 
 
+def _roll_and_score(setup, params, key):
+    """Four dialogues (two groups of two) and the one-pass log-probs of their tokens."""
+    keys = jnp.repeat(jax.random.split(key, 2), 2, axis=0)
+    ro = grpo.rollout.group_rollout(setup.policy, ENV, PARAMS, params, keys, key, setup.num_steps, TEMP)
+    lp, _ = grpo.update._token_logp(setup.policy, params, ro.obs, ro.actions, TEMP)
+    return ro, lp
+
+
 @pytest.fixture(scope="module")
 def rolled():
     """Four 3-turn dialogues of a random policy, and the one-pass log-probs of their tokens."""
     setup = _setup()
     state = grpo.update.init(setup, jax.random.PRNGKey(0))
-
-    def both(params, key):
-        keys = jnp.repeat(jax.random.split(key, 2), 2, axis=0)
-        ro = grpo.rollout.group_rollout(setup.policy, ENV, PARAMS, params, keys, key, setup.num_steps, TEMP)
-        lp, _ = grpo.update._token_logp(setup.policy, params, ro.obs, ro.actions, TEMP)
-        return ro, lp
-
-    ro, lp = jax.jit(both)(state.params, jax.random.PRNGKey(5))
+    ro, lp = jax.jit(_roll_and_score, static_argnums=0)(setup, state.params, jax.random.PRNGKey(5))
     return setup, state, ro, lp
 
 
@@ -74,6 +75,28 @@ def test_cached_log_probs_equal_one_forward_pass_over_the_dialogue(rolled):
     # members of a group share the prompt and sampled different dialogues
     np.testing.assert_array_equal(ro.obs[0, : ENV.prompt_len], ro.obs[1, : ENV.prompt_len])
     assert not np.array_equal(ro.actions[0], ro.actions[1])
+
+
+def test_turns_every_row_ends_early_leave_later_turns_on_the_loss_pass_distribution(rolled):
+    """A policy that ends its turns after a token or two (EOS favoured by the head's bias), so
+    every row has ended each turn long before its last slot: later turns are still drawn from
+    the distribution the loss pass scores. The project's transformer reads a turn's pad slots
+    as tokens, so its decode loop writes them (a loop that stopped once every row had ended
+    the turn left them unwritten, and turns 2 and 3 drew from another distribution: log-probs
+    up to 1.4 nats off the loss pass's in a trained policy)."""
+    setup, state, _, _ = rolled
+    assert not setup.policy.pads_invisible
+
+    def favour_eos(path, x):
+        return x.at[EOS].add(6.0) if jax.tree_util.keystr(path).endswith("['head']['bias']") else x
+
+    params = jax.tree_util.tree_map_with_path(favour_eos, state.params)
+    ro, lp = jax.jit(_roll_and_score, static_argnums=0)(setup, params, jax.random.PRNGKey(5))
+    mask = np.asarray(ro.mask)
+    turns = mask[:, ~_reply_slots(ENV)].reshape(4, ENV.max_turns, ENV.max_turn_tokens)
+    assert turns[:, :, 0].all() and not turns[:, :, ENV.max_turn_tokens // 2 :].any()  # every turn ended early
+    np.testing.assert_array_equal(ro.turns, 3)
+    np.testing.assert_allclose(np.where(mask, lp, 0.0), np.where(mask, ro.logp, 0.0), atol=2e-5)
 
 
 def test_env_tokens_carry_zero_loss_and_zero_gradient(rolled):

@@ -156,9 +156,12 @@ def _turn(policy: TokenPolicy, task: TokenTask, params, env_params, temperature,
     """One policy turn (decode), the env's answer (respond) and its reply (prefill)."""
     tt, tr = task.max_turn_tokens, task.max_reply_tokens
     base = task.prompt_len + k * (tt + tr)
-    # a turn's loop stops once every row has ended it, unless the logits after the turn are read
-    # (no reply follows and another turn may: max_reply_tokens 0 with several turns)
-    ragged = stop_early and (tr > 0 or task.max_turns == 1)
+    # a turn's loop stops once every row has ended it where nothing reads what the skipped steps
+    # would have written: a single-turn task, or a turn followed by a reply, with a policy to
+    # which pad ids are no token (its cache after the turn is the full loop's). The project's
+    # transformer reads a turn's pad slots as tokens, as its loss pass does: skipping them would
+    # sample later turns from another distribution than the one the loss scores.
+    ragged = stop_early and (task.max_turns == 1 or (tr > 0 and policy.pads_invisible))
     cache, logits, key, tokens, logp, mask, entropy = policy.decode(
         params, c.cache, c.logits, c.alive, c.key, base, temperature, greedy, tt, task.end_of_turn, task.pad_id, ragged)
     return _answer(policy, task, params, env_params, c, k, cache, logits, key, tokens, logp, mask, entropy)
@@ -234,7 +237,9 @@ def dialogue_rollout(
     (replies and slots after a turn's end are out); ``rewards`` are paid on policy tokens.
     ``stop_early``: a turn's decode loop ends once every row has ended it (the same
     dialogues as running every step; the masked log-probs and entropies of skipped steps
-    are 0 instead of those of discarded draws).
+    are 0 instead of those of discarded draws); with several turns only for a policy whose
+    pad ids are invisible (``TokenPolicy.pads_invisible``), else later turns would read
+    unwritten pad slots.
     ``decode_rows`` (``grpo.sampling.decode_rows``; 0 = off): a single-turn task's ``N``
     completions decoded on that many rows, a row that ends taking the next queued (prompt,
     sample) pair (:func:`jaxrl.algos.common.lm.refill.decode_queue`: each prompt prefilled

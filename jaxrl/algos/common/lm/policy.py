@@ -65,6 +65,11 @@ class TokenPolicy(NamedTuple):
     * ``decode_params(params) -> params``: what :meth:`decode`'s ``extend`` reads, made once
       per turn (a loaded model's float32 adapters folded into its base: one matmul per
       projection per token instead of three; ``None``: ``params`` as they are).
+    * ``pads_invisible``: pad ids are no token to the network (never attended, taking no
+      position), so a turn's decode loop may stop once every row has ended it and leave the
+      pad slots after unwritten: later turns read the same cache as the loss pass's one
+      pass. False (the project's transformer, which reads pad ids as tokens): every turn
+      with another one after it runs all its steps.
 
     Token tasks write their turns with :meth:`decode` (``extend`` token by token).
     """
@@ -79,6 +84,7 @@ class TokenPolicy(NamedTuple):
     start_grouped: Callable | None = None
     token_logp_shared: Callable | None = None
     decode_params: Callable | None = None
+    pads_invisible: bool = False
 
     def decode(self, params, cache, logits: Array, writing: Array, key: Array, base, temperature, greedy: bool,
                steps: int, end_of_turn: int, pad_id: int, stop_early: bool = True):
@@ -201,4 +207,5 @@ def lm_policy(spec: LMSpec, weights) -> TokenPolicy:
         functools.partial(_start_grouped, spec),
         functools.partial(_token_logp_shared, spec),
         None if spec.lora is None else functools.partial(_decode_params, spec),
+        pads_invisible=True,
     )
