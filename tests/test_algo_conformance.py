@@ -60,9 +60,10 @@ CASES = {
         "grpo.off_policy.staleness=2", "grpo.off_policy.overlap=true"]),
     "sft": ("sft", "sft_alphabet_sort_text.yaml", [
         "sft.batch_size=4", "sft.num_updates=5", "sft.model.lora.rank=2", "sft.optim.warmup_updates=0"]),
-    "mappo": ("mappo", "mappo_mpe_simple_spread.yaml", [
-        "mappo.num_envs=2", "mappo.num_steps=4", "mappo.total_env_steps=40", "mappo.update_epochs=1",
-        "mappo.num_minibatches=1", "mappo.hidden=[8]"]),
+    # MAPPO and IPPO are one program (jaxrl.algos.mappo.build, one config class; the critic
+    # reads the global state or each agent's own observation): ippo checks the feed-forward
+    # torso, mappo_recurrent the centralised critic, the GRU torso, two minibatches and one
+    # optimiser per network. A feed-forward mappo case (40-60 s of the suite) added no code path.
     "mappo_recurrent": ("mappo", "mappo_mpe_simple_spread.yaml", [
         "mappo.num_envs=2", "mappo.num_steps=4", "mappo.total_env_steps=40", "mappo.update_epochs=1",
         "mappo.num_minibatches=2", "mappo.hidden=[8]", "mappo.torso=gru", "mappo.cell_size=4",
@@ -182,7 +183,7 @@ def test_every_registered_algorithm_has_a_case():
     covered = {algo for algo, _, _ in CASES.values()}
     missing = sorted(set(registry.algorithms()) - covered)
     assert not missing, f"registered without a tiny config in CASES of {__file__}: {missing}"
-    assert {"grpo_async", "grpo_token", "ppo_recurrent"} <= set(CASES)
+    assert {"grpo_async", "grpo_token", "ppo_recurrent", "mappo_recurrent", "ippo"} <= set(CASES)
 
 
 @pytest.mark.parametrize("case, check", case_checks(HERE))
