@@ -130,7 +130,7 @@ CLAIMS: dict[str, Claim] = {
                                      "docs/text_tasks.md; docs/sft.md", 300, "this record (282-303 CPU-s, both stages)",
                                      init_from="sft_alphabet_sort_text"),
     "grpo_alphabet_sort_turns": Claim("greedy", 0.9, "held-out mean reward >= 0.9 in 5 min: 0.920 in 251.5 s",
-                                      f"{R} (issue 16); docs/dialogues.md", 390, "this record (388 CPU-s)"),
+                                      f"{R} (issue 16); docs/dialogues.md", 450, "this record (401-459 CPU-s)"),
     "ppo_jumanji_binpack": Claim("deterministic", None, "masked 0.68 vs unmasked 0.33 (4 seeds)",
                                  f"{R} (issue 27); docs/masks.md", 118, "this record (115-118 CPU-s)"),
     "ppo_jumanji_snake_cnn": Claim("stochastic", None, "sampling return 8.82 vs 1.59 unmasked (4 held-out seeds)",
