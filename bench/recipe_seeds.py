@@ -319,7 +319,7 @@ def sweep(names: list[str], seeds: list[int], overrides: list[str], rerun: bool)
         mine: list[dict] = []  # the rows this invocation measured; every other seed's row is read from the record as written now
         for s in todo:
             row = run_seed(name, claim, s, overrides)
-            mine = [*(r for r in mine if r["seed"] != s), row]
+            mine.append(row)  # todo holds each seed once
             record = load_record()  # what other invocations wrote meanwhile is kept, their seeds of this entry too
             seen = {r["seed"] for r in mine}
             theirs = [r for r in record["recipes"].get(key, {}).get("seeds", []) if r["seed"] not in seen and not r.get("error")]
