@@ -63,7 +63,7 @@ CASES = {
     # MAPPO and IPPO are one program (jaxrl.algos.mappo.build, one config class; the critic
     # reads the global state or each agent's own observation): ippo checks the feed-forward
     # torso, mappo_recurrent the centralised critic, the GRU torso, two minibatches and one
-    # optimiser per network. A feed-forward mappo case (40-60 s of the suite) added no code path.
+    # optimiser per network, so a feed-forward mappo case would add no code path.
     "mappo_recurrent": ("mappo", "mappo_mpe_simple_spread.yaml", [
         "mappo.num_envs=2", "mappo.num_steps=4", "mappo.total_env_steps=40", "mappo.update_epochs=1",
         "mappo.num_minibatches=2", "mappo.hidden=[8]", "mappo.torso=gru", "mappo.cell_size=4",

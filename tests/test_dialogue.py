@@ -81,9 +81,9 @@ def test_turns_every_row_ends_early_leave_later_turns_on_the_loss_pass_distribut
     """A policy that ends its turns after a token or two (EOS favoured by the head's bias), so
     every row has ended each turn long before its last slot: later turns are still drawn from
     the distribution the loss pass scores. The project's transformer reads a turn's pad slots
-    as tokens, so its decode loop writes them (a loop that stopped once every row had ended
-    the turn left them unwritten, and turns 2 and 3 drew from another distribution: log-probs
-    up to 1.4 nats off the loss pass's in a trained policy)."""
+    as tokens, so its decode loop writes them: a loop that stopped once every row had ended
+    the turn would leave them unwritten, and turns 2 and 3 would draw from another
+    distribution (docs/dialogues.md)."""
     setup, state, _, _ = rolled
     assert not setup.policy.pads_invisible
 
