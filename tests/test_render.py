@@ -136,6 +136,50 @@ def test_raster_shapes_cover_the_pixels_geometry_says():
     assert abs(np.all(bar == 0, axis=-1).sum() - (30 * 4 + np.pi * 2**2)) <= 8
 
 
+
+def _whole_canvas(canvas, shape, *args):
+    """``raster``'s circle or line tested at every pixel of the canvas (its definition)."""
+    h, w = canvas.shape[:2]
+    ys, xs = np.mgrid[0:h, 0:w]
+    xs, ys = xs + 0.5, ys + 0.5
+    if shape == "circle":
+        (cx, cy), radius, color = args
+        canvas[(xs - cx) ** 2 + (ys - cy) ** 2 <= radius**2] = color
+        return
+    (x0, y0), (x1, y1), color, width = args
+    dx, dy = x1 - x0, y1 - y0
+    length2 = dx * dx + dy * dy
+    with np.errstate(invalid="ignore"):
+        t = np.zeros_like(xs) if length2 == 0 else np.clip(((xs - x0) * dx + (ys - y0) * dy) / length2, 0.0, 1.0)
+        dist2 = (xs - (x0 + t * dx)) ** 2 + (ys - (y0 + t * dy)) ** 2
+        canvas[dist2 <= max(width / 2.0, 0.5) ** 2] = color
+
+
+def test_circles_and_lines_draw_the_pixels_a_whole_canvas_test_would():
+    """Shapes are drawn in a window around them: the frame must equal, pixel for pixel, the
+    one testing every pixel, for shapes inside, across and outside the canvas edges, of
+    zero length, negative radius, sub-pixel or huge widths, and non-finite coordinates."""
+    rng = np.random.default_rng(0)
+    edge = [(-3.0, 5.0), (33.0, 21.0), (-40.0, -40.0), (15.5, 10.5), (0.0, 0.0), (30.0, 20.0)]
+    odd = [(np.nan, 4.0), (np.inf, 3.0), (-np.inf, np.inf)]
+    for i in range(400):
+        a, b = (tuple(rng.uniform(-15, 45, 2)) for _ in range(2))
+        if i % 5 == 0:
+            a = edge[i // 5 % len(edge)]
+        if i % 7 == 0:
+            b = a  # zero length
+        if i % 50 == 1:
+            a = odd[i // 50 % len(odd)]
+        width = [0.2, 1.0, 3.7, 10.0, 80.0][i % 5]
+        radius = [-4.0, 0.3, 2.5, 9.0, 60.0, np.nan][i % 6]
+        color = tuple(int(c) for c in rng.integers(0, 256, 3))
+        for shape, args in (("line", (a, b, color, width)), ("circle", (a, radius, color))):
+            want, got = raster.blank(20, 30, (9, 9, 9)), raster.blank(20, 30, (9, 9, 9))
+            _whole_canvas(want, shape, *args)
+            with np.errstate(invalid="ignore"):
+                getattr(raster, shape)(got, *args)
+            np.testing.assert_array_equal(got, want, err_msg=f"{shape}{args}")
+
 _MOVED = ("Color", "blank", "rect", "circle", "line", "polyline")
 
 
