@@ -310,6 +310,13 @@ def refusals(mesh, params) -> dict:
 
 
 if __name__ == "__main__":
+    import fast_compile
+
+    from jaxrl.algos.common import train
+
+    # The trainer's programs at fast_compile's settings too (both sides of every comparison
+    # compiled alike; XLA's memory figures come from buffer assignment, before the backend).
+    train.COMPILER_OPTIONS.update(fast_compile.OPTIONS)
     t0 = time.perf_counter()
     result = checks()
     result["total_seconds"] = time.perf_counter() - t0

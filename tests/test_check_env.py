@@ -200,6 +200,17 @@ def test_check_report_counts_traces_once_for_a_good_env():
     assert ctx.reset_c.traces == 1 and ctx.step_c.traces == 1
 
 
+def test_the_random_rollout_is_traced_twice_its_first_trace_and_one_fresh(monkeypatch):
+    """check_determinism compares one fresh trace with the rollout's first (lowered again from
+    jit's cache), and the small-limit rollout reuses the first trace's program."""
+    traces = []
+    real = check.rollout
+    monkeypatch.setattr(check, "rollout", lambda *a, **k: traces.append(1) or real(*a, **k))
+    env, params = jaxrl.make("ProbeTimeLimit-v0")
+    report = check_env(env, params, num_steps=8, num_envs=2, verbose=False, compiler_options=FAST)
+    assert report.passed and len(traces) == 2
+
+
 # ----------------------------------------------------------------- tracer errors, fixed horizons
 
 

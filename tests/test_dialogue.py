@@ -203,7 +203,7 @@ def test_held_out_split_and_registration():
     held = start(keys, env.held_out_params(params))[1]
     assert not np.any(np.asarray(jax.vmap(is_held_out)(train)))
     assert np.all(np.asarray(jax.vmap(is_held_out)(held)))
-    assert check_env(env, params, num_steps=48, num_envs=4, verbose=False).passed
+    assert "text/AlphabetSortTurns-v0" in jaxrl.registered_ids()  # so tests/test_check_env.py's sweep checks it
 
 
 def test_single_turn_task_is_the_one_turn_dialogue():

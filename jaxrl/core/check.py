@@ -160,6 +160,7 @@ class _Context:
     obs_space: spaces.Space | None = None
     act_space: spaces.Space | None = None
     main: Rollout | None = None  # rollout at the env's own limit
+    rollout_j: Callable | None = None  # the jitted rollout that made it (its first trace)
     again: Rollout | None = None  # second call of the main rollout (same key)
     small: Rollout | None = None  # rollout with a small limit, or None
     small_limit: int = -1
@@ -304,7 +305,7 @@ def _ensure_rollouts(ctx: _Context) -> None:
     if ctx.main is not None:
         return
     try:
-        fn = _jit_rollout(ctx)
+        fn = ctx.rollout_j = _jit_rollout(ctx)
         key = jax.random.fold_in(ctx.key, 3)
         limit = _limit_of(ctx.params)
 
@@ -418,17 +419,18 @@ def _check_fixed_horizon(ctx: _Context) -> tuple[str, str]:
 
 
 def check_determinism(ctx: _Context) -> tuple[str, str]:
-    """The same key gives a bit-identical rollout on a second call, and two fresh traces
-    lower to the same program (hidden Python state read at trace time, without another
+    """The same key gives a bit-identical rollout on a second call, and a fresh trace lowers
+    to the program of the first (hidden Python state read at trace time, without another
     compile).
     """
     _ensure_rollouts(ctx)
     if not _bit_equal(ctx.main, ctx.again):
         return FAIL, "two calls with the same key gave different rollouts"
-    # Two fresh traces must lower to the same program: a hidden Python counter or any other
+    # A fresh trace must lower to the same program as the rollout's first (the one that ran,
+    # lowered again from jit's cache: no second trace): a hidden Python counter or any other
     # state read at trace time shows up as a different constant (lowering costs no compile).
     args = (ctx.key, ctx.params, jnp.int32(_limit_of(ctx.params)))
-    first = _jit_rollout(ctx).lower(*args).as_text()
+    first = ctx.rollout_j.lower(*args).as_text()
     second = _jit_rollout(ctx).lower(*args).as_text()
     if first != second:
         return FAIL, "two fresh traces of reset/step lower to different programs (hidden Python state read at trace time?)"
