@@ -433,7 +433,7 @@ def check_determinism(ctx: _Context) -> tuple[str, str]:
     first = ctx.rollout_j.lower(*args).as_text()
     second = _jit_rollout(ctx).lower(*args).as_text()
     if first != second:
-        return FAIL, "two fresh traces of reset/step lower to different programs (hidden Python state read at trace time?)"
+        return FAIL, "a fresh trace of reset/step lowers to another program than the first (hidden Python state read at trace time?)"
     return PASS, "same key -> bit-identical rollout across calls; fresh traces lower to the same program"
 
 
