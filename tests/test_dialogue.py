@@ -316,10 +316,11 @@ def test_grpo_update_on_a_dialogue(loss_type, credit):
     setup = _dialogue_setup(loss_type, credit)
     state = grpo.update.init(setup, jax.random.PRNGKey(1))
 
-    def run(state):
-        _, batch, _ = grpo.update.collect(setup, state, state.key)
-        new, metrics = grpo.update.update(setup, state)
-        return batch, new, metrics
+    def run(state):  # grpo.update.update's two steps, so that the batch it learns from can be read
+        _, k_collect, _ = jax.random.split(state.key, 3)
+        collected = grpo.update.collect(setup, state, k_collect)
+        new, metrics = grpo.update.learn(setup, state, collected)
+        return collected[1], new, metrics
 
     batch, new, metrics = jax.jit(run)(state)
     assert all(np.isfinite(float(v)) for v in metrics.values()), metrics
