@@ -36,7 +36,7 @@ def _window(canvas: np.ndarray, xs: Sequence[float], ys: Sequence[float], reach:
     else:
         x0, x1 = (int(np.clip(np.floor(bounds[0]) - 1, 0, w)), int(np.clip(np.ceil(bounds[1]) + 1, 0, w)))
         y0, y1 = (int(np.clip(np.floor(bounds[2]) - 1, 0, h)), int(np.clip(np.ceil(bounds[3]) + 1, 0, h)))
-    ys_, xs_ = np.mgrid[y0:max(y0, y1), x0:max(x0, x1)]
+    ys_, xs_ = np.mgrid[y0:y1, x0:x1]
     return canvas[y0:y1, x0:x1], xs_ + 0.5, ys_ + 0.5
 
 
