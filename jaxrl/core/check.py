@@ -434,7 +434,7 @@ def check_determinism(ctx: _Context) -> tuple[str, str]:
     second = _jit_rollout(ctx).lower(*args).as_text()
     if first != second:
         return FAIL, "a fresh trace of reset/step lowers to another program than the first (hidden Python state read at trace time?)"
-    return PASS, "same key -> bit-identical rollout across calls; fresh traces lower to the same program"
+    return PASS, "same key -> bit-identical rollout across calls; a fresh trace lowers to the first trace's program"
 
 
 def _invalid_actions(space: spaces.Space) -> tuple[jax.Array, jax.Array] | None:
