@@ -24,7 +24,7 @@ pytest.importorskip("openenv")
 pytest.importorskip("uvicorn")
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from remote_envs.servers import DROP, MALFORMED, OTHER_SESSION, SLOW, FaultServer, openenv_server  # noqa: E402
+from remote_envs.servers import DROP, MALFORMED, OTHER_SESSION, SLOW, FaultServer  # noqa: E402
 from remote_envs.turns import encode_turns  # noqa: E402
 
 from jaxrl.run import config as config_lib  # noqa: E402
@@ -121,6 +121,8 @@ def test_the_config_section_and_its_one_line_errors():
 def test_the_schema_is_checked_when_the_task_is_built(codec):
     """An openenv-core server of a Python text env: its action field and observation field
     are checked against ``/schema`` (the mismatch named), and a good config builds."""
+    from remote_envs.openenv_server import openenv_server  # openenv-core: imported by these tests only
+
     with openenv_server() as url:
         base = dict(url=url, prompt_len=32, turn_tokens=8)
         with pytest.raises(ValueError, match=r"env.remote.action_field: .* no field 'action' \(its fields: \['message'\]\)"):
@@ -191,6 +193,8 @@ def test_grpo_trains_on_an_openenv_server_with_failed_episodes_masked(tmp_path):
     """``trainer.run`` on an openenv-core server of a two-turn Python text env: the run goes
     on through malformed replies (odd seeds: a NaN reward), which count in
     ``rewards/remote_failed/mean`` and train no token; every other episode is played."""
+    from remote_envs.openenv_server import openenv_server  # openenv-core: imported by these tests only
+
     with openenv_server() as url:
         raw = {
             "algo": "grpo",
