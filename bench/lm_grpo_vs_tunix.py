@@ -563,10 +563,11 @@ NOTES = [
     "Earlier records (git history of this file): 0.5.x, loaded machine (load 3-8), Tunix / jaxrl 1.1-2.6 wall "
     "and 1.1-2.2 CPU; an independent quiet-machine harness measured 1.7-1.8x by CPU time for 0.5.3. The issue's "
     "5x target is not met on this machine.",
-    "KL beta 0.04 costs jaxrl about 20-30 ms of CPU per step more than beta 0 here; a profile of the learn step "
-    "puts most of it in the zero-filling copies of the layer scan's residual buffers (the same ops take 0.04 ms "
-    "at beta 0 and up to 1.5 ms at 0.04: first-touch page faults of larger fresh buffers, not arithmetic). Left "
-    "as found.",
+    "KL beta 0.04 against beta 0 (LoRA r8; 6 pairs of fresh processes, one after the other, 30 steady steps "
+    "each, 0.10.3): 34.5-52.3 ms against 31.3-37.6 ms wall, +1.6 to +14.7 ms a pair (median about +5), and 4-19 ms "
+    "more CPU; the beta 0.04 processes took 1.2-2.8x the minor page faults per step (780-1,783 against 645-667). "
+    "Most of a larger gap in one row of this table is the machine's slower mode: one compiled step takes "
+    "35-41 ms in most processes and 53-58 ms in some, and a process can switch after tens of seconds.",
 ]
 
 
