@@ -1,6 +1,6 @@
 """One GRPO step on the same tiny Qwen2 checkpoint: jaxrl's fused update vs google-tunix 0.1.7.
 
-    python bench/lm_grpo_vs_tunix.py --tunix-python /work/tunixvenv/bin/python [--steps 7]
+    python bench/lm_grpo_vs_tunix.py --tunix-python /work/tunixvenv/bin/python [--steps 7] [--rounds 3]
 
 The checkpoint is the peer setup of ``shared/BENCHMARKS.md`` (issue 23): a Qwen2 decoder with
 2 layers, hidden 64, 4 query / 2 key-value heads (head_dim 16), MLP 128, vocabulary 1,000,
@@ -521,6 +521,11 @@ def write_markdown(record: dict, path: str) -> None:
             f"**{r['speedup_tunix_over_jaxrl']:.2f}x** | {j['first_step_s']:.1f} s | {t['first_step_s']:.1f} s | "
             f"{j['steady_median_cpu_s']:.2f}, {t['steady_median_cpu_s']:.2f} | {j['gen_tokens_per_s']:,.0f} | "
             f"{t['gen_tokens_per_s']:,.0f} | {r['load_jaxrl']:.1f}, {r['load_tunix']:.1f} |")
+    rounds = {n: r["round_ratios"] for n, r in record["configs"].items() if r.get("round_ratios")}
+    if rounds:
+        lines += ["", "Each side: the median over alternating rounds of fresh processes (Tunix's, then jaxrl's); "
+                  "Tunix / jaxrl per round: " + "; ".join(f"{n}: " + ", ".join(f"{x:.2f}x" for x in v)
+                                                           for n, v in rounds.items()) + "."]
     rss = [(n, r["jaxrl"].get("peak_rss_mib"), (r.get("tunix") or {}).get("peak_rss_mib")) for n, r in record["configs"].items()]
     if any(j is not None for _, j, _ in rss):
         lines += ["", "Peak resident memory of each side's process (MiB, `ru_maxrss`): " + "; ".join(
@@ -584,6 +589,43 @@ NOTES_05B = [
 ]
 
 
+#: The figures :func:`alternate` takes the median of over the rounds (the rest: the first round's).
+ROUND_MEDIANS = ("steady_median_s", "steady_best_s", "steady_median_cpu_s", "gen_steady_median_s", "gen_tokens_per_s",
+                 "peak_rss_mib")
+
+
+def _over_rounds(results: list[dict]) -> dict:
+    """One side's figures over the rounds: the median of each of :data:`ROUND_MEDIANS`, the
+    first round's compile figures, and every round's ``steady_median_s`` / CPU / tokens/s."""
+    out = dict(results[0])
+    for k in ROUND_MEDIANS:
+        if all(k in r for r in results):
+            out[k] = statistics.median(r[k] for r in results)
+    out["rounds"] = [{k: r[k] for k in ("steady_median_s", "steady_median_cpu_s", "gen_tokens_per_s") if k in r}
+                     for r in results]
+    return out
+
+
+def alternate(args, name: str) -> dict:
+    """``--rounds`` rounds of (Tunix's process, then jaxrl's fresh process) for one
+    configuration, so that both sides sample the machine's state alike (on the 2-core machine
+    of the records one compiled step can take 35-41 ms in one process and 53-58 ms in another)."""
+    jaxrl, tunix, loads = [], [], []
+    for _ in range(args.rounds):
+        if args.tunix_python:
+            loads.append(os.getloadavg()[0])
+            out = run_tunix(args.tunix_python, name, args.steps)
+            tunix.append(out["results"][name])
+            meta = out["meta"]
+        loads.append(os.getloadavg()[0])
+        jaxrl.append(run_jaxrl_process(name, args.steps))
+    row = {"jaxrl": _over_rounds(jaxrl), "load_jaxrl": max(loads), "rounds": args.rounds}
+    if tunix:
+        row.update(tunix=_over_rounds(tunix), tunix_meta=meta, load_tunix=max(loads),
+                   round_ratios=[t["steady_median_s"] / j["steady_median_s"] for t, j in zip(tunix, jaxrl)])
+    return row
+
+
 def main(args) -> None:
     sys.path.insert(0, ROOT)
     from bench import common
@@ -600,14 +642,17 @@ def main(args) -> None:
         if args.only and name not in args.only:
             continue
         row = {"lora_rank": rank, "beta": beta}
-        if args.tunix_python:
-            row["load_tunix"] = os.getloadavg()[0]
-            tunix = run_tunix(args.tunix_python, name, args.steps)
-            row["tunix"] = tunix["results"][name]
-            row["tunix_meta"] = tunix["meta"]
-        row["load_jaxrl"] = os.getloadavg()[0]
-        # the 0.5B shape: each side alone in a fresh process (peak RSS per side); tiny: in this one
-        row["jaxrl"] = run_jaxrl(rank, beta, args.steps) if SHAPE == "tiny" else run_jaxrl_process(name, args.steps)
+        if args.rounds > 1:  # alternating fresh processes, each side's figures the median over the rounds
+            row.update(alternate(args, name))
+        else:
+            if args.tunix_python:
+                row["load_tunix"] = os.getloadavg()[0]
+                tunix = run_tunix(args.tunix_python, name, args.steps)
+                row["tunix"] = tunix["results"][name]
+                row["tunix_meta"] = tunix["meta"]
+            row["load_jaxrl"] = os.getloadavg()[0]
+            # the 0.5B shape: each side alone in a fresh process (peak RSS per side); tiny: in this one
+            row["jaxrl"] = run_jaxrl(rank, beta, args.steps) if SHAPE == "tiny" else run_jaxrl_process(name, args.steps)
         if "tunix" in row:
             row["speedup_tunix_over_jaxrl"] = row["tunix"]["steady_median_s"] / row["jaxrl"]["steady_median_s"]
             row["gen_speedup"] = row["jaxrl"]["gen_tokens_per_s"] / row["tunix"]["gen_tokens_per_s"]
@@ -629,7 +674,9 @@ def main(args) -> None:
         "reward": f"fraction of the {NEW_TOKENS} completion tokens that are ordinary tokens w<even id>",
         "lora": f"rank {LORA_RANK}, alpha {LORA_ALPHA}", "jaxrl_micro_batches": MICRO_BATCHES,
         "optimizer": f"Adam lr {LR}, b1 0.9, b2 0.99, global-norm clip 1.0",
-        "steps": f"1 first (compile) + {args.steps} steady; median reported",
+        "steps": f"1 first (compile) + {args.steps} steady; median reported"
+                 + (f"; {args.rounds} alternating rounds of fresh processes (Tunix, then jaxrl), the median of the "
+                    f"rounds' medians" if args.rounds > 1 else ""),
     }
     record = {"meta": meta, "setup": setup, "configs": configs, "notes": NOTES if SHAPE == "tiny" else NOTES_05B}
     os.makedirs(os.path.dirname(RESULTS), exist_ok=True)
@@ -643,6 +690,8 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--tunix-python", default="", help="python of Tunix's virtual environment ('' = skip Tunix)")
     p.add_argument("--steps", type=int, default=6, help="steady steps timed after the first (compile) step")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="> 1: that many alternating rounds of fresh processes per side (the median over the rounds)")
     p.add_argument("--only", nargs="*", default=None, help="configuration names to run (default: all)")
     p.add_argument("--markdown-only", action="store_true", help="rewrite the .md from the existing .json")
     p.add_argument("--tunix-side", action="store_true", help=argparse.SUPPRESS)
