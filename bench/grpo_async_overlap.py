@@ -8,6 +8,10 @@ starts). The reverse recipe (``configs/grpo_reverse.yaml``: Reverse-8, a one-lay
 side, compiled through the trainer's own pieces (``jaxrl.run.program``: layout, chunk, compile):
 
 - ``sync, 1 device``: generation, then the update (``devices: 1``);
+- ``sync, 1 device, 1 core``: the same, with every thread of the process held on one core
+  while it runs (``os.sched_setaffinity`` per thread): XLA:CPU runs every device on one
+  thread pool sized to the machine, so this is how one device gets one core, the issue's
+  one-device-per-core baseline;
 - ``sync, 2 devices``: the same, each batch split over the two devices (``devices: 2``: the
   data-parallel split of ``docs/scale_out.md``);
 - ``overlap, 2 devices``: ``grpo.off_policy.overlap: true``, generation of update t + 1 on one
@@ -50,9 +54,40 @@ from bench import common  # noqa: E402
 
 RESULTS = os.path.join(HERE, "results", "grpo_async_overlap")
 CONFIG = os.path.join(ROOT, "configs", "grpo_reverse.yaml")
-#: (name, devices, overlap)
-SIDES = [("sync, 1 device", 1, False), ("sync, 2 devices", 2, False), ("overlap, 2 devices", 2, True),
-         ("overlap, 1 device", 1, True)]
+#: (name, devices, overlap, pinned: every thread of the process on one core while the side runs)
+SIDES = [("sync, 1 device", 1, False, False), ("sync, 1 device, 1 core", 1, False, True),
+         ("sync, 2 devices", 2, False, False), ("overlap, 2 devices", 2, True, False),
+         ("overlap, 1 device", 1, True, False)]
+
+
+def pin_threads(cpus: set[int]) -> None:
+    """Every thread of this process (XLA's pool included) allowed on ``cpus`` only."""
+    for task in os.listdir(f"/proc/{os.getpid()}/task"):
+        try:
+            os.sched_setaffinity(int(task), cpus)
+        except OSError:  # a thread that ended meanwhile
+            pass
+
+
+class Pinned:
+    """A side run with the whole process on one core (XLA:CPU has no per-device thread pool, so
+    this is how a device gets one core of its own): the one-device-per-core baseline."""
+
+    def __init__(self, side: "Side"):
+        self.side, self.compile_s, self.init_s = side, side.compile_s, side.init_s
+        self.rewards, self.cfg, self.built = side.rewards, side.cfg, side.built
+        self.core, self.cores = {min(os.sched_getaffinity(0))}, os.sched_getaffinity(0)
+
+    @property
+    def state(self):
+        return self.side.state
+
+    def __call__(self):
+        pin_threads(self.core)
+        try:
+            return self.side()
+        finally:
+            pin_threads(self.cores)
 
 
 class Side:
@@ -123,18 +158,19 @@ def main(args) -> None:
     if jax.device_count() < 2:
         raise SystemExit(f"needs 2 devices, this process has {jax.device_count()}")
     sides = {}
-    for name, devices, overlap in SIDES:
-        sides[name] = Side(devices, overlap, args.updates_per_chunk, args.set)
+    for name, devices, overlap, pinned in SIDES:
+        side = Side(devices, overlap, args.updates_per_chunk, args.set)
+        sides[name] = Pinned(side) if pinned else side
         print(f"{name}: compiled in {sides[name].compile_s:.1f} s", flush=True)
     timed = common.time_interleaved(sides, repeats=args.repeats)
     u = args.updates_per_chunk
     base = sides["sync, 1 device"]
     rows = []
-    for name, devices, overlap in SIDES:
+    for name, devices, overlap, pinned in SIDES:
         wall, cpu = timed.wall[name], timed.cpu[name]
         s = sides[name]
         rows.append({
-            "side": name, "devices": devices, "overlap": overlap, "compile_s": round(s.compile_s, 2),
+            "side": name, "devices": devices, "overlap": overlap, "one_core": pinned, "compile_s": round(s.compile_s, 2),
             "init_s": round(s.init_s, 2), "chunk_wall_s": [round(t, 4) for t in wall], "chunk_cpu_s": [round(t, 4) for t in cpu],
             "updates_per_s_best": u / min(wall), "updates_per_s_median": u / statistics.median(wall),
             "cpu_s_per_update_median": statistics.median(cpu) / u,
@@ -154,6 +190,8 @@ def main(args) -> None:
         "overlap_2_vs_sync_2_best": by["overlap, 2 devices"]["updates_per_s_best"] / by["sync, 2 devices"]["updates_per_s_best"],
         "overlap_2_vs_sync_1_median": by["overlap, 2 devices"]["updates_per_s_median"] / by["sync, 1 device"]["updates_per_s_median"],
         "overlap_2_vs_sync_2_median": by["overlap, 2 devices"]["updates_per_s_median"] / by["sync, 2 devices"]["updates_per_s_median"],
+        "overlap_2_vs_sync_1_core_best": by["overlap, 2 devices"]["updates_per_s_best"] / by["sync, 1 device, 1 core"]["updates_per_s_best"],
+        "overlap_2_vs_sync_1_core_median": by["overlap, 2 devices"]["updates_per_s_median"] / by["sync, 1 device, 1 core"]["updates_per_s_median"],
     }
     g = base.cfg.algo_config
     meta = common.metadata({"load_before": load_before, "load_after": os.getloadavg()[0], "git": git},
@@ -183,7 +221,10 @@ def write_markdown(record: dict, path: str) -> None:
                      f"{r['max_abs_reward_diff_vs_sync_1_device']:.2g} |")
     lines += ["", f"Overlapped on 2 devices vs synchronous on 1: {sp['overlap_2_vs_sync_1_best']:.2f}x (best), "
               f"{sp['overlap_2_vs_sync_1_median']:.2f}x (median); vs synchronous split over the same 2 devices: "
-              f"{sp['overlap_2_vs_sync_2_best']:.2f}x (best), {sp['overlap_2_vs_sync_2_median']:.2f}x (median).", "",
+              f"{sp['overlap_2_vs_sync_2_best']:.2f}x (best), {sp['overlap_2_vs_sync_2_median']:.2f}x (median)."
+              + (f" Against synchronous on 1 device with the process on one core (a device per core): "
+                 f"{sp['overlap_2_vs_sync_1_core_best']:.2f}x (best), {sp['overlap_2_vs_sync_1_core_median']:.2f}x "
+                 f"(median)." if "overlap_2_vs_sync_1_core_best" in sp else ""), "",
               f"The halves alone, one update each on one device (median wall / CPU seconds): generation "
               f"{h['generation']['median_s']:.3f} / {h['generation']['cpu_median_s']:.3f}, learning "
               f"{h['learning']['median_s']:.3f} / {h['learning']['cpu_median_s']:.3f}: overlapping them can at best "
