@@ -34,6 +34,7 @@ sum over the longer is the most overlap can gain. Results:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import sys
@@ -69,31 +70,26 @@ def pin_threads(cpus: set[int]) -> None:
             pass
 
 
-class Pinned:
-    """A side run with the whole process on one core (XLA:CPU has no per-device thread pool, so
-    this is how a device gets one core of its own): the one-device-per-core baseline."""
-
-    def __init__(self, side: "Side"):
-        self.side, self.compile_s, self.init_s = side, side.compile_s, side.init_s
-        self.rewards, self.cfg, self.built = side.rewards, side.cfg, side.built
-        self.core, self.cores = {min(os.sched_getaffinity(0))}, os.sched_getaffinity(0)
-
-    @property
-    def state(self):
-        return self.side.state
-
-    def __call__(self):
-        pin_threads(self.core)
-        try:
-            return self.side()
-        finally:
-            pin_threads(self.cores)
+@contextlib.contextmanager
+def held_to(cpus: set[int] | None):
+    """Every thread of this process on ``cpus`` inside the block (None: left as they are)."""
+    if cpus is None:
+        yield
+        return
+    everywhere = os.sched_getaffinity(0)
+    pin_threads(cpus)
+    try:
+        yield
+    finally:
+        pin_threads(everywhere)
 
 
 class Side:
-    """One configuration's compiled chunk and its live state (fed back in after every call)."""
+    """One configuration's compiled chunk and its live state (fed back in after every call).
+    ``one_core``: each call runs with the whole process on one core (XLA:CPU has no thread
+    pool per device, so this is how a device gets one core of its own)."""
 
-    def __init__(self, devices: int, overlap: bool, updates_per_chunk: int, sets: list[str]):
+    def __init__(self, devices: int, overlap: bool, updates_per_chunk: int, sets: list[str], one_core: bool = False):
         from jaxrl.parallel import sharding
         from jaxrl.run import build as build_lib, config as config_lib, program
 
@@ -115,10 +111,12 @@ class Side:
         self.n_active = jax.device_put(jnp.int32(updates_per_chunk), self.layout.replicated)
         self.rewards: list[float] = []
         self.cfg, self.built = cfg, built
+        self.cores = {min(os.sched_getaffinity(0))} if one_core else None
 
     def __call__(self):
-        self.state, metrics, finite = self.compiled(self.state, self.n_active)
-        common.block((self.state, metrics, finite))
+        with held_to(self.cores):
+            self.state, metrics, finite = self.compiled(self.state, self.n_active)
+            common.block((self.state, metrics, finite))
         if not bool(np.all(np.asarray(finite))):
             raise SystemExit("a NaN in the state")
         self.rewards.extend(np.asarray(metrics["reward"]).reshape(-1).tolist())
@@ -159,8 +157,7 @@ def main(args) -> None:
         raise SystemExit(f"needs 2 devices, this process has {jax.device_count()}")
     sides = {}
     for name, devices, overlap, pinned in SIDES:
-        side = Side(devices, overlap, args.updates_per_chunk, args.set)
-        sides[name] = Pinned(side) if pinned else side
+        sides[name] = Side(devices, overlap, args.updates_per_chunk, args.set, one_core=pinned)
         print(f"{name}: compiled in {sides[name].compile_s:.1f} s", flush=True)
     timed = common.time_interleaved(sides, repeats=args.repeats)
     u = args.updates_per_chunk
