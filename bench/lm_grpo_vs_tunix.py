@@ -608,20 +608,20 @@ def _over_rounds(results: list[dict]) -> dict:
 
 def alternate(args, name: str) -> dict:
     """``--rounds`` rounds of (Tunix's process, then jaxrl's fresh process) for one
-    configuration, so that both sides sample the machine's state alike (on the 2-core machine
-    of the records one compiled step can take 35-41 ms in one process and 53-58 ms in another)."""
-    jaxrl, tunix, loads = [], [], []
+    configuration, so that both sides sample the machine's state alike (one process's step
+    time can differ from another's: the record's notes)."""
+    jaxrl, tunix, loads = [], [], {"jaxrl": [], "tunix": []}  # the load average at each process's start
     for _ in range(args.rounds):
         if args.tunix_python:
-            loads.append(os.getloadavg()[0])
+            loads["tunix"].append(os.getloadavg()[0])
             out = run_tunix(args.tunix_python, name, args.steps)
             tunix.append(out["results"][name])
             meta = out["meta"]
-        loads.append(os.getloadavg()[0])
+        loads["jaxrl"].append(os.getloadavg()[0])
         jaxrl.append(run_jaxrl_process(name, args.steps))
-    row = {"jaxrl": _over_rounds(jaxrl), "load_jaxrl": max(loads), "rounds": args.rounds}
+    row = {"jaxrl": _over_rounds(jaxrl), "load_jaxrl": max(loads["jaxrl"]), "rounds": args.rounds}
     if tunix:
-        row.update(tunix=_over_rounds(tunix), tunix_meta=meta, load_tunix=max(loads),
+        row.update(tunix=_over_rounds(tunix), tunix_meta=meta, load_tunix=max(loads["tunix"]),
                    round_ratios=[t["steady_median_s"] / j["steady_median_s"] for t, j in zip(tunix, jaxrl)])
     return row
 
