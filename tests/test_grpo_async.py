@@ -178,6 +178,44 @@ def test_the_overlapped_schedule_equals_the_plain_one_bit_for_bit():
     assert {k: float(v) for k, v in plain_m.items()} == {k: float(v) for k, v in overlapped_m.items()}
 
 
+@pytest.mark.parametrize("epochs", [1, 2])
+def test_the_first_minibatch_step_gives_its_rows_pi_old(epochs):
+    """A stale batch's pi_old (the ratio's denominator, the weights' numerator) comes, for the
+    rows of an update's first minibatch step, from that step's own loss pass (it runs at the
+    update's start parameters), and for the other rows from one pass of their own (all rows,
+    with more than one epoch): the update equals one on the same batch with every row's pi_old
+    computed beforehand, to float rounding, and logs the whole batch's off-policy metrics."""
+    env, params = jaxrl.make("CartPole-v1")
+    setup = grpo.make_setup(EnvSetup(env, params, params), grpo.GRPOConfig(
+        num_prompts=4, group_size=2, num_minibatches=2, num_epochs=epochs, sampling=SamplingConfig(max_steps=16),
+        model=ModelConfig(hidden=(8,)), off_policy=OffPolicyConfig(staleness=1, correction="tis", cap=1.02),
+        loss=LossConfig(beta=0.04), optim=grpo.config.GRPOOptim(lr=0.05)))
+    update = grpo.update
+
+    def both(key):
+        state = jax.lax.scan(lambda s, _: update.update(setup, s), update.init(setup, key), None, length=2)[0]
+        _, k_collect, _ = jax.random.split(state.key, 3)
+        ro, batch, metrics = update.collect(setup, state, k_collect)
+        old = update._old_logp(setup, state.hyper, update.acting_params(state), batch, setup.cfg.group_size)
+        ours = update.learn(setup, state, (ro, batch, dict(metrics)))
+        ahead = update.learn(setup, state, (ro, batch.replace(old_logp=old, fresh=None), dict(metrics)))
+        _, want = offpolicy.importance_weights(old, batch.behaviour_logp, batch.mask, "tis", "token", 1.02)
+        return ours, ahead, want, batch
+
+    (ours, ours_m), (ahead, ahead_m), want, batch = jax.jit(both, compiler_options=fast_compile.OPTIONS)(
+        jax.random.PRNGKey(3))
+    assert bool(jnp.all(batch.fresh)) and batch.behaviour_logp is not None  # pi_old is left to learn
+    assert float(want["off_policy/kl"]) > 0 and float(want["off_policy/clipped_frac"]) > 0  # a stale batch, some cut
+    for x, y in zip(jax.tree_util.tree_leaves(ours), jax.tree_util.tree_leaves(ahead)):
+        np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-5, atol=1e-6)
+    assert not any(k.startswith("_") for k in ours_m)
+    for k, v in want.items():
+        assert float(ours_m[k]) == pytest.approx(float(v), rel=1e-5, abs=1e-7), k
+        assert float(ahead_m[k]) == pytest.approx(float(v), rel=1e-5, abs=1e-7), k
+    for k in ("loss", "kl", "clip_ratio/region_mean", "grad_norm"):
+        assert float(ours_m[k]) == pytest.approx(float(ahead_m[k]), rel=1e-5, abs=1e-7), k
+
+
 def test_overlap_refuses_a_mesh_it_cannot_split_in_two():
     env, params = jaxrl.make("CartPole-v1")
     cfg = grpo.GRPOConfig(num_prompts=4, group_size=2, sampling=SamplingConfig(max_steps=4), model=ModelConfig(hidden=(8,)),

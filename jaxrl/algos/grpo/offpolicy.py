@@ -78,6 +78,16 @@ def importance_weights(old_logp: Array, behaviour_logp: Array, mask: Array, corr
       and ``off_policy/masked_frac`` (the share of weights above ``cap`` that ``tis`` truncated
       or ``mis`` zeroed), ``off_policy/weight_mean`` (the applied weights' mean).
     """
+    weights, sums = weight_sums(old_logp, behaviour_logp, mask, correction, level, cap)
+    return weights, metrics_from_sums(sums, correction)
+
+
+def weight_sums(old_logp: Array, behaviour_logp: Array, mask: Array, correction: str, level: str,
+                cap: float) -> tuple[Array, dict]:
+    """:func:`importance_weights`' weights and, instead of its metrics, the sums they are ratios
+    of (``{"units", "w", "w2", "tokens", "kl", "over", "applied"}``, each ``[]``): sums over
+    parts of a batch add up to the whole batch's, and scaling all of them alike leaves
+    :func:`metrics_from_sums` unchanged, so a mean of the parts' sums does too."""
     m = mask.astype(jnp.float32)
     diff = (old_logp - behaviour_logp) * m
     if level == "sequence":
@@ -93,16 +103,23 @@ def importance_weights(old_logp: Array, behaviour_logp: Array, mask: Array, corr
         applied = jnp.where(raw > cap, 0.0, raw)
     else:
         applied = jnp.ones_like(raw)
-    n = jnp.maximum(jnp.sum(units), 1.0)
-    frac = lambda b: jnp.sum(b) / n  # noqa: E731
-    s1, s2 = jnp.sum(raw * units), jnp.sum(raw**2 * units)
     r = jnp.exp(diff)  # pi_old / pi_b per token (1 on masked tokens)
-    metrics = {
-        "off_policy/ess": jnp.where(s2 > 0, s1**2 / (n * jnp.maximum(s2, 1e-30)), 1.0),
-        "off_policy/kl": jnp.sum((r - 1.0 - diff) * m) / jnp.maximum(jnp.sum(m), 1.0),
-        "off_policy/clipped_frac": frac(over) if correction == "tis" else jnp.zeros(()),
-        "off_policy/masked_frac": frac(over) if correction == "mis" else jnp.zeros(()),
-        "off_policy/weight_mean": jnp.sum(applied * units) / n,
-    }
+    sums = {"units": jnp.sum(units), "w": jnp.sum(raw * units), "w2": jnp.sum(raw**2 * units), "tokens": jnp.sum(m),
+            "kl": jnp.sum((r - 1.0 - diff) * m), "over": jnp.sum(over), "applied": jnp.sum(applied * units)}
     weights = (jnp.broadcast_to(applied, mask.shape) * m).astype(old_logp.dtype)
-    return weights, metrics
+    return weights, sums
+
+
+def metrics_from_sums(sums: dict, correction: str) -> dict:
+    """The ``off_policy/`` metrics of :func:`importance_weights` from :func:`weight_sums`' sums."""
+    def ratio(num, den):
+        return jnp.where(den > 0, num / jnp.where(den > 0, den, 1.0), 0.0)
+
+    n, s1, s2 = sums["units"], sums["w"], sums["w2"]
+    return {
+        "off_policy/ess": jnp.where(s2 > 0, ratio(s1 * s1, n * s2), 1.0),
+        "off_policy/kl": ratio(sums["kl"], sums["tokens"]),
+        "off_policy/clipped_frac": ratio(sums["over"], n) if correction == "tis" else jnp.zeros(()),
+        "off_policy/masked_frac": ratio(sums["over"], n) if correction == "mis" else jnp.zeros(()),
+        "off_policy/weight_mean": ratio(sums["applied"], n),
+    }

@@ -10,9 +10,10 @@
    to the frozen initial policy.
 
 With ``off_policy.staleness: k > 0`` (:mod:`~jaxrl.algos.grpo.offpolicy`) step 1 samples
-with the parameters of update ``t - k`` from a ring in the state, and the batch carries the
-log-probs of the parameters at the update's start (the ratio's denominator) and the
-importance weights that correct toward them. With ``off_policy.overlap`` the rollout of
+with the parameters of update ``t - k`` from a ring in the state, and the loss weighs each
+sample from its sampling log-probs toward those of the parameters at the update's start (the
+ratio's denominator): the first minibatch step's own loss pass gives its rows' (it runs at
+those parameters), one pass before the steps the other rows'. With ``off_policy.overlap`` the rollout of
 update ``t + 1`` is generated during update ``t`` (:func:`overlapped_update`), on its own device
 when the run has a 2-device data mesh, and waits in the state (``GRPOState.pending``).
 """
@@ -99,6 +100,11 @@ class Batch:
     advantages: Array  # float32 [n], or [n, T] with token_credit
     is_weight: Array | None = None  # float32 [n, T], off-policy correction (off_policy.staleness > 0 and a correction)
     version: Array | None = None  # int32 [n], the policy version (update) that sampled each row (off_policy.staleness > 0)
+    # off_policy.staleness > 0: the log-probs of the parameters that sampled (the weights' denominator), float32 [n, T]
+    behaviour_logp: Array | None = None
+    # off_policy.staleness > 0, bool [n]: rows whose old_logp is not computed yet, their pi_old being the log-probs
+    # of the loss pass itself (the update's first minibatch step runs at the update's start parameters)
+    fresh: Array | None = None
 
 
 def policy_params(frozen, params):
@@ -196,10 +202,36 @@ def loss_fn(setup: Setup, hyper: GRPOHyper, params, batch: Batch, frozen=None) -
     logp, entropy = _token_logp(setup.policy, policy_params(frozen, params), batch.obs, batch.actions, hyper.temperature,
                                 setup.prefix_group, batch.mask, setup.loss_lengths)
     ref = batch.ref_logp if setup.cfg.loss.beta > 0 else None
+    old_logp, is_weight, off = batch.old_logp, batch.is_weight, {}
+    if batch.behaviour_logp is not None:
+        old_logp, is_weight, off = _stale_terms(setup, batch, jax.lax.stop_gradient(logp))
     loss, metrics = policy_loss(
-        logp, batch.old_logp, ref, batch.advantages, batch.mask, hyper, setup.cfg.loss.type, setup.cfg.loss.cispo_clip_low,
-        batch.is_weight)
-    return loss, {**metrics, "entropy": _token_mean(jax.lax.stop_gradient(entropy), batch.mask)}
+        logp, old_logp, ref, batch.advantages, batch.mask, hyper, setup.cfg.loss.type, setup.cfg.loss.cispo_clip_low,
+        is_weight)
+    return loss, {**metrics, **off, "entropy": _token_mean(jax.lax.stop_gradient(entropy), batch.mask)}
+
+
+#: The prefix of the loss's auxiliary outputs that are :func:`offpolicy.weight_sums`' sums (turned
+#: into the ``off_policy/`` metrics by :func:`learn`, never logged themselves).
+_SUMS = "_off_policy_sums/"
+
+
+def _stale_terms(setup: Setup, batch: Batch, own_logp: Array) -> tuple[Array, Array | None, dict]:
+    """``(old_logp, is_weight, sums)`` of a stale minibatch: pi_old is ``batch.old_logp``, or on
+    the rows marked ``fresh`` ``own_logp`` (the loss pass's own log-probs, no gradient); the
+    weights correct from ``batch.behaviour_logp`` toward it."""
+    op = setup.cfg.off_policy
+    old_logp = batch.old_logp if batch.fresh is None else jnp.where(batch.fresh[:, None], own_logp, batch.old_logp)
+    weights, sums = offpolicy.weight_sums(old_logp, batch.behaviour_logp, batch.mask, op.correction, op.level, op.cap)
+    return old_logp, None if op.correction == "none" else weights, {_SUMS + k: v for k, v in sums.items()}
+
+
+def _old_logp(setup: Setup, hyper: GRPOHyper, params, batch: Batch, group: int) -> Array:
+    """pi_old ``[n, T]`` of ``batch``'s rows: their log-probs under ``params`` (the policy's, at
+    the update's start), no gradient; ``group``: the rows hold whole groups in order, or 1."""
+    old_logp, _ = _token_logp(setup.policy, params, batch.obs, batch.actions, hyper.temperature, group, batch.mask,
+                              setup.loss_lengths)
+    return jax.lax.stop_gradient(old_logp)
 
 
 def _micro_grads(setup: Setup, hyper: GRPOHyper, frozen, params, batch: Batch):
@@ -240,6 +272,11 @@ def _epoch(setup: Setup, hyper: GRPOHyper, frozen, batch: Batch, carry, key):
         perm = jax.random.permutation(key, n)
     shuffled = jax.tree_util.tree_map(lambda x: x[perm].reshape((k, n // k) + x.shape[1:]), batch)
     shuffled = batching.constrain_batch(shuffled, axis=1)  # data mesh: each device steps on its slice
+    if batch.fresh is not None and k > 1:  # a stale batch, one epoch: pi_old of every minibatch but the first
+        rest = jax.tree_util.tree_map(lambda x: x[1:].reshape((-1,) + x.shape[2:]), shuffled)
+        old = _old_logp(setup, hyper, policy_params(frozen, carry[0]), rest, setup.prefix_group)
+        shuffled = shuffled.replace(old_logp=shuffled.old_logp.at[1:].set(old.reshape(shuffled.old_logp[1:].shape)),
+                                    fresh=shuffled.fresh.at[1:].set(False))
     return jax.lax.scan(functools.partial(_sgd_step, setup, hyper, frozen), carry, shuffled)
 
 
@@ -381,19 +418,17 @@ def shape_batch(setup: Setup, state: GRPOState, ro: Rollout, ref_logp: Array | N
 
 
 def _off_policy_batch(setup: Setup, state: GRPOState, batch: Batch) -> tuple[Batch, dict]:
-    """A stale batch made ready for the loss: ``old_logp`` becomes the log-probs of the
-    parameters at the update's start (behaviour log-probs stay in the rollout), ``is_weight``
-    the correction toward them, ``version`` the update whose parameters sampled each row."""
-    op = setup.cfg.off_policy
-    old_logp, _ = _token_logp(setup.policy, acting_params(state), batch.obs, batch.actions, state.hyper.temperature,
-                              setup.cfg.group_size, batch.mask, setup.loss_lengths)  # whole groups in order
-    old_logp = jax.lax.stop_gradient(old_logp)
-    weights, metrics = offpolicy.importance_weights(old_logp, batch.old_logp, batch.mask, op.correction, op.level, op.cap)
-    made_by = offpolicy.version(state.update_step, op.staleness)
-    metrics["off_policy/staleness"] = (state.update_step - made_by).astype(jnp.float32)
-    version = jnp.full(batch.actions.shape[:1], made_by, jnp.int32)
-    weights = None if op.correction == "none" else weights
-    return batch.replace(old_logp=old_logp, is_weight=weights, version=version), metrics
+    """A stale batch: its sampling log-probs become ``behaviour_logp``, ``version`` is the update
+    whose parameters sampled each row, and every row is ``fresh``: pi_old, the log-probs of the
+    parameters at the update's start (the ratio's denominator), is left to :func:`learn`. Its
+    first minibatch step runs at those parameters, so that step's loss pass gives its rows'
+    pi_old and only the other rows need a pass of their own (:func:`_epoch`); the loss weighs
+    each row from ``behaviour_logp`` toward pi_old (:func:`_stale_terms`)."""
+    made_by = offpolicy.version(state.update_step, setup.cfg.off_policy.staleness)
+    n = batch.actions.shape[0]
+    batch = batch.replace(behaviour_logp=batch.old_logp, version=jnp.full((n,), made_by, jnp.int32),
+                          fresh=jnp.ones((n,), jnp.bool_))
+    return batch, {"off_policy/staleness": (state.update_step - made_by).astype(jnp.float32)}
 
 
 def update(setup: Setup, state: GRPOState) -> tuple[GRPOState, dict]:
@@ -481,9 +516,16 @@ def learn(setup: Setup, state: GRPOState, collected: tuple[Rollout, Batch, dict]
     _, _, k_epochs = jax.random.split(state.key, 3)
     ro, batch, metrics = collected
     metrics["lr"] = optim.current_lr(state.opt_state, setup.schedule)
+    if batch.fresh is not None and setup.cfg.num_epochs > 1:  # later epochs revisit every row: pi_old of all now
+        old = _old_logp(setup, state.hyper, acting_params(state), batch, setup.cfg.group_size)  # whole groups in order
+        batch = batch.replace(old_logp=old, fresh=None)
     epoch = functools.partial(_epoch, setup, state.hyper, state.frozen, batch)
     (params, opt_state), losses = epochs(epoch, (state.params, state.opt_state), k_epochs, setup.cfg.num_epochs)
-    metrics.update(jax.tree_util.tree_map(jnp.mean, losses))
+    losses = jax.tree_util.tree_map(jnp.mean, losses)
+    sums = {k[len(_SUMS):]: losses.pop(k) for k in [k for k in losses if k.startswith(_SUMS)]}
+    if sums:  # every row counted alike in each epoch: the means' ratios are the batch's
+        losses.update(offpolicy.metrics_from_sums(sums, setup.cfg.off_policy.correction))
+    metrics.update(losses)
     metrics["curriculum_level"] = state.level.astype(jnp.float32)
     new = _advance(setup, state, ro).replace(params=params, opt_state=opt_state)
     return new, {k: jnp.asarray(v, jnp.float32) for k, v in metrics.items()}
