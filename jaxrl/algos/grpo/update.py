@@ -21,6 +21,7 @@ when the run has a 2-device data mesh, and waits in the state (``GRPOState.pendi
 from __future__ import annotations
 
 import functools
+import itertools
 from typing import Any, NamedTuple
 
 import jax
@@ -495,19 +496,28 @@ def overlapped_update(setup: Setup, state: GRPOState) -> tuple[GRPOState, dict]:
             zeros = lambda shapes: jax.tree_util.tree_map(lambda a: jnp.zeros(a.shape, a.dtype), shapes)  # noqa: E731
             out = jax.lax.cond(jax.lax.axis_index(batching.DATA) == 0, lambda s: (zeros(learned), generator(s)),
                                lambda s: (learner(s), zeros(generated)), s)
-        return jax.tree_util.tree_map(_psum_exact, out)
+        return _psum_exact(out)
 
     spec = jax.sharding.PartitionSpec()
     (new, metrics), (ro, ref) = jax.shard_map(halves, in_specs=spec, out_specs=spec, axis_names={batching.DATA})(state)
     return new.replace(pending=ro, pending_ref=ref), metrics
 
 
-def _psum_exact(x: Array) -> Array:
-    """The sum over the data axis of a value that is zero on all devices but one: exact
-    (bools as int32 and back)."""
-    if x.dtype == jnp.bool_:
-        return jax.lax.psum(x.astype(jnp.int32), batching.DATA).astype(jnp.bool_)
-    return jax.lax.psum(x, batching.DATA)
+def _psum_exact(tree):
+    """The sum over the data axis of ``tree``, whose leaves are zero on all devices but one:
+    exact (``x + 0``; bools as int32 and back). One ``psum`` per dtype over the leaves laid end
+    to end, not one per leaf: each all-reduce is a rendezvous of the devices, and the state
+    has over a hundred leaves (``docs/async_grpo.md`` has what one per leaf cost)."""
+    leaves, treedef = jax.tree_util.tree_flatten(tree)
+    by_dtype: dict[Any, list[int]] = {}
+    for i, x in enumerate(leaves):
+        by_dtype.setdefault(jnp.dtype(jnp.int32) if x.dtype == jnp.bool_ else x.dtype, []).append(i)
+    out = list(leaves)
+    for dtype, idx in by_dtype.items():
+        summed = jax.lax.psum(jnp.concatenate([jnp.ravel(leaves[i]).astype(dtype) for i in idx]), batching.DATA)
+        for i, part in zip(idx, jnp.split(summed, list(itertools.accumulate(leaves[i].size for i in idx))[:-1])):
+            out[i] = part.reshape(leaves[i].shape).astype(leaves[i].dtype)
+    return jax.tree_util.tree_unflatten(treedef, out)
 
 
 def learn(setup: Setup, state: GRPOState, collected: tuple[Rollout, Batch, dict]) -> tuple[GRPOState, dict]:
