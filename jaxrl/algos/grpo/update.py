@@ -21,7 +21,6 @@ when the run has a 2-device data mesh, and waits in the state (``GRPOState.pendi
 from __future__ import annotations
 
 import functools
-import itertools
 from typing import Any, NamedTuple
 
 import jax
@@ -470,8 +469,8 @@ def overlapped_update(setup: Setup, state: GRPOState) -> tuple[GRPOState, dict]:
     constrain_batch`'s), the halves run on disjoint devices inside one program: a
     ``shard_map`` over the data axis in which device 0 takes the generation branch of a
     ``lax.cond`` and device 1 the learning branch, each returning zeros for the other's
-    outputs, combined by one ``psum`` (``x + 0``: exact). On one device they run one after
-    the other, the same values; other meshes are refused.
+    outputs, combined by :func:`~jaxrl.algos.common.batching.psum_packed` (``x + 0``: exact).
+    On one device they run one after the other, the same values; other meshes are refused.
     """
     def learner(s: GRPOState):
         new, metrics = learn(setup, s, shape_batch(setup, s, s.pending, s.pending_ref))
@@ -496,29 +495,11 @@ def overlapped_update(setup: Setup, state: GRPOState) -> tuple[GRPOState, dict]:
             zeros = lambda shapes: jax.tree_util.tree_map(lambda a: jnp.zeros(a.shape, a.dtype), shapes)  # noqa: E731
             out = jax.lax.cond(jax.lax.axis_index(batching.DATA) == 0, lambda s: (zeros(learned), generator(s)),
                                lambda s: (learner(s), zeros(generated)), s)
-        return _psum_exact(out)
+        return batching.psum_packed(out)  # x + 0: exact
 
     spec = jax.sharding.PartitionSpec()
     (new, metrics), (ro, ref) = jax.shard_map(halves, in_specs=spec, out_specs=spec, axis_names={batching.DATA})(state)
     return new.replace(pending=ro, pending_ref=ref), metrics
-
-
-def _psum_exact(tree):
-    """The sum over the data axis of ``tree``, whose leaves are zero on all devices but one:
-    exact (``x + 0``; bools as int32 and back). One ``psum`` per dtype over the leaves laid end
-    to end, not one per leaf: on CPU host devices an all-reduce of one array per dtype is much
-    cheaper than XLA's tuple all-reduce of the state's hundred-odd leaves (``docs/async_grpo.md``
-    has the measurement)."""
-    leaves, treedef = jax.tree_util.tree_flatten(tree)
-    by_dtype: dict[Any, list[int]] = {}
-    for i, x in enumerate(leaves):
-        by_dtype.setdefault(jnp.dtype(jnp.int32) if x.dtype == jnp.bool_ else x.dtype, []).append(i)
-    out = list(leaves)
-    for dtype, idx in by_dtype.items():
-        summed = jax.lax.psum(jnp.concatenate([jnp.ravel(leaves[i]).astype(dtype) for i in idx]), batching.DATA)
-        for i, part in zip(idx, jnp.split(summed, list(itertools.accumulate(leaves[i].size for i in idx))[:-1])):
-            out[i] = part.reshape(leaves[i].shape).astype(leaves[i].dtype)
-    return jax.tree_util.tree_unflatten(treedef, out)
 
 
 def learn(setup: Setup, state: GRPOState, collected: tuple[Rollout, Batch, dict]) -> tuple[GRPOState, dict]:
